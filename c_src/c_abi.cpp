@@ -1,0 +1,186 @@
+// The extern "C" surface of libexphil.so (include/exphil/exphil.h): thin
+// wrappers over the C++ API that record the failure message per thread.
+#include <string>
+
+#include "exphil/exphil.h"
+#include "exphil/runtime.hpp"
+#include "exphil/scan.hpp"
+
+namespace {
+
+thread_local std::string t_last_error;
+// Set instead when the message could not be stored (no host memory).
+thread_local const char* t_last_error_fallback = nullptr;
+
+void record_failure(const exphil::Status& status) noexcept {
+  try {
+    t_last_error = status.message().empty() ? "out of host memory" : status.message();
+    t_last_error_fallback = nullptr;
+  } catch (...) {
+    t_last_error_fallback = "out of host memory (the error message was lost)";
+  }
+}
+
+template <class F>
+exphil_status c_call(F&& f) noexcept {
+  try {
+    const exphil::Status status = f();
+    if (!status.ok()) record_failure(status);
+    return static_cast<exphil_status>(status.code());
+  } catch (...) {
+    t_last_error_fallback = "internal error: exception at the C ABI boundary";
+    return EXPHIL_ERROR_INTERNAL;
+  }
+}
+
+exphil_status forward(exphil::ScanOp op, const exphil_tensor* const* inputs,
+                      const exphil_tensor* h0, const exphil_tensor* y,
+                      const exphil_tensor* h_final, exphil_stream stream) noexcept {
+  return c_call([&] {
+    exphil::ScanForwardArgs args;
+    args.op = op;
+    for (int i = 0; i < exphil::scan_input_count(op); ++i) args.inputs[i] = inputs[i];
+    args.h0 = h0;
+    args.y = y;
+    args.h_final = h_final;
+    return exphil::scan_forward(args, stream);
+  });
+}
+
+exphil_status backward(exphil::ScanOp op, const exphil_tensor* const* inputs,
+                       const exphil_tensor* h0, const exphil_tensor* y,
+                       const exphil_tensor* grad_y, const exphil_tensor* grad_h_final,
+                       const exphil_tensor* const* grad_inputs, const exphil_tensor* grad_h0,
+                       exphil_stream stream) noexcept {
+  return c_call([&] {
+    exphil::ScanBackwardArgs args;
+    args.op = op;
+    for (int i = 0; i < exphil::scan_input_count(op); ++i) {
+      args.inputs[i] = inputs[i];
+      args.grad_inputs[i] = grad_inputs[i];
+    }
+    args.h0 = h0;
+    args.y = y;
+    args.grad_y = grad_y;
+    args.grad_h_final = grad_h_final;
+    args.grad_h0 = grad_h0;
+    return exphil::scan_backward(args, stream);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* exphil_version(void) { return exphil::version(); }
+
+const char* exphil_last_error(void) {
+  return t_last_error_fallback ? t_last_error_fallback : t_last_error.c_str();
+}
+
+const char* exphil_status_name(int status) {
+  switch (status) {
+    case EXPHIL_OK: return "EXPHIL_OK";
+    case EXPHIL_ERROR_INVALID_ARGUMENT: return "EXPHIL_ERROR_INVALID_ARGUMENT";
+    case EXPHIL_ERROR_NO_DEVICE: return "EXPHIL_ERROR_NO_DEVICE";
+    case EXPHIL_ERROR_OUT_OF_MEMORY: return "EXPHIL_ERROR_OUT_OF_MEMORY";
+    case EXPHIL_ERROR_CUDA: return "EXPHIL_ERROR_CUDA";
+    case EXPHIL_ERROR_NOT_SUPPORTED: return "EXPHIL_ERROR_NOT_SUPPORTED";
+    case EXPHIL_ERROR_INTERNAL: return "EXPHIL_ERROR_INTERNAL";
+  }
+  return "EXPHIL_UNKNOWN_STATUS";
+}
+
+exphil_status exphil_device_count(int* count) {
+  return c_call([&] {
+    if (!count)
+      return exphil::Status(exphil::StatusCode::invalid_argument,
+                            "exphil_device_count: argument 'count' is NULL");
+    return exphil::device_count(*count);
+  });
+}
+
+exphil_status exphil_synchronize(int device) {
+  return c_call([&] { return exphil::synchronize(device); });
+}
+
+exphil_status exphil_linear_scan_forward(const exphil_tensor* a, const exphil_tensor* b,
+                                         const exphil_tensor* h0, const exphil_tensor* y,
+                                         const exphil_tensor* h_final, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {a, b};
+  return forward(exphil::ScanOp::linear_scan, inputs, h0, y, h_final, stream);
+}
+
+exphil_status exphil_linear_scan_backward(const exphil_tensor* a, const exphil_tensor* b,
+                                          const exphil_tensor* h0, const exphil_tensor* y,
+                                          const exphil_tensor* grad_y,
+                                          const exphil_tensor* grad_h_final,
+                                          const exphil_tensor* grad_a, const exphil_tensor* grad_b,
+                                          const exphil_tensor* grad_h0, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {a, b};
+  const exphil_tensor* grads[] = {grad_a, grad_b};
+  return backward(exphil::ScanOp::linear_scan, inputs, h0, y, grad_y, grad_h_final, grads,
+                  grad_h0, stream);
+}
+
+exphil_status exphil_min_gru_forward(const exphil_tensor* gate, const exphil_tensor* candidate,
+                                     const exphil_tensor* h0, const exphil_tensor* y,
+                                     const exphil_tensor* h_final, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {gate, candidate};
+  return forward(exphil::ScanOp::min_gru, inputs, h0, y, h_final, stream);
+}
+
+exphil_status exphil_min_gru_backward(const exphil_tensor* gate, const exphil_tensor* candidate,
+                                      const exphil_tensor* h0, const exphil_tensor* y,
+                                      const exphil_tensor* grad_y,
+                                      const exphil_tensor* grad_h_final,
+                                      const exphil_tensor* grad_gate,
+                                      const exphil_tensor* grad_candidate,
+                                      const exphil_tensor* grad_h0, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {gate, candidate};
+  const exphil_tensor* grads[] = {grad_gate, grad_candidate};
+  return backward(exphil::ScanOp::min_gru, inputs, h0, y, grad_y, grad_h_final, grads, grad_h0,
+                  stream);
+}
+
+exphil_status exphil_min_lstm_forward(const exphil_tensor* forget, const exphil_tensor* input,
+                                      const exphil_tensor* candidate, const exphil_tensor* h0,
+                                      const exphil_tensor* y, const exphil_tensor* h_final,
+                                      exphil_stream stream) {
+  const exphil_tensor* inputs[] = {forget, input, candidate};
+  return forward(exphil::ScanOp::min_lstm, inputs, h0, y, h_final, stream);
+}
+
+exphil_status exphil_min_lstm_backward(
+    const exphil_tensor* forget, const exphil_tensor* input, const exphil_tensor* candidate,
+    const exphil_tensor* h0, const exphil_tensor* y, const exphil_tensor* grad_y,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_forget,
+    const exphil_tensor* grad_input, const exphil_tensor* grad_candidate,
+    const exphil_tensor* grad_h0, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {forget, input, candidate};
+  const exphil_tensor* grads[] = {grad_forget, grad_input, grad_candidate};
+  return backward(exphil::ScanOp::min_lstm, inputs, h0, y, grad_y, grad_h_final, grads, grad_h0,
+                  stream);
+}
+
+exphil_status exphil_liquid_forward(const exphil_tensor* tau, const exphil_tensor* target,
+                                    const exphil_tensor* h0, const exphil_tensor* y,
+                                    const exphil_tensor* h_final, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {tau, target};
+  return forward(exphil::ScanOp::liquid, inputs, h0, y, h_final, stream);
+}
+
+exphil_status exphil_liquid_backward(const exphil_tensor* tau, const exphil_tensor* target,
+                                     const exphil_tensor* h0, const exphil_tensor* y,
+                                     const exphil_tensor* grad_y,
+                                     const exphil_tensor* grad_h_final,
+                                     const exphil_tensor* grad_tau,
+                                     const exphil_tensor* grad_target,
+                                     const exphil_tensor* grad_h0, exphil_stream stream) {
+  const exphil_tensor* inputs[] = {tau, target};
+  const exphil_tensor* grads[] = {grad_tau, grad_target};
+  return backward(exphil::ScanOp::liquid, inputs, h0, y, grad_y, grad_h_final, grads, grad_h0,
+                  stream);
+}
+
+}  // extern "C"

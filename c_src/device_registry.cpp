@@ -1,0 +1,141 @@
+#include "device_registry.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "cuda_status.hpp"
+
+namespace exphil::runtime {
+
+namespace {
+// Freed blocks above this stay cached in the pool across synchronisations,
+// so a call that needs a workspace does not reach the driver's allocator.
+constexpr uint64_t kPoolReleaseThreshold = 64ull << 20;
+}  // namespace
+
+DeviceRegistry& DeviceRegistry::instance() noexcept {
+  static DeviceRegistry registry;  // constructor touches no CUDA
+  return registry;
+}
+
+Status DeviceRegistry::count_locked() {
+  if (counted_) return {};
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess) {
+    count_ = count;
+  } else if (is_no_device_error(e)) {
+    count_ = 0;
+    no_device_reason_ = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
+                        cudaGetErrorString(e) + ")";
+    cudaGetLastError();  // the runtime records the failure; do not leak it to later calls
+  } else {
+    return cuda_status(e, "cudaGetDeviceCount");
+  }
+  devices_.assign(static_cast<size_t>(count_), Device{});
+  counted_ = true;
+  return {};
+}
+
+Status DeviceRegistry::device_count(int& count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(count_locked());
+  count = count_;
+  return {};
+}
+
+Status DeviceRegistry::require_device(int device) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(count_locked());
+  if (count_ == 0) return {StatusCode::no_device, "no CUDA device: " + no_device_reason_};
+  if (device < 0 || device >= count_)
+    return {StatusCode::invalid_argument, "device " + std::to_string(device) +
+                                              " does not exist (this machine has " +
+                                              std::to_string(count_) + ")"};
+  return {};
+}
+
+Status DeviceRegistry::sm_count(int device, int& count) {
+  EXPHIL_RETURN_IF_ERROR(require_device(device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (d.sm_count == 0) {
+    int sms = 0;
+    const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
+    d.sm_count = sms;
+  }
+  count = d.sm_count;
+  return {};
+}
+
+Status DeviceRegistry::stream(int device, cudaStream_t& stream) {
+  EXPHIL_RETURN_IF_ERROR(require_device(device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (!d.stream) {
+    ScopedDevice scoped;
+    EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+    cudaStream_t s = nullptr;
+    const cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return cuda_status(e, "cudaStreamCreateWithFlags");
+    d.stream = s;
+  }
+  stream = d.stream;
+  return {};
+}
+
+Status DeviceRegistry::workspace_pool(int device, cudaMemPool_t& pool) {
+  EXPHIL_RETURN_IF_ERROR(require_device(device));
+  std::lock_guard<std::mutex> lock(mutex_);
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (!d.pool) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t p = nullptr;
+    cudaError_t e = cudaMemPoolCreate(&p, &props);
+    if (e != cudaSuccess) return cuda_status(e, "cudaMemPoolCreate");
+    uint64_t threshold = kPoolReleaseThreshold;
+    e = cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &threshold);
+    if (e != cudaSuccess) {
+      cudaMemPoolDestroy(p);
+      return cuda_status(e, "cudaMemPoolSetAttribute(ReleaseThreshold)");
+    }
+    d.pool = p;
+  }
+  pool = d.pool;
+  return {};
+}
+
+Status DeviceRegistry::synchronize(int device) {
+  EXPHIL_RETURN_IF_ERROR(require_device(device));
+  cudaStream_t s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = devices_[static_cast<size_t>(device)].stream;
+  }
+  if (!s) return {};
+  // Outside the lock: other threads keep launching while this one waits.
+  const cudaError_t e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) return cuda_status(e, "cudaStreamSynchronize");
+  return {};
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+Status ScopedDevice::enter(int device) {
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e != cudaSuccess) return cuda_status(e, "cudaGetDevice");
+  if (current == device) return {};
+  e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_status(e, "cudaSetDevice");
+  previous_ = current;
+  return {};
+}
+
+}  // namespace exphil::runtime

@@ -1,0 +1,66 @@
+// Per-device state the library owns, created lazily on first use and never in
+// a static initialiser: the managed non-blocking stream, the memory pool for
+// kernel workspaces, and the multiprocessor count the planner needs.
+//
+// Thread-safe. The CUDA objects are deliberately never destroyed: at process
+// exit the CUDA runtime may already be gone, and destroying a stream then is
+// itself an error; the driver reclaims everything with the process.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "exphil/status.hpp"
+
+namespace exphil::runtime {
+
+class DeviceRegistry {
+ public:
+  static DeviceRegistry& instance() noexcept;
+
+  // Number of devices; 0 with an ok status when there is no GPU or driver.
+  Status device_count(int& count);
+  // ok if `device` exists; no_device (with the driver's reason) when there
+  // is no GPU, invalid_argument when the index is out of range.
+  Status require_device(int device);
+  Status sm_count(int device, int& count);
+  Status stream(int device, cudaStream_t& stream);
+  Status workspace_pool(int device, cudaMemPool_t& pool);
+  Status synchronize(int device);
+
+ private:
+  DeviceRegistry() = default;
+
+  struct Device {
+    cudaStream_t stream = nullptr;
+    cudaMemPool_t pool = nullptr;
+    int sm_count = 0;
+  };
+
+  Status count_locked();  // mutex_ held
+
+  std::mutex mutex_;
+  bool counted_ = false;
+  int count_ = 0;
+  std::string no_device_reason_;
+  std::vector<Device> devices_;
+};
+
+// Makes `device` current for the lifetime of the object and restores the
+// caller's device afterwards, so a call never changes the thread's device.
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  ~ScopedDevice();
+  Status enter(int device);
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace exphil::runtime

@@ -1,0 +1,117 @@
+// exphil::scan_forward / scan_backward: validate, place, plan, launch.
+#include <string>
+
+#include "api_guard.hpp"
+#include "cuda_status.hpp"
+#include "device_placement.hpp"
+#include "device_registry.hpp"
+#include "exphil/scan.hpp"
+#include "format.hpp"
+#include "scan/scan_launch.h"
+#include "scan_validate.hpp"
+
+namespace exphil {
+
+namespace {
+
+using runtime::ScanCall;
+
+// Everything after validation, shared by both directions. `launch` enqueues
+// the kernels: (const ScanPlan&, float* d_workspace, cudaStream_t) -> LaunchResult.
+template <class Launch>
+Status run_scan(kernels::ScanDirection direction, const ScanCall& call, Stream requested_stream,
+                const ScanLaunchOptions* options, Launch&& launch) {
+  int device = -1;
+  EXPHIL_RETURN_IF_ERROR(runtime::locate_device(call.tensors, device));
+  runtime::ScopedDevice scoped;
+  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+  cudaStream_t stream = nullptr;
+  bool capturing = false;
+  EXPHIL_RETURN_IF_ERROR(runtime::resolve_stream(device, requested_stream, stream, capturing));
+  runtime::DeviceRegistry& registry = runtime::DeviceRegistry::instance();
+  int sm_count = 0;
+  EXPHIL_RETURN_IF_ERROR(registry.sm_count(device, sm_count));
+
+  const ScanLaunchOptions defaults;
+  const ScanLaunchOptions& opts = options ? *options : defaults;
+  const kernels::ScanPlan plan =
+      kernels::plan_scan(direction, call.shape, call.vectorizable, sm_count, opts);
+  if (const char* why = kernels::scan_plan_unsupported(plan, call.shape)) {
+    const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.width};
+    return {StatusCode::not_supported,
+            "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
+  }
+
+  // The workspace is stream-ordered: from the library's pool normally; while
+  // the stream is captured, from cudaMallocAsync, which the graph turns into
+  // its own allocation node (creating a pool is refused during capture).
+  float* d_workspace = nullptr;
+  if (const std::size_t bytes = kernels::scan_workspace_bytes(plan, call.shape)) {
+    void** out = reinterpret_cast<void**>(&d_workspace);
+    if (capturing) {
+      const cudaError_t e = cudaMallocAsync(out, bytes, stream);
+      if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMallocAsync (scan workspace)");
+    } else {
+      cudaMemPool_t pool = nullptr;
+      EXPHIL_RETURN_IF_ERROR(registry.workspace_pool(device, pool));
+      const cudaError_t e = cudaMallocFromPoolAsync(out, bytes, pool, stream);
+      if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMallocFromPoolAsync (scan workspace)");
+    }
+  }
+  const kernels::LaunchResult launched = launch(plan, d_workspace, stream);
+  if (d_workspace) {
+    const cudaError_t e = cudaFreeAsync(d_workspace, stream);
+    if (launched.ok() && e != cudaSuccess)
+      return runtime::cuda_status(e, "cudaFreeAsync (scan workspace)");
+  }
+  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+
+  if (opts.chosen) {
+    opts.chosen->vector_width = plan.vector_width;
+    opts.chosen->lanes = plan.lanes;
+    opts.chosen->time_chunks = plan.time_chunks;
+    opts.chosen->segments = plan.segments;
+    opts.chosen->kernels = kernels::scan_kernel_count(plan);
+  }
+  return {};
+}
+
+// Validates with `validate`, then runs with `launch_kernels`, prefixing any
+// message with "<op> <direction>: ".
+template <class Args, class Params, class Validate, class LaunchKernels>
+Status validated_scan(const char* where, kernels::ScanDirection direction, const Args& args,
+                      Stream stream, const ScanLaunchOptions* options, Validate&& validate,
+                      LaunchKernels&& launch_kernels) noexcept {
+  return runtime::guarded(where, [&]() -> Status {
+    const std::string context =
+        std::string(scan_op_name(args.op)) +
+        (direction == kernels::ScanDirection::forward ? " forward" : " backward");
+    Params params;
+    ScanCall call;
+    Status s = validate(args, params, call);
+    if (s.ok())
+      s = run_scan(direction, call, stream, options,
+                   [&](const kernels::ScanPlan& plan, float* d_workspace, cudaStream_t st) {
+                     return launch_kernels(args.op, params, plan, d_workspace, st);
+                   });
+    return runtime::with_context(context, std::move(s));
+  });
+}
+
+}  // namespace
+
+Status scan_forward(const ScanForwardArgs& args, Stream stream,
+                    const ScanLaunchOptions* options) noexcept {
+  return validated_scan<ScanForwardArgs, kernels::ScanForwardParams>(
+      "scan_forward", kernels::ScanDirection::forward, args, stream, options,
+      runtime::validate_scan_forward, kernels::launch_scan_forward);
+}
+
+Status scan_backward(const ScanBackwardArgs& args, Stream stream,
+                     const ScanLaunchOptions* options) noexcept {
+  return validated_scan<ScanBackwardArgs, kernels::ScanBackwardParams>(
+      "scan_backward", kernels::ScanDirection::backward, args, stream, options,
+      runtime::validate_scan_backward, kernels::launch_scan_backward);
+}
+
+}  // namespace exphil

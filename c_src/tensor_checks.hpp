@@ -1,0 +1,52 @@
+// Checks of tensor descriptors shared by every op. Each failure message names
+// the argument, what was expected and what came; the caller prefixes the op.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
+
+namespace exphil::runtime {
+
+// Descriptor present, data non-null, dtype known, rank == expected_rank.
+// `layout` describes the expected dimensions, e.g. "[B, T, H]".
+Status check_descriptor(const char* name, const Tensor* t, int expected_rank, const char* layout);
+
+// Every dimension >= 1 and the byte size representable; writes the size.
+Status check_extent(const char* name, const Tensor& t, std::size_t& bytes);
+
+// Same dims as `expected` (described as `expected_desc` in the message).
+Status check_shape(const char* name, const Tensor& t, const int64_t* expected,
+                   const char* expected_desc);
+
+// Data pointer aligned to one element.
+Status check_element_alignment(const char* name, const Tensor& t);
+
+// The tensors of one call, for the overlap and device-placement checks.
+struct CallTensor {
+  const char* name = nullptr;
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  bool output = false;
+};
+
+class CallTensors {
+ public:
+  static constexpr int kMax = 16;
+
+  // Fails (internal) only if an op has more tensors than kMax.
+  Status add(const char* name, const void* data, std::size_t bytes, bool output);
+  // Outputs must not overlap each other or any input.
+  Status check_no_overlaps() const;
+
+  const CallTensor* begin() const noexcept { return items_; }
+  const CallTensor* end() const noexcept { return items_ + size_; }
+
+ private:
+  CallTensor items_[kMax];
+  int size_ = 0;
+};
+
+}  // namespace exphil::runtime

@@ -1,0 +1,46 @@
+// Access to [B, H] state tensors (h0, h_final, grad_h_final, grad_h0), whose
+// dtype is chosen per tensor at run time. They are touched once per channel,
+// so a uniform branch on the dtype costs nothing measurable and saves a
+// template instantiation per combination.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.cuh"
+
+namespace exphil::kernels {
+
+__device__ __forceinline__ float load_state(const void* __restrict__ p, DType dtype, int64_t i) {
+  switch (dtype) {
+    case DType::f16: return to_float(static_cast<const __half*>(p)[i]);
+    case DType::bf16: return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::f32: break;
+  }
+  return static_cast<const float*>(p)[i];
+}
+
+__device__ __forceinline__ void store_state(void* __restrict__ p, DType dtype, int64_t i, float v) {
+  switch (dtype) {
+    case DType::f16: static_cast<__half*>(p)[i] = from_float<__half>(v); return;
+    case DType::bf16: static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(v); return;
+    case DType::f32: break;
+  }
+  static_cast<float*>(p)[i] = v;
+}
+
+// V consecutive channels starting at i; zeros when p is null (absent tensor).
+template <int V>
+__device__ __forceinline__ void load_state_or_zero(const void* __restrict__ p, DType dtype,
+                                                   int64_t i, float (&v)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = p ? load_state(p, dtype, i + k) : 0.0f;
+}
+
+template <int V>
+__device__ __forceinline__ void store_states(void* __restrict__ p, DType dtype, int64_t i,
+                                             const float (&v)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) store_state(p, dtype, i + k, v[k]);
+}
+
+}  // namespace exphil::kernels

@@ -1,0 +1,99 @@
+// The four recurrences as coefficient maps: each op turns its inputs at one
+// (t, channel) into the (a, b) of h_t = a * h_{t-1} + b, and gives the
+// gradients of its inputs from g = dL/dh_t and h_{t-1}. The scan kernels are
+// written once against this interface.
+//
+// Every formula avoids the cancellations that matter in f32: 1 - sigmoid(x)
+// is computed as sigmoid(-x), and 1 - exp(-1/tau) as -expm1(-1/tau).
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace exphil::kernels {
+
+// s = sigmoid(x) and s_neg = sigmoid(-x) = 1 - s, each to full precision.
+__device__ __forceinline__ void sigmoid_pair(float x, float& s, float& s_neg) {
+  const float e = expf(-fabsf(x));
+  const float r = 1.0f / (1.0f + e);
+  s = x >= 0.0f ? r : e * r;
+  s_neg = x >= 0.0f ? e * r : r;
+}
+
+// h_t = a_t * h_{t-1} + b_t. Inputs: a, b.
+struct LinearScanOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    a = x[0];
+    b = x[1];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    dx[0] = g * h_prev;
+    dx[1] = g;
+  }
+};
+
+// z = sigmoid(gate); h_t = (1 - z) h_{t-1} + z c. Inputs: gate, candidate.
+struct MinGruOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    float z, one_minus_z;
+    sigmoid_pair(x[0], z, one_minus_z);
+    a = one_minus_z;
+    b = z * x[1];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    float z, one_minus_z;
+    sigmoid_pair(x[0], z, one_minus_z);
+    dx[0] = g * (x[1] - h_prev) * z * one_minus_z;
+    dx[1] = g * z;
+  }
+};
+
+// f = sigmoid(forget), i = sigmoid(input), s = f + i + eps;
+// h_t = (f / s) h_{t-1} + (i / s) c. Inputs: forget, input, candidate.
+struct MinLstmOp {
+  static constexpr int kInputs = 3;
+  static constexpr float kEps = 1e-6f;
+  __device__ __forceinline__ static void coefficients(const float (&x)[3], float& a, float& b) {
+    float f, f_neg, i, i_neg;
+    sigmoid_pair(x[0], f, f_neg);
+    sigmoid_pair(x[1], i, i_neg);
+    const float inv_s = 1.0f / (f + i + kEps);
+    a = f * inv_s;
+    b = i * inv_s * x[2];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[3], float h_prev, float g,
+                                                         float (&dx)[3]) {
+    float f, f_neg, i, i_neg;
+    sigmoid_pair(x[0], f, f_neg);
+    sigmoid_pair(x[1], i, i_neg);
+    const float inv_s = 1.0f / (f + i + kEps);
+    const float g_s2 = g * inv_s * inv_s;
+    // dh/df = (h_prev (i + eps) - i c) / s^2, dh/di = (c (f + eps) - f h_prev) / s^2
+    dx[0] = g_s2 * (h_prev * (i + kEps) - i * x[2]) * f * f_neg;
+    dx[1] = g_s2 * (x[2] * (f + kEps) - f * h_prev) * i * i_neg;
+    dx[2] = g * i * inv_s;
+  }
+};
+
+// e = exp(-1 / tau); h_t = target + (h_{t-1} - target) e. Inputs: tau, target.
+struct LiquidOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    const float q = -1.0f / x[0];
+    a = expf(q);
+    b = x[1] * -expm1f(q);
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    const float inv_tau = 1.0f / x[0];
+    const float e = expf(-inv_tau);
+    // de/dtau = e / tau^2
+    dx[0] = g * (h_prev - x[1]) * e * inv_tau * inv_tau;
+    dx[1] = g * -expm1f(-inv_tau);
+  }
+};
+
+}  // namespace exphil::kernels

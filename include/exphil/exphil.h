@@ -1,0 +1,235 @@
+/*
+ * ExPhil.Native C ABI: fused GPU recurrences on caller-owned device memory.
+ *
+ * Every function here is safe to call from any thread, never exits, aborts or
+ * throws, and reports failure through its return value. The message of the
+ * most recent failed call on the calling thread is exphil_last_error().
+ *
+ * ---------------------------------------------------------------------------
+ * Conventions shared by every op
+ * ---------------------------------------------------------------------------
+ * Tensors. An exphil_tensor describes memory the caller owns: a device
+ * address, a dtype, a rank and a shape, densely packed in row-major order
+ * (XLA's default layout, and what Nx.to_pointer/2 hands out). The library
+ * never allocates, frees or keeps a caller's tensor beyond the call.
+ *
+ * Shapes. Sequence tensors are [B, T, H] (batch, time, width); state tensors
+ * are [B, H]. Every dimension must be >= 1; there are no other limits on B, T
+ * or H (odd widths and T = 1 are fine).
+ *
+ * Dtypes. All sequence tensors of one call (inputs, y, grad_y and the input
+ * gradients) share one dtype: f32, f16 or bf16. Each state tensor (h0,
+ * h_final, grad_h_final, grad_h0) is either f32 or that same dtype, chosen
+ * per tensor by its descriptor. The recurrence state and all arithmetic are
+ * f32 inside the kernels, whatever the dtypes.
+ *
+ * Optional arguments. Arguments documented "may be NULL" are either a NULL
+ * descriptor pointer or absent; every other descriptor and its data pointer
+ * must be non-NULL. An absent h0 means a zero initial state; an absent
+ * grad_h_final means no gradient flows into the final state; an absent
+ * h_final or grad_h0 output is simply not written.
+ *
+ * Memory. All tensors of one call must live on the same CUDA device (device
+ * or managed memory) and lie wholly inside their allocations. Outputs must
+ * not overlap each other or any input; inputs may alias each other. Data
+ * pointers must be aligned to their element size; 16-byte alignment and H
+ * divisible by 4 select the vectorised kernels, anything else a scalar path
+ * with the same results.
+ *
+ * Streams. `stream` NULL means the library's own non-blocking stream for the
+ * tensors' device (created on first use, see exphil_synchronize). Otherwise
+ * the work is enqueued on the caller's cudaStream_t (exphil_stream is the
+ * same type), which must belong to the tensors' device. Every op is
+ * asynchronous: it returns once the work is enqueued. The kernels do not wait
+ * for work on other streams: if the inputs are produced on another stream,
+ * order the two streams first (an event, or exphil_synchronize and
+ * cudaStreamSynchronize). Ops may take temporary device memory from the
+ * device's default stream-ordered memory pool (cudaMallocAsync); they are
+ * safe to capture in a CUDA graph.
+ *
+ * Determinism. Forward and backward results are bitwise identical from run
+ * to run for the same shapes, dtypes, alignment and device model.
+ *
+ * Backward. The backward of an op takes the forward's inputs, the forward's
+ * output y, and the gradient of the loss with respect to y (grad_y) and, if
+ * any, to the final state (grad_h_final). It writes the gradient of every
+ * sequence input and, if asked, of h0. y must be the output of the forward
+ * call on the same inputs and h0: the backward rebuilds the f32 states from
+ * it rather than storing them.
+ */
+#ifndef EXPHIL_EXPHIL_H
+#define EXPHIL_EXPHIL_H
+
+#include <stdint.h>
+
+#include "exphil/version.h"
+
+#if defined(__GNUC__)
+#define EXPHIL_API __attribute__((visibility("default")))
+#else
+#define EXPHIL_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes. EXPHIL_OK is 0; every failure is positive. */
+typedef enum exphil_status {
+  EXPHIL_OK = 0,
+  EXPHIL_ERROR_INVALID_ARGUMENT = 1, /* a descriptor, shape, dtype, pointer or option is wrong */
+  EXPHIL_ERROR_NO_DEVICE = 2,        /* no CUDA device or no usable driver on this machine */
+  EXPHIL_ERROR_OUT_OF_MEMORY = 3,    /* a device allocation failed */
+  EXPHIL_ERROR_CUDA = 4,             /* any other CUDA failure; the message names the call */
+  EXPHIL_ERROR_NOT_SUPPORTED = 5,    /* valid input the kernels cannot run (a size limit) */
+  EXPHIL_ERROR_INTERNAL = 6          /* a bug in the library; the message says where */
+} exphil_status;
+
+typedef enum exphil_dtype {
+  EXPHIL_F32 = 0,
+  EXPHIL_F16 = 1,
+  EXPHIL_BF16 = 2
+} exphil_dtype;
+
+#define EXPHIL_MAX_RANK 8
+
+/* A dense row-major tensor in device memory. `data` is the address of the
+ * first element; `dtype` is an exphil_dtype value; shape[0..rank-1] are the
+ * dimensions, outermost first (entries past `rank` are ignored). */
+typedef struct exphil_tensor {
+  void* data;
+  int32_t dtype;
+  int32_t rank;
+  int64_t shape[EXPHIL_MAX_RANK];
+} exphil_tensor;
+
+/* The same type as cudaStream_t, declared here so that callers need no CUDA
+ * headers. */
+struct CUstream_st;
+typedef struct CUstream_st* exphil_stream;
+
+/* ---------------------------------------------------------------------------
+ * Library and devices
+ * ------------------------------------------------------------------------- */
+
+/* The library's version, "MAJOR.MINOR.PATCH" (EXPHIL_VERSION_STRING of the
+ * build). Static storage; never NULL. */
+EXPHIL_API const char* exphil_version(void);
+
+/* The message of the most recent call on this thread that did not return
+ * EXPHIL_OK ("" if none has failed). Thread-local storage, valid until the
+ * next failing call on this thread; never NULL. */
+EXPHIL_API const char* exphil_last_error(void);
+
+/* A constant name for a status code, e.g. "EXPHIL_ERROR_NO_DEVICE". */
+EXPHIL_API const char* exphil_status_name(int status);
+
+/* Writes the number of CUDA devices to *count: 0, with EXPHIL_OK, on a
+ * machine with no GPU or no driver. count must not be NULL. */
+EXPHIL_API exphil_status exphil_device_count(int* count);
+
+/* Blocks until all work enqueued on the library's own stream for `device`
+ * has finished. Succeeds at once if that stream was never created. Returns
+ * EXPHIL_ERROR_INVALID_ARGUMENT for a device index out of range and the
+ * error of any failed kernel found on the stream. */
+EXPHIL_API exphil_status exphil_synchronize(int device);
+
+/* ---------------------------------------------------------------------------
+ * linear_scan: h_t = a_t * h_{t-1} + b_t
+ *
+ * forward:  a, b [B, T, H]; h0 [B, H] (may be NULL);
+ *           writes y [B, T, H] (every h_t) and h_final [B, H] (h_{T-1}; may
+ *           be NULL).
+ * backward: a, b, h0 (may be NULL), y as in the forward; grad_y [B, T, H];
+ *           grad_h_final [B, H] (may be NULL);
+ *           writes grad_a, grad_b [B, T, H] and grad_h0 [B, H] (may be NULL).
+ * ------------------------------------------------------------------------- */
+EXPHIL_API exphil_status exphil_linear_scan_forward(
+    const exphil_tensor* a, const exphil_tensor* b, const exphil_tensor* h0,
+    const exphil_tensor* y, const exphil_tensor* h_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_linear_scan_backward(
+    const exphil_tensor* a, const exphil_tensor* b, const exphil_tensor* h0,
+    const exphil_tensor* y, const exphil_tensor* grad_y,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_a,
+    const exphil_tensor* grad_b, const exphil_tensor* grad_h0,
+    exphil_stream stream);
+
+/* ---------------------------------------------------------------------------
+ * min_gru: z_t = sigmoid(gate_t); h_t = (1 - z_t) * h_{t-1} + z_t * candidate_t
+ * (the candidate is used as given, with no activation)
+ *
+ * forward:  gate, candidate [B, T, H]; h0 [B, H] (may be NULL);
+ *           writes y [B, T, H] and h_final [B, H] (may be NULL).
+ * backward: gate, candidate, h0 (may be NULL), y; grad_y [B, T, H];
+ *           grad_h_final [B, H] (may be NULL);
+ *           writes grad_gate, grad_candidate [B, T, H] and grad_h0 [B, H]
+ *           (may be NULL).
+ * ------------------------------------------------------------------------- */
+EXPHIL_API exphil_status exphil_min_gru_forward(
+    const exphil_tensor* gate, const exphil_tensor* candidate,
+    const exphil_tensor* h0, const exphil_tensor* y,
+    const exphil_tensor* h_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_min_gru_backward(
+    const exphil_tensor* gate, const exphil_tensor* candidate,
+    const exphil_tensor* h0, const exphil_tensor* y,
+    const exphil_tensor* grad_y, const exphil_tensor* grad_h_final,
+    const exphil_tensor* grad_gate, const exphil_tensor* grad_candidate,
+    const exphil_tensor* grad_h0, exphil_stream stream);
+
+/* ---------------------------------------------------------------------------
+ * min_lstm: f_t = sigmoid(forget_t), i_t = sigmoid(input_t),
+ *           s_t = f_t + i_t + 1e-6,
+ *           h_t = (f_t / s_t) * h_{t-1} + (i_t / s_t) * candidate_t
+ *
+ * forward:  forget, input, candidate [B, T, H]; h0 [B, H] (may be NULL);
+ *           writes y [B, T, H] and h_final [B, H] (may be NULL).
+ * backward: forget, input, candidate, h0 (may be NULL), y; grad_y [B, T, H];
+ *           grad_h_final [B, H] (may be NULL);
+ *           writes grad_forget, grad_input, grad_candidate [B, T, H] and
+ *           grad_h0 [B, H] (may be NULL).
+ * ------------------------------------------------------------------------- */
+EXPHIL_API exphil_status exphil_min_lstm_forward(
+    const exphil_tensor* forget, const exphil_tensor* input,
+    const exphil_tensor* candidate, const exphil_tensor* h0,
+    const exphil_tensor* y, const exphil_tensor* h_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_min_lstm_backward(
+    const exphil_tensor* forget, const exphil_tensor* input,
+    const exphil_tensor* candidate, const exphil_tensor* h0,
+    const exphil_tensor* y, const exphil_tensor* grad_y,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_forget,
+    const exphil_tensor* grad_input, const exphil_tensor* grad_candidate,
+    const exphil_tensor* grad_h0, exphil_stream stream);
+
+/* ---------------------------------------------------------------------------
+ * liquid (exact step of a liquid time-constant cell):
+ *           h_t = target_t + (h_{t-1} - target_t) * exp(-1 / tau_t)
+ *
+ * tau must be > 0; the kernels do not check values, and tau <= 0 yields what
+ * the formula yields in f32 (inf or NaN).
+ * forward:  tau, target [B, T, H]; h0 [B, H] (may be NULL);
+ *           writes y [B, T, H] and h_final [B, H] (may be NULL).
+ * backward: tau, target, h0 (may be NULL), y; grad_y [B, T, H];
+ *           grad_h_final [B, H] (may be NULL);
+ *           writes grad_tau, grad_target [B, T, H] and grad_h0 [B, H] (may
+ *           be NULL).
+ * ------------------------------------------------------------------------- */
+EXPHIL_API exphil_status exphil_liquid_forward(
+    const exphil_tensor* tau, const exphil_tensor* target,
+    const exphil_tensor* h0, const exphil_tensor* y,
+    const exphil_tensor* h_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_liquid_backward(
+    const exphil_tensor* tau, const exphil_tensor* target,
+    const exphil_tensor* h0, const exphil_tensor* y,
+    const exphil_tensor* grad_y, const exphil_tensor* grad_h_final,
+    const exphil_tensor* grad_tau, const exphil_tensor* grad_target,
+    const exphil_tensor* grad_h0, exphil_stream stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EXPHIL_EXPHIL_H */

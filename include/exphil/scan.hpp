@@ -1,0 +1,76 @@
+// Fused linear-recurrence scans: h_t = a_t * h_{t-1} + b_t, where each op
+// derives (a_t, b_t) from its own inputs. Shapes, dtypes, NULL rules and
+// stream semantics are those of exphil.h; this is the same API with the op
+// as a parameter, for callers that treat the ops alike.
+#pragma once
+
+#include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
+
+namespace exphil {
+
+enum class ScanOp : int {
+  linear_scan = 0,  // inputs a, b
+  min_gru = 1,      // inputs gate, candidate
+  min_lstm = 2,     // inputs forget, input, candidate
+  liquid = 3,       // inputs tau, target
+};
+
+inline constexpr int kMaxScanInputs = 3;
+inline constexpr ScanOp kAllScanOps[] = {ScanOp::linear_scan, ScanOp::min_gru,
+                                         ScanOp::min_lstm, ScanOp::liquid};
+
+// Number of sequence inputs of `op` (2 or 3).
+int scan_input_count(ScanOp op) noexcept;
+// "min_gru", ...
+const char* scan_op_name(ScanOp op) noexcept;
+// The argument names of exphil.h: input i of min_gru is "gate" and its
+// gradient "grad_gate".
+const char* scan_input_name(ScanOp op, int i) noexcept;
+const char* scan_grad_input_name(ScanOp op, int i) noexcept;
+
+struct ScanForwardArgs {
+  ScanOp op = ScanOp::linear_scan;
+  const Tensor* inputs[kMaxScanInputs] = {};  // the first scan_input_count(op)
+  const Tensor* h0 = nullptr;                 // optional
+  const Tensor* y = nullptr;                  // output
+  const Tensor* h_final = nullptr;            // optional output
+};
+
+struct ScanBackwardArgs {
+  ScanOp op = ScanOp::linear_scan;
+  const Tensor* inputs[kMaxScanInputs] = {};
+  const Tensor* h0 = nullptr;            // optional
+  const Tensor* y = nullptr;             // the forward's output
+  const Tensor* grad_y = nullptr;
+  const Tensor* grad_h_final = nullptr;  // optional
+  const Tensor* grad_inputs[kMaxScanInputs] = {};  // outputs
+  const Tensor* grad_h0 = nullptr;       // optional output
+};
+
+// How a call was laid out on the GPU (reported back through
+// ScanLaunchOptions::chosen).
+struct ScanLaunchInfo {
+  int vector_width = 0;   // channels per thread: 4 (vector loads) or 1
+  int lanes = 0;          // threads across the width in a block
+  int time_chunks = 0;    // threads along time in a block
+  int segments = 0;       // blocks along time; > 1 adds an aggregate pass
+  int kernels = 0;        // kernel launches of the call
+};
+
+// Launch overrides for tests and benchmarks; zero fields mean "choose".
+// Results do not depend on them beyond f32 rounding.
+struct ScanLaunchOptions {
+  int time_chunks = 0;            // power of two, at most 256 / lanes
+  int segments = 0;               // upper bound on blocks along time
+  bool allow_vectorized = true;   // false forces the scalar path
+  ScanLaunchInfo* chosen = nullptr;  // if set, receives the layout used
+};
+
+Status scan_forward(const ScanForwardArgs& args, Stream stream = nullptr,
+                    const ScanLaunchOptions* options = nullptr) noexcept;
+
+Status scan_backward(const ScanBackwardArgs& args, Stream stream = nullptr,
+                     const ScanLaunchOptions* options = nullptr) noexcept;
+
+}  // namespace exphil

@@ -1,0 +1,37 @@
+// exphil::Status: the result of every C++ API call. The C ABI returns the
+// same codes as plain integers.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "exphil/exphil.h"
+
+namespace exphil {
+
+enum class StatusCode : int {
+  ok = EXPHIL_OK,
+  invalid_argument = EXPHIL_ERROR_INVALID_ARGUMENT,
+  no_device = EXPHIL_ERROR_NO_DEVICE,
+  out_of_memory = EXPHIL_ERROR_OUT_OF_MEMORY,
+  cuda_error = EXPHIL_ERROR_CUDA,
+  not_supported = EXPHIL_ERROR_NOT_SUPPORTED,
+  internal = EXPHIL_ERROR_INTERNAL,
+};
+
+class Status {
+ public:
+  Status() noexcept = default;
+  Status(StatusCode code, std::string message) noexcept
+      : code_(code), message_(std::move(message)) {}
+
+  bool ok() const noexcept { return code_ == StatusCode::ok; }
+  StatusCode code() const noexcept { return code_; }
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  StatusCode code_ = StatusCode::ok;
+  std::string message_;
+};
+
+}  // namespace exphil

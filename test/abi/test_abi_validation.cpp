@@ -1,0 +1,259 @@
+// Every class of bad input through the C ABI of libexphil.so returns the
+// right status and a message naming the argument, the expectation and what
+// came, and never crashes. Runs without a GPU: descriptors point at fake,
+// distinct addresses, and structural checks come before any device query.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "abi_calls.hpp"
+#include "device_buffer.hpp"
+#include "exphil/exphil.h"
+#include "exphil/scan.hpp"
+
+using Catch::Matchers::Contains;
+using exphil::ScanOp;
+
+namespace {
+
+// A well-formed call with fake device addresses: B=2, T=5, H=4, f32.
+struct FakeScan {
+  explicit FakeScan(ScanOp op_, int32_t dtype = EXPHIL_F32) : op(op_) {
+    n = exphil::scan_input_count(op);
+    uintptr_t next = uintptr_t{1} << 32;
+    auto sequence = [&](exphil_tensor& t) {
+      t = exphil_tensor{};
+      t.data = reinterpret_cast<void*>(next);
+      next += uintptr_t{1} << 20;
+      t.dtype = dtype;
+      t.rank = 3;
+      t.shape[0] = 2; t.shape[1] = 5; t.shape[2] = 4;
+    };
+    auto state = [&](exphil_tensor& t) {
+      sequence(t);
+      t.rank = 2;
+      t.shape[1] = 4;
+    };
+    for (int i = 0; i < n; ++i) { sequence(x[i]); sequence(gx[i]); }
+    sequence(y); sequence(gy);
+    state(h0); state(h_final); state(gf); state(g0);
+    for (int i = 0; i < n; ++i) { xp[i] = &x[i]; gxp[i] = &gx[i]; }
+  }
+
+  exphil_status forward() { return exphil::test::abi_scan_forward(op, xp, h0p, yp, h_finalp, nullptr); }
+  exphil_status backward() {
+    return exphil::test::abi_scan_backward(op, xp, h0p, yp, gyp, gfp, gxp, g0p, nullptr);
+  }
+
+  ScanOp op;
+  int n = 0;
+  exphil_tensor x[3], gx[3], y, gy, h0, h_final, gf, g0;
+  const exphil_tensor* xp[3] = {};
+  const exphil_tensor* gxp[3] = {};
+  const exphil_tensor* h0p = &h0;
+  const exphil_tensor* yp = &y;
+  const exphil_tensor* h_finalp = &h_final;
+  const exphil_tensor* gyp = &gy;
+  const exphil_tensor* gfp = &gf;
+  const exphil_tensor* g0p = &g0;
+};
+
+void expect_invalid(exphil_status status, const std::string& argument, const std::string& detail) {
+  INFO("message: " << exphil_last_error());
+  CHECK(status == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("argument '" + argument + "'"));
+  CHECK_THAT(exphil_last_error(), Contains(detail));
+}
+
+bool have_gpu() { return exphil::test::gpu_available(nullptr); }
+
+}  // namespace
+
+TEST_CASE("a NULL required descriptor or data pointer is rejected by name", "[abi]") {
+  for (ScanOp op : exphil::kAllScanOps) {
+    for (int i = 0; i < exphil::scan_input_count(op); ++i) {
+      FakeScan f(op);
+      f.xp[i] = nullptr;
+      expect_invalid(f.forward(), exphil::scan_input_name(op, i), "descriptor is NULL");
+      FakeScan g(op);
+      g.x[i].data = nullptr;
+      expect_invalid(g.backward(), exphil::scan_input_name(op, i), "data pointer is NULL");
+      FakeScan h(op);
+      h.gxp[i] = nullptr;
+      expect_invalid(h.backward(), exphil::scan_grad_input_name(op, i), "descriptor is NULL");
+    }
+    FakeScan f(op);
+    f.yp = nullptr;
+    expect_invalid(f.forward(), "y", "descriptor is NULL");
+    FakeScan g(op);
+    g.gyp = nullptr;
+    expect_invalid(g.backward(), "grad_y", "descriptor is NULL");
+    FakeScan h(op);
+    h.h0.data = nullptr;  // present but empty: an error, not "absent"
+    expect_invalid(h.forward(), "h0", "data pointer is NULL");
+  }
+}
+
+TEST_CASE("unknown dtypes and wrong ranks are rejected", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  a.x[1].dtype = 7;
+  expect_invalid(a.forward(), "candidate", "got dtype code 7");
+
+  FakeScan b(ScanOp::min_gru);
+  b.x[0].rank = 2;
+  expect_invalid(b.forward(), "gate", "expected rank 3 [B, T, H], got rank 2 [2, 5]");
+
+  FakeScan c(ScanOp::liquid);
+  c.h0.rank = 3;
+  expect_invalid(c.forward(), "h0", "expected rank 2 [B, H], got rank 3");
+
+  FakeScan d(ScanOp::min_lstm);
+  d.y.rank = 9;
+  expect_invalid(d.forward(), "y", "got rank 9 (a descriptor holds 0 to 8 dimensions)");
+
+  FakeScan e(ScanOp::linear_scan);
+  e.gy.rank = -1;
+  expect_invalid(e.backward(), "grad_y", "got rank -1");
+}
+
+TEST_CASE("empty, negative and inconsistent shapes are rejected", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  a.x[0].shape[1] = 0;
+  expect_invalid(a.forward(), "gate", "expected every dimension >= 1, got [2, 0, 4]");
+
+  FakeScan b(ScanOp::min_gru);
+  b.x[0].shape[0] = -3;
+  expect_invalid(b.forward(), "gate", "got [-3, 5, 4]");
+
+  FakeScan c(ScanOp::min_gru);
+  c.x[1].shape[2] = 3;
+  expect_invalid(c.forward(), "candidate",
+                 "expected shape [2, 5, 4] ([B, T, H] of 'gate'), got [2, 5, 3]");
+
+  FakeScan d(ScanOp::min_lstm);
+  d.y.shape[1] = 6;
+  expect_invalid(d.forward(), "y", "expected shape [2, 5, 4]");
+
+  FakeScan e(ScanOp::linear_scan);
+  e.h0.shape[0] = 4;
+  e.h0.shape[1] = 2;
+  expect_invalid(e.forward(), "h0", "expected shape [2, 4] ([B, H] of 'a'), got [4, 2]");
+
+  FakeScan f(ScanOp::liquid);
+  f.g0.shape[1] = 5;
+  expect_invalid(f.backward(), "grad_h0", "expected shape [2, 4]");
+
+  FakeScan g(ScanOp::min_gru);
+  g.gx[1].shape[0] = 1;
+  expect_invalid(g.backward(), "grad_candidate", "expected shape [2, 5, 4]");
+}
+
+TEST_CASE("mixed dtypes are rejected, f32 state with a half sequence is accepted", "[abi]") {
+  FakeScan a(ScanOp::min_gru, EXPHIL_BF16);
+  a.x[1].dtype = EXPHIL_F32;
+  expect_invalid(a.forward(), "candidate", "expected dtype bf16 (the dtype of 'gate'), got f32");
+
+  FakeScan b(ScanOp::min_gru, EXPHIL_BF16);
+  b.h0.dtype = EXPHIL_F16;
+  expect_invalid(b.forward(), "h0", "expected dtype f32 or bf16 (the dtype of 'gate'), got f16");
+
+  FakeScan c(ScanOp::min_lstm, EXPHIL_F16);
+  c.gy.dtype = EXPHIL_BF16;
+  expect_invalid(c.backward(), "grad_y", "expected dtype f16");
+
+  // Structurally valid: f32 h0 and h_final with a bf16 sequence. The call
+  // then fails only at the device check (fake addresses).
+  FakeScan d(ScanOp::min_gru, EXPHIL_BF16);
+  d.h0.dtype = EXPHIL_F32;
+  d.h_final.dtype = EXPHIL_F32;
+  const exphil_status s = d.forward();
+  CHECK((s == EXPHIL_ERROR_NO_DEVICE || s == EXPHIL_ERROR_INVALID_ARGUMENT));
+  CHECK_THAT(exphil_last_error(), !Contains("dtype"));
+}
+
+TEST_CASE("shapes whose byte size overflows are rejected", "[abi]") {
+  FakeScan a(ScanOp::linear_scan);
+  for (exphil_tensor* t : {&a.x[0], &a.x[1], &a.y}) {
+    t->shape[0] = int64_t{1} << 40;
+    t->shape[1] = int64_t{1} << 20;
+    t->shape[2] = int64_t{1} << 10;
+  }
+  expect_invalid(a.forward(), "a", "is larger than 2^63 bytes");
+}
+
+TEST_CASE("misaligned data pointers are rejected", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  a.x[1].data = static_cast<char*>(a.x[1].data) + 2;
+  expect_invalid(a.forward(), "candidate", "is not aligned to 4 bytes (one f32 element)");
+
+  FakeScan b(ScanOp::min_gru, EXPHIL_BF16);
+  b.y.data = static_cast<char*>(b.y.data) + 1;
+  expect_invalid(b.forward(), "y", "is not aligned to 2 bytes (one bf16 element)");
+}
+
+TEST_CASE("outputs that overlap any other argument are rejected while aliased inputs are accepted", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  a.y.data = static_cast<char*>(a.x[0].data) + 16;
+  expect_invalid(a.forward(), "y", "overlaps argument 'gate'");
+
+  FakeScan b(ScanOp::linear_scan);
+  b.g0.data = static_cast<char*>(b.gx[1].data) + 8;
+  expect_invalid(b.backward(), "grad_b", "overlaps argument 'grad_h0'");
+
+  FakeScan c(ScanOp::min_lstm);
+  c.gx[2].data = c.gy.data;
+  expect_invalid(c.backward(), "grad_candidate", "overlaps argument 'grad_y'");
+
+  // Inputs may alias each other: the same tensor as both gate and candidate.
+  FakeScan d(ScanOp::min_gru);
+  d.x[1] = d.x[0];
+  const exphil_status s = d.forward();
+  CHECK((s == EXPHIL_ERROR_NO_DEVICE || s == EXPHIL_ERROR_INVALID_ARGUMENT));
+  CHECK_THAT(exphil_last_error(), !Contains("overlaps"));
+}
+
+TEST_CASE("a well-formed call on memory that is not on a GPU fails cleanly", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  const exphil_status s = a.forward();
+  INFO("message: " << exphil_last_error());
+  if (have_gpu()) {
+    // The fake addresses are no CUDA allocation: named, and not device memory.
+    CHECK(s == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'gate': expected device memory"));
+  } else {
+    CHECK(s == EXPHIL_ERROR_NO_DEVICE);
+    CHECK_THAT(exphil_last_error(), Contains("min_gru forward: no CUDA device"));
+  }
+}
+
+TEST_CASE("the library's own calls report versions, statuses and devices", "[abi]") {
+  CHECK(std::string(exphil_version()) == EXPHIL_VERSION_STRING);
+  CHECK(std::string(exphil_status_name(EXPHIL_ERROR_NO_DEVICE)) == "EXPHIL_ERROR_NO_DEVICE");
+  CHECK(std::string(exphil_status_name(99)) == "EXPHIL_UNKNOWN_STATUS");
+
+  CHECK(exphil_device_count(nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("argument 'count' is NULL"));
+
+  int count = -1;
+  REQUIRE(exphil_device_count(&count) == EXPHIL_OK);
+  if (have_gpu())
+    CHECK(count >= 1);
+  else
+    CHECK(count == 0);
+
+  const exphil_status s = exphil_synchronize(count + 5);
+  CHECK(s == (count == 0 ? EXPHIL_ERROR_NO_DEVICE : EXPHIL_ERROR_INVALID_ARGUMENT));
+  CHECK(std::strlen(exphil_last_error()) > 0);
+}
+
+TEST_CASE("the last error is per thread", "[abi]") {
+  FakeScan a(ScanOp::min_gru);
+  a.xp[0] = nullptr;
+  REQUIRE(a.forward() == EXPHIL_ERROR_INVALID_ARGUMENT);
+  std::string other;
+  std::thread([&] { other = exphil_last_error(); }).join();
+  CHECK(other.empty());
+  CHECK_THAT(exphil_last_error(), Contains("argument 'gate'"));
+}

@@ -1,0 +1,93 @@
+// Work runs on the stream it is given: a caller's stream (waited on with
+// cudaStreamSynchronize alone), or the managed stream of the device.
+#include <catch2/catch.hpp>
+
+#include <functional>
+#include <initializer_list>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "cpp_runner.hpp"
+#include "exphil/runtime.hpp"
+#include "scan_harness.hpp"
+
+using namespace exphil;
+using namespace exphil::test;
+
+namespace {
+
+// Every op, forward and backward, through `runner` on each shape.
+void check_every_op(const ScanRunner& runner, DType dtype, std::initializer_list<ShapeCase> shapes) {
+  for (ScanOp op : kAllScanOps) {
+    for (const ShapeCase shape : shapes) {
+      ScanCase c = stateful_case(op, dtype, shape);
+      const ScanCheck check = run_scan_case(c, runner, test_seed());
+      INFO(describe_case(c) << "\n" << check.describe());
+      CHECK(check.ok());
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ops run on a caller-provided stream", "[gpu][scan]") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  check_every_op(cpp_runner(stream), DType::bf16, {ShapeCase{1, 32, 256}, ShapeCase{1, 9000, 64}});
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}
+
+TEST_CASE("the managed stream is one per device, non-blocking, and synchronizable", "[gpu][scan]") {
+  Stream a = nullptr, b = nullptr;
+  REQUIRE(managed_stream(0, a).ok());
+  REQUIRE(managed_stream(0, b).ok());
+  CHECK(a == b);
+  unsigned int flags = 0;
+  REQUIRE(cudaStreamGetFlags(a, &flags) == cudaSuccess);
+  CHECK((flags & cudaStreamNonBlocking) != 0);
+  CHECK(synchronize(0).ok());
+  int count = 0;
+  REQUIRE(device_count(count).ok());
+  const Status bad = synchronize(count);
+  CHECK(bad.code() == StatusCode::invalid_argument);
+}
+
+namespace {
+
+// Captures each call into a CUDA graph on `stream` (thread-local mode, as
+// XLA's command buffers do), then replays it once.
+ScanRunner graph_runner(cudaStream_t stream) {
+  auto captured = [stream](const std::function<Status()>& call) -> Status {
+    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+      return {StatusCode::cuda_error, "cudaStreamBeginCapture failed"};
+    const Status s = call();
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    if (!s.ok()) return s;
+    if (end != cudaSuccess) return {StatusCode::cuda_error, std::string("cudaStreamEndCapture: ") + cudaGetErrorName(end)};
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e == cudaSuccess) e = cudaGraphLaunch(exec, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) return {StatusCode::cuda_error, std::string("graph replay: ") + cudaGetErrorName(e)};
+    return {};
+  };
+  ScanRunner r;
+  r.forward = [=](const ScanForwardArgs& a) { return captured([&] { return scan_forward(a, stream); }); };
+  r.backward = [=](const ScanBackwardArgs& a) { return captured([&] { return scan_backward(a, stream); }); };
+  r.synchronize = [] {};
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("ops can be captured into a CUDA graph and replayed", "[gpu][scan]") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  // The long shape takes two passes and a workspace allocated in the graph.
+  check_every_op(graph_runner(stream), DType::f32, {ShapeCase{1, 32, 256}, ShapeCase{1, 9000, 64}});
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}

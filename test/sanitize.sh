@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every GPU test case under compute-sanitizer, memcheck and racecheck,
+# several processes at a time, and prints one line per run plus a summary.
+# A run fails on any sanitizer error (exit code 99) or test failure.
+#
+#   test/sanitize.sh BUILD_DIR [JOBS] [TIMEOUT_S]
+#   SANITIZER_LOGS=dir keeps each run's full log there (default BUILD_DIR/sanitizer)
+set -uo pipefail
+
+build=${1:?usage: test/sanitize.sh BUILD_DIR [JOBS] [TIMEOUT_S]}
+jobs=${2:-8}
+limit=${3:-300}
+logs=${SANITIZER_LOGS:-$build/sanitizer}
+mkdir -p "$logs"
+
+run_one() {
+  local tool=$1 binary=$2 name=$3
+  local spec=${name//,/\\,}
+  local log="$logs/$tool-$binary-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_' | cut -c1-80).log"
+  timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 \
+    "$build/test/$binary" "$spec" > "$log" 2>&1
+  local rc=$?
+  local summary
+  summary=$(grep -m1 "ERROR SUMMARY\|RACECHECK SUMMARY" "$log" | sed 's/^========= //')
+  printf '%s\t%s\t%s\t%s\t%s\n' "$rc" "$tool" "$binary" "$name" "${summary:-no summary}"
+}
+export -f run_one
+export build logs limit
+
+for tool in memcheck racecheck; do
+  for binary in exphil_gpu_tests exphil_abi_tests; do
+    "$build/test/$binary" "[gpu]" --list-test-names-only | sed '/^$/d' |
+      while IFS= read -r name; do printf '%s\t%s\t%s\n' "$tool" "$binary" "$name"; done
+  done
+done | xargs -P "$jobs" -d '\n' -I{} bash -c 'IFS=$'"'"'\t'"'"' read -r t b n <<< "$1"; run_one "$t" "$b" "$n"' _ {} \
+  | tee "$logs/summary.tsv"
+
+failed=$(awk -F'\t' '$1 != 0' "$logs/summary.tsv" | wc -l)
+total=$(wc -l < "$logs/summary.tsv")
+echo "compute-sanitizer: $((total - failed)) of $total runs clean"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,45 @@
+#include "compare.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace exphil::test {
+
+Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol) {
+  Comparison c;
+  c.count = ref.size();
+  if (got.size() != ref.size()) {
+    c.ok = false;
+    c.failures = ref.size();
+    return c;
+  }
+  for (double r : ref) c.scale = std::fmax(c.scale, std::fabs(r));
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    const double allowed = tol.atol * c.scale + tol.rtol * std::fabs(ref[i]);
+    const double err = std::fabs(got[i] - ref[i]);
+    // Non-finite results (poison left in place, overflow) always fail.
+    const double ratio = std::isfinite(got[i]) ? (allowed > 0 ? err / allowed : (err > 0 ? INFINITY : 0.0))
+                                               : INFINITY;
+    if (!(ratio <= 1.0)) ++c.failures;
+    if (!(ratio <= c.worst_ratio)) {
+      c.worst_ratio = ratio;
+      c.worst_index = i;
+      c.worst_got = got[i];
+      c.worst_ref = ref[i];
+    }
+  }
+  c.ok = c.failures == 0;
+  return c;
+}
+
+std::string Comparison::describe(const std::string& what) const {
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "%s: %zu of %zu elements out of tolerance; worst at %zu: got %.9g, reference "
+                "%.9g (error/allowed = %.3g, max |ref| = %.3g)",
+                what.c_str(), failures, count, worst_index, worst_got, worst_ref, worst_ratio,
+                scale);
+  return buf;
+}
+
+}  // namespace exphil::test

@@ -1,0 +1,94 @@
+#include "device_buffer.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "dtype_codec.hpp"
+
+namespace exphil::test {
+
+namespace {
+
+void check(cudaError_t e, const char* call) {
+  if (e != cudaSuccess)
+    throw std::runtime_error(std::string(call) + " failed: " + cudaGetErrorName(e) + " (" +
+                             cudaGetErrorString(e) + ")");
+}
+
+std::size_t element_count(const std::vector<int64_t>& shape) {
+  std::size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+}  // namespace
+
+DeviceTensor::DeviceTensor(DType dtype, std::vector<int64_t> shape, std::size_t misalign_bytes)
+    : dtype_(dtype) {
+  bytes_ = element_count(shape) * dtype_size(dtype);
+  front_ = kGuardBytes + misalign_bytes;
+  total_ = front_ + bytes_ + kGuardBytes;
+  void* p = nullptr;
+  check(cudaMalloc(&p, total_), "cudaMalloc");
+  base_ = static_cast<unsigned char*>(p);
+  desc_.data = base_ + front_;
+  desc_.dtype = static_cast<int32_t>(dtype);
+  desc_.rank = static_cast<int32_t>(shape.size());
+  for (std::size_t i = 0; i < shape.size(); ++i) desc_.shape[i] = shape[i];
+  poison();
+}
+
+DeviceTensor::DeviceTensor(const std::vector<double>& values, DType dtype,
+                           std::vector<int64_t> shape, std::size_t misalign_bytes)
+    : DeviceTensor(dtype, std::move(shape), misalign_bytes) {
+  const std::vector<unsigned char> bytes = encode(values, dtype);
+  if (bytes.size() != bytes_) throw std::runtime_error("DeviceTensor: value count does not match shape");
+  check(cudaMemcpy(base_ + front_, bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+
+DeviceTensor::~DeviceTensor() { cudaFree(base_); }
+
+void DeviceTensor::poison() { check(cudaMemset(base_, 0xFF, total_), "cudaMemset"); }
+
+std::vector<unsigned char> DeviceTensor::raw() const {
+  std::vector<unsigned char> bytes(bytes_);
+  check(cudaMemcpy(bytes.data(), base_ + front_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  return bytes;
+}
+
+std::vector<double> DeviceTensor::values() const {
+  const std::vector<unsigned char> bytes = raw();
+  return decode(bytes.data(), bytes_ / dtype_size(dtype_), dtype_);
+}
+
+bool DeviceTensor::guards_intact() const {
+  std::vector<unsigned char> all(total_);
+  check(cudaMemcpy(all.data(), base_, total_, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+  for (std::size_t i = 0; i < front_; ++i)
+    if (all[i] != 0xFF) return false;
+  for (std::size_t i = front_ + bytes_; i < total_; ++i)
+    if (all[i] != 0xFF) return false;
+  return true;
+}
+
+bool gpu_available(std::string* why) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
+                    cudaGetErrorString(e) + ")";
+    cudaGetLastError();
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "cudaGetDeviceCount reports 0 devices";
+    return false;
+  }
+  return true;
+}
+
+void device_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+}  // namespace exphil::test

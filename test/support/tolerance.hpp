@@ -1,0 +1,32 @@
+// Tolerances of GPU results against the double reference, per dtype, in one
+// place. An element passes when
+//
+//     |got - ref| <= atol * scale + rtol * |ref|,   scale = max |ref| over the tensor
+//
+// rtol covers rounding the result itself to the dtype (half an ulp: 2^-24
+// f32, 2^-11 f16, 2^-8 bf16) with margin. atol is relative to the tensor's
+// largest magnitude because the backward rebuilds states from y, which is
+// rounded to the dtype: a gradient like g * h_prev then carries an error of
+// about ulp(|g| |h|) even where it cancels to a small value. f32 also
+// absorbs the different summation order of a chunked scan over long T.
+#pragma once
+
+#include "exphil/tensor.hpp"
+
+namespace exphil::test {
+
+struct Tolerance {
+  double atol;  // relative to the tensor's max |ref|
+  double rtol;
+};
+
+constexpr Tolerance tolerance_for(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return {2e-5, 2e-5};
+    case DType::f16: return {4e-3, 4e-3};
+    case DType::bf16: return {3e-2, 2e-2};
+  }
+  return {0.0, 0.0};
+}
+
+}  // namespace exphil::test
