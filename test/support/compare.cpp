@@ -5,7 +5,14 @@
 
 namespace exphil::test {
 
-Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol) {
+double max_abs(const std::vector<double>& values) {
+  double m = 0.0;
+  for (double v : values) m = std::fmax(m, std::fabs(v));
+  return m;
+}
+
+Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol,
+                   double scale) {
   Comparison c;
   c.count = ref.size();
   if (got.size() != ref.size()) {
@@ -13,7 +20,7 @@ Comparison compare(const std::vector<double>& got, const std::vector<double>& re
     c.failures = ref.size();
     return c;
   }
-  for (double r : ref) c.scale = std::fmax(c.scale, std::fabs(r));
+  c.scale = scale >= 0.0 ? scale : max_abs(ref);
   for (std::size_t i = 0; i < ref.size(); ++i) {
     const double allowed = tol.atol * c.scale + tol.rtol * std::fabs(ref[i]);
     const double err = std::fabs(got[i] - ref[i]);
@@ -36,7 +43,7 @@ std::string Comparison::describe(const std::string& what) const {
   char buf[512];
   std::snprintf(buf, sizeof buf,
                 "%s: %zu of %zu elements out of tolerance; worst at %zu: got %.9g, reference "
-                "%.9g (error/allowed = %.3g, max |ref| = %.3g)",
+                "%.9g (error/allowed = %.3g, scale %.3g)",
                 what.c_str(), failures, count, worst_index, worst_got, worst_ref, worst_ratio,
                 scale);
   return buf;

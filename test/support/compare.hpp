@@ -17,11 +17,15 @@ struct Comparison {
   std::size_t worst_index = 0;
   double worst_ratio = 0.0;     // max |got - ref| / allowed; <= 1 passes
   double worst_got = 0.0, worst_ref = 0.0;
-  double scale = 0.0;           // max |ref|
+  double scale = 0.0;           // what atol is relative to
 
   std::string describe(const std::string& what) const;
 };
 
-Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol);
+// `scale` as tolerance.hpp defines it; by default max |ref| of this tensor.
+Comparison compare(const std::vector<double>& got, const std::vector<double>& ref, Tolerance tol,
+                   double scale = -1.0);
+
+double max_abs(const std::vector<double>& values);
 
 }  // namespace exphil::test

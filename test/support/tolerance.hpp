@@ -1,14 +1,18 @@
 // Tolerances of GPU results against the double reference, per dtype, in one
 // place. An element passes when
 //
-//     |got - ref| <= atol * scale + rtol * |ref|,   scale = max |ref| over the tensor
+//     |got - ref| <= atol * scale + rtol * |ref|
 //
 // rtol covers rounding the result itself to the dtype (half an ulp: 2^-24
-// f32, 2^-11 f16, 2^-8 bf16) with margin. atol is relative to the tensor's
-// largest magnitude because the backward rebuilds states from y, which is
-// rounded to the dtype: a gradient like g * h_prev then carries an error of
-// about ulp(|g| |h|) even where it cancels to a small value. f32 also
-// absorbs the different summation order of a chunked scan over long T.
+// f32, 2^-11 f16, 2^-8 bf16) with margin. atol is relative to `scale`, the
+// largest reference magnitude of the quantities the result is computed
+// from: for y and h_final the states (max |y|, |h_final|), for the gradients
+// all gradients of the call. Rounding errors scale with those magnitudes,
+// not with the result's own value, which may cancel to almost nothing: h_final
+// of one channel can be 1e-4 while the states around it are of order 1; a
+// gradient like g * h_prev, built from y rounded to the dtype, carries an
+// error of about ulp(|g| |h|). f32 also absorbs the different summation order
+// of a chunked scan over long T.
 #pragma once
 
 #include "exphil/tensor.hpp"
