@@ -1,5 +1,7 @@
 #include "scan_problems.hpp"
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 
 #include "dtype_codec.hpp"
@@ -10,6 +12,21 @@ uint64_t test_seed() {
   if (const char* s = std::getenv("EXPHIL_TEST_SEED")) return std::strtoull(s, nullptr, 0);
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+int64_t max_test_elements() {
+  const char* s = std::getenv("EXPHIL_TEST_MAX_ELEMENTS");
+  if (s && *s) return std::strtoll(s, nullptr, 0);
+  return INT64_MAX;
+}
+
+bool within_test_size(ShapeCase shape) {
+  const bool fits = shape.batch * shape.steps * shape.width <= max_test_elements();
+  if (!fits)
+    std::printf("left out (EXPHIL_TEST_MAX_ELEMENTS=%lld): B=%lld T=%lld H=%lld\n",
+                static_cast<long long>(max_test_elements()), static_cast<long long>(shape.batch),
+                static_cast<long long>(shape.steps), static_cast<long long>(shape.width));
+  return fits;
 }
 
 std::vector<double> random_values(std::size_t n, double lo, double hi, DType dtype,

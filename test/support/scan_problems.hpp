@@ -19,6 +19,14 @@ struct ShapeCase {
 // A fresh seed (std::random_device), or EXPHIL_TEST_SEED when set.
 uint64_t test_seed();
 
+// Largest B * T * H a GPU test should run: EXPHIL_TEST_MAX_ELEMENTS when set
+// (test/sanitize.sh sets it for racecheck, which instruments every
+// shared-memory access and is too slow for the largest shapes), otherwise
+// unlimited. Tests report every shape they leave out, and every test keeps
+// small shapes on each kernel path, so a capped run still checks something.
+int64_t max_test_elements();
+bool within_test_size(ShapeCase shape);
+
 // n values in U(lo, hi), each rounded to `dtype`.
 std::vector<double> random_values(std::size_t n, double lo, double hi, DType dtype,
                                   std::mt19937_64& rng);
