@@ -13,14 +13,15 @@ bool is_no_device_error(cudaError_t error) noexcept {
 Status cuda_status(cudaError_t error, const char* call) {
   std::string message = std::string(call) + " failed: " + cudaGetErrorName(error) + " (" +
                         cudaGetErrorString(error) + ")";
-  if (error == cudaErrorMemoryAllocation) return {StatusCode::out_of_memory, std::move(message)};
-  if (is_no_device_error(error)) return {StatusCode::no_device, std::move(message)};
-  return {StatusCode::cuda_error, std::move(message)};
+  const StatusCode code = error == cudaErrorMemoryAllocation ? StatusCode::out_of_memory
+                          : is_no_device_error(error)         ? StatusCode::no_device
+                                                               : StatusCode::cuda_error;
+  return {code, std::move(message), static_cast<int>(error)};
 }
 
 Status with_context(const std::string& context, Status status) {
   if (status.ok()) return status;
-  return {status.code(), context + ": " + status.message()};
+  return {status.code(), context + ": " + status.message(), status.cuda_error()};
 }
 
 }  // namespace exphil::runtime

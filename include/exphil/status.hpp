@@ -24,14 +24,20 @@ class Status {
   Status() noexcept = default;
   Status(StatusCode code, std::string message) noexcept
       : code_(code), message_(std::move(message)) {}
+  // A failure reported by CUDA: `cuda_error` is the cudaError_t value.
+  Status(StatusCode code, std::string message, int cuda_error) noexcept
+      : code_(code), message_(std::move(message)), cuda_error_(cuda_error) {}
 
   bool ok() const noexcept { return code_ == StatusCode::ok; }
   StatusCode code() const noexcept { return code_; }
   const std::string& message() const noexcept { return message_; }
+  // The cudaError_t behind the failure, or 0 if CUDA did not report it.
+  int cuda_error() const noexcept { return cuda_error_; }
 
  private:
   StatusCode code_ = StatusCode::ok;
   std::string message_;
+  int cuda_error_ = 0;
 };
 
 }  // namespace exphil

@@ -1,0 +1,67 @@
+#include "atoms.hpp"
+
+namespace exphil::nif {
+
+namespace {
+Atoms g_atoms;
+}
+
+const Atoms& atoms() { return g_atoms; }
+
+ERL_NIF_TERM atom(ErlNifEnv* env, const char* name) {
+  ERL_NIF_TERM a;
+  if (enif_make_existing_atom(env, name, &a, ERL_NIF_LATIN1)) return a;
+  return enif_make_atom(env, name);
+}
+
+void make_atoms(ErlNifEnv* env) {
+  Atoms& a = g_atoms;
+  auto mk = [env](const char* n) { return enif_make_atom(env, n); };
+  a.ok = mk("ok");
+  a.error = mk("error");
+  a.true_ = mk("true");
+  a.false_ = mk("false");
+  a.nil = mk("nil");
+  a.no_cuda_device = mk("no_cuda_device");
+  a.out_of_memory = mk("out_of_memory");
+  a.cuda_error = mk("cuda_error");
+  a.already_freed = mk("already_freed");
+  a.internal = mk("internal");
+  a.struct_ = mk("__struct__");
+  a.exception = mk("__exception__");
+  a.message = mk("message");
+  a.argument_error = mk("Elixir.ArgumentError");
+  a.buffer_module = mk("Elixir.ExPhil.Native.Buffer");
+  a.event_module = mk("Elixir.ExPhil.Native.Event");
+  a.stream_module = mk("Elixir.ExPhil.Native.Stream");
+  a.kind = mk("kind");
+  a.local = mk("local");
+  a.ipc = mk("ipc");
+  a.address = mk("address");
+  a.handle = mk("handle");
+  a.data_size = mk("data_size");
+  a.f = mk("f");
+  a.bf = mk("bf");
+  a.ref = mk("ref");
+  a.type = mk("type");
+  a.shape = mk("shape");
+  a.device = mk("device");
+  a.h0 = mk("h0");
+  a.grad_h_final = mk("grad_h_final");
+  a.outputs = mk("outputs");
+  a.sync = mk("sync");
+  a.stream = mk("stream");
+  a.managed = mk("managed");
+  a.state_type = mk("state_type");
+  a.y = mk("y");
+  a.h_final = mk("h_final");
+  a.grad_y = mk("grad_y");
+  a.grad_h0 = mk("grad_h0");
+  a.name = mk("name");
+  a.total_memory = mk("total_memory");
+  a.free_memory = mk("free_memory");
+  a.compute_capability = mk("compute_capability");
+  a.multiprocessor_count = mk("multiprocessor_count");
+}
+
+}  // namespace exphil::nif

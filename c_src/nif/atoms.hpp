@@ -1,0 +1,32 @@
+// Atoms of the NIF, made once at load (and again at upgrade) and read-only
+// afterwards.
+#pragma once
+
+#include <erl_nif.h>
+
+namespace exphil::nif {
+
+struct Atoms {
+  ERL_NIF_TERM ok, error, true_, false_, nil;
+  // error reasons
+  ERL_NIF_TERM no_cuda_device, out_of_memory, cuda_error, already_freed, internal;
+  // exceptions and structs
+  ERL_NIF_TERM struct_, exception, message, argument_error, buffer_module, event_module, stream_module;
+  // pointers, types, buffers
+  ERL_NIF_TERM kind, local, ipc, address, handle, data_size, f, bf, ref, type, shape, device;
+  // options
+  ERL_NIF_TERM h0, grad_h_final, outputs, sync, stream, managed, state_type;
+  // outputs
+  ERL_NIF_TERM y, h_final, grad_y, grad_h0;
+  // device_info
+  ERL_NIF_TERM name, total_memory, free_memory, compute_capability, multiprocessor_count;
+};
+
+// Valid after load.
+const Atoms& atoms();
+void make_atoms(ErlNifEnv* env);
+
+// An atom for a name that is not in Atoms (per-op argument names).
+ERL_NIF_TERM atom(ErlNifEnv* env, const char* name);
+
+}  // namespace exphil::nif

@@ -1,0 +1,129 @@
+#include "device_memory.hpp"
+
+#include <cstring>
+
+#include <cuda_runtime_api.h>
+
+#include "../cuda_status.hpp"
+#include "../device_registry.hpp"
+#include "../pointer_query.hpp"
+
+namespace exphil::nif {
+
+namespace {
+
+class Allocation final : public DeviceMemory {
+ public:
+  Allocation(void* data, std::size_t bytes, int device) : DeviceMemory(data, bytes, device) {}
+  ~Allocation() override {
+    // cudaFree waits for work using the memory; every user holds a
+    // reference, so by now none is left to enqueue more.
+    runtime::ScopedDevice scoped;
+    if (scoped.enter(device_).ok()) cudaFree(data_);
+  }
+  bool imported() const noexcept override { return false; }
+};
+
+class IpcImports {
+ public:
+  static IpcImports& instance() {
+    static IpcImports imports;  // touches no CUDA until used
+    return imports;
+  }
+
+  Status acquire(const std::string& handle, int device, std::shared_ptr<DeviceMemory>& out);
+  void release(const std::string& handle) noexcept;
+  std::size_t open() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return entries_.size();
+  }
+
+ private:
+  struct Entry {
+    void* data;
+    std::size_t bytes;
+    int device;
+    int holders;
+  };
+  std::mutex mutex_;
+  std::map<std::string, Entry> entries_;
+};
+
+class IpcMapping final : public DeviceMemory {
+ public:
+  IpcMapping(std::string handle, void* data, std::size_t bytes, int device)
+      : DeviceMemory(data, bytes, device), handle_(std::move(handle)) {}
+  ~IpcMapping() override { IpcImports::instance().release(handle_); }
+  bool imported() const noexcept override { return true; }
+
+ private:
+  std::string handle_;
+};
+
+Status IpcImports::acquire(const std::string& handle, int device, std::shared_ptr<DeviceMemory>& out) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) {
+    runtime::ScopedDevice scoped;
+    EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+    cudaIpcMemHandle_t h;
+    std::memcpy(&h, handle.data(), sizeof h);
+    void* data = nullptr;
+    const cudaError_t e = cudaIpcOpenMemHandle(&data, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) return runtime::cuda_status(e, "cudaIpcOpenMemHandle");
+    runtime::PointerInfo info;
+    Status s = runtime::query_pointer(data, info);
+    if (!s.ok()) {
+      cudaIpcCloseMemHandle(data);
+      return s;
+    }
+    const std::size_t usable = info.range_size - (reinterpret_cast<uintptr_t>(data) - info.range_begin);
+    it = entries_.emplace(handle, Entry{data, usable, device, 0}).first;
+  }
+  Entry& entry = it->second;
+  auto mapping = std::make_shared<IpcMapping>(handle, entry.data, entry.bytes, entry.device);
+  ++entry.holders;  // after make_shared: a throw above must not leave a holder behind
+  out = std::move(mapping);
+  return {};
+}
+
+void IpcImports::release(const std::string& handle) noexcept {
+  try {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || --it->second.holders > 0) return;
+    runtime::ScopedDevice scoped;
+    if (scoped.enter(it->second.device).ok()) cudaIpcCloseMemHandle(it->second.data);
+    entries_.erase(it);
+  } catch (...) {
+    // Only std::lock_guard could throw (system_error); the mapping then
+    // stays open until the process ends, which is safe.
+  }
+}
+
+}  // namespace
+
+Status allocate_device_memory(int device, std::size_t bytes, std::shared_ptr<DeviceMemory>& out) {
+  EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().require_device(device));
+  runtime::ScopedDevice scoped;
+  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+  void* data = nullptr;
+  const cudaError_t e = cudaMalloc(&data, bytes);
+  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMalloc");
+  try {
+    out = std::make_shared<Allocation>(data, bytes, device);
+  } catch (...) {
+    cudaFree(data);
+    throw;
+  }
+  return {};
+}
+
+Status import_ipc_memory(const std::string& handle, int device, std::shared_ptr<DeviceMemory>& out) {
+  EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().require_device(device));
+  return IpcImports::instance().acquire(handle, device, out);
+}
+
+std::size_t open_ipc_imports() { return IpcImports::instance().open(); }
+
+}  // namespace exphil::nif

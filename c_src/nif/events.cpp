@@ -1,0 +1,91 @@
+#include "events.hpp"
+
+#include <new>
+
+#include "../cuda_status.hpp"
+#include "../device_registry.hpp"
+#include "atoms.hpp"
+#include "resources.hpp"
+#include "terms.hpp"
+
+namespace exphil::nif {
+
+namespace {
+
+Status record(int device, cudaStream_t stream, cudaEvent_t& event) {
+  runtime::ScopedDevice scoped;
+  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+  cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaEventCreateWithFlags");
+  e = cudaEventRecord(event, stream);
+  if (e != cudaSuccess) {
+    cudaEventDestroy(event);
+    event = nullptr;
+    return runtime::cuda_status(e, "cudaEventRecord");
+  }
+  return {};
+}
+
+}  // namespace
+
+Status wait_for_stream(int device, cudaStream_t stream) {
+  cudaEvent_t event = nullptr;
+  EXPHIL_RETURN_IF_ERROR(record(device, stream, event));
+  const cudaError_t e = cudaEventSynchronize(event);
+  cudaEventDestroy(event);
+  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaEventSynchronize");
+  return {};
+}
+
+ERL_NIF_TERM make_event(ErlNifEnv* env, int device, cudaStream_t stream,
+                        const std::vector<ERL_NIF_TERM>& keep_terms, ERL_NIF_TERM outputs,
+                        std::vector<std::shared_ptr<DeviceMemory>> memory) {
+  void* raw = enif_alloc_resource(event_resource_type(), sizeof(EventResource));
+  if (!raw) throw std::bad_alloc();
+  auto* ev = new (raw) EventResource();
+  // From here the resource's destructor cleans up whatever was set.
+  const ERL_NIF_TERM ref = enif_make_resource(env, ev);
+  enif_release_resource(ev);
+  ev->device = device;
+  ev->memory = std::move(memory);
+  ev->keep = enif_alloc_env();
+  if (!ev->keep) throw std::bad_alloc();
+  std::vector<ERL_NIF_TERM> kept;
+  for (ERL_NIF_TERM t : keep_terms) kept.push_back(enif_make_copy(ev->keep, t));
+  enif_make_list_from_array(ev->keep, kept.data(), static_cast<unsigned>(kept.size()));
+  ev->outputs = enif_make_copy(ev->keep, outputs);
+  check(record(device, stream, ev->event));
+
+  const Atoms& a = atoms();
+  ERL_NIF_TERM keys[] = {a.struct_, a.ref};
+  ERL_NIF_TERM values[] = {a.event_module, ref};
+  ERL_NIF_TERM map;
+  if (!enif_make_map_from_arrays(env, keys, values, 2, &map)) throw std::bad_alloc();
+  return make_ok(env, map);
+}
+
+ERL_NIF_TERM await_event(ErlNifEnv* env, ERL_NIF_TERM term) {
+  ERL_NIF_TERM ref = term;
+  if (auto module = map_get(env, term, atoms().struct_)) {
+    auto r = map_get(env, term, atoms().ref);
+    if (!enif_is_identical(*module, atoms().event_module) || !r)
+      bad_argument("event", "an ExPhil.Native.Event", term);
+    ref = *r;
+  }
+  void* raw = nullptr;
+  if (!enif_get_resource(env, ref, event_resource_type(), &raw))
+    bad_argument("event", "an ExPhil.Native.Event", term);
+  auto* ev = static_cast<EventResource*>(raw);
+  std::lock_guard<std::mutex> lock(ev->mutex);
+  if (!ev->done) {
+    runtime::ScopedDevice scoped;
+    check(scoped.enter(ev->device));
+    const cudaError_t e = cudaEventSynchronize(ev->event);
+    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaEventSynchronize"));
+    ev->done = true;
+    ev->memory.clear();  // the work is done; the output terms keep their buffers
+  }
+  return make_ok(env, enif_make_copy(env, ev->outputs));
+}
+
+}  // namespace exphil::nif

@@ -1,0 +1,73 @@
+defmodule ExPhil.Native.MixProject do
+  use Mix.Project
+
+  def project do
+    [
+      app: :exphil_native,
+      version: "0.1.0",
+      elixir: "~> 1.14",
+      compilers: [:exphil_nif] ++ Mix.compilers(),
+      elixirc_paths: elixirc_paths(Mix.env()),
+      deps: [],
+      docs: [main: "ExPhil.Native"]
+    ]
+  end
+
+  def application, do: [extra_applications: []]
+
+  defp elixirc_paths(:test), do: ["lib", "test/support"]
+  defp elixirc_paths(_), do: ["lib"]
+end
+
+defmodule Mix.Tasks.Compile.ExphilNif do
+  @moduledoc """
+  Builds the `ExPhil.Native` NIF (`libexphil_nif.so`) with the repository's
+  CMake project and copies it to the application's `priv/`.
+
+  Environment:
+
+    * `EXPHIL_BUILD_DIR` - a CMake build folder of the repository to build
+      in (`test/run.sh` passes its own, so nothing is built twice); by
+      default `_build/<env>/exphil_cmake`.
+    * `CUDAARCHS` - CUDA architectures, as for CMake.
+  """
+  use Mix.Task.Compiler
+
+  @shortdoc "Builds libexphil_nif.so with CMake"
+
+  @impl true
+  def run(_args) do
+    root = Path.expand("..", __DIR__)
+    build = System.get_env("EXPHIL_BUILD_DIR") || Path.join(Mix.Project.build_path(), "exphil_cmake")
+    jobs = Integer.to_string(System.schedulers_online())
+
+    cmake!(["-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"])
+    cmake!(["--build", build, "--target", "exphil_nif", "-j", jobs])
+
+    built = Path.join([build, "c_src", "nif", "libexphil_nif.so"])
+
+    unless File.exists?(built) do
+      Mix.raise("CMake did not build #{built}: is erl_nif.h installed (erlang-dev)?")
+    end
+
+    priv = Path.join(Mix.Project.app_path(), "priv")
+    File.mkdir_p!(priv)
+    target = Path.join(priv, "libexphil_nif.so")
+
+    if File.read!(built) == (File.exists?(target) && File.read!(target)) do
+      {:noop, []}
+    else
+      # A fresh file, not an overwrite: a running VM may have the old one mapped.
+      File.rm(target)
+      File.cp!(built, target)
+      {:ok, []}
+    end
+  end
+
+  defp cmake!(args) do
+    case System.cmd("cmake", args, stderr_to_stdout: true) do
+      {_, 0} -> :ok
+      {output, status} -> Mix.raise("cmake #{Enum.join(args, " ")} failed (#{status}):\n#{output}")
+    end
+  end
+end

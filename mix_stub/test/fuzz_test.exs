@@ -1,0 +1,97 @@
+defmodule ExPhil.Native.FuzzTest do
+  # 10,000 random terms, many of them nearly valid, sent to every function
+  # that takes arguments: each call must return an error or raise, never
+  # crash the VM, and the NIF must still answer afterwards.
+  use ExUnit.Case, async: true
+  import Bitwise
+  alias ExPhil.Native
+
+  @functions [
+    device_info: 1, synchronize: 1, await: 1, new_stream: 1, allocate: 3, upload: 4, download: 1, free: 1,
+    pointer: 1, export_ipc: 1, import_ipc: 4, linear_scan_forward: 3, linear_scan_backward: 5,
+    min_gru_forward: 3, min_gru_backward: 5, min_lstm_forward: 4, min_lstm_backward: 6,
+    liquid_forward: 3, liquid_backward: 5
+  ]
+
+  @atoms [:ok, :f, :bf, :s, :local, :ipc, nil, true, false, :managed, :y, :h0, :outputs, :sync,
+          :stream, :state_type, :grad_h_final, :kind, :address, :data_size, :handle, :device]
+
+  defp type, do: Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}, {:f, 64}, {:s, 32}, {:bf, 32}, {:f}, {1, 2}])
+
+  defp shape do
+    dims = for _ <- 0..:rand.uniform(4), do: Enum.random([0, 1, 2, 3, 5, 7, -1, 1 <<< 31, 1 <<< 62])
+    List.to_tuple(dims)
+  end
+
+  defp pointer do
+    case :rand.uniform(4) do
+      1 -> %{kind: :local, address: :rand.uniform(1 <<< 47), data_size: :rand.uniform(1 <<< 20)}
+      2 -> %{kind: :ipc, handle: :rand.bytes(Enum.random([0, 63, 64, 65])), data_size: :rand.uniform(4096)}
+      3 -> %{kind: Enum.random(@atoms), address: term(1), data_size: term(1)}
+      4 -> %ExPhil.Native.Buffer{ref: make_ref(), type: type(), shape: shape(), device: 0}
+    end
+  end
+
+  # Type, shape and data_size that agree, at a random address: passes every
+  # check the NIF itself makes, so the call reaches the library's.
+  defp consistent_tensor do
+    {type, size} = Enum.random([{{:f, 32}, 4}, {{:f, 16}, 2}, {{:bf, 16}, 2}])
+    shape = List.to_tuple(for _ <- 1..Enum.random([1, 2, 3, 3, 3]), do: Enum.random([1, 2, 3, 7]))
+    address = Enum.random([0, 1, 4096, :rand.uniform(1 <<< 47), 0x7F0000000000 + :rand.uniform(1 <<< 20)])
+    {%{kind: :local, address: address, data_size: Tuple.product(shape) * size}, type, shape}
+  end
+
+  defp term(0), do: Enum.random([:rand.uniform(1000) - 500, 1.5, :y, "x", make_ref(), self(), [], {}])
+
+  defp term(depth) do
+    case :rand.uniform(16) do
+      1 -> :rand.uniform(1 <<< 64) - (1 <<< 63)
+      2 -> :rand.uniform() * 1.0e6 - 5.0e5
+      3 -> Enum.random(@atoms)
+      4 -> :rand.bytes(:rand.uniform(100) - 1)
+      5 -> List.to_tuple(for _ <- 1..:rand.uniform(4), do: term(depth - 1))
+      6 -> for _ <- 1..:rand.uniform(4), do: term(depth - 1)
+      7 -> Map.new(for _ <- 1..:rand.uniform(4), do: {term(depth - 1), term(depth - 1)})
+      8 -> make_ref()
+      9 -> type()
+      10 -> shape()
+      11 -> pointer()
+      12 -> {pointer(), type(), shape()}
+      13 -> for _ <- 1..:rand.uniform(3), do: {Enum.random(@atoms), term(depth - 1)}
+      14 -> [outputs: [y: {pointer(), type(), shape()}], sync: Enum.random([true, false, :x])]
+      15 -> consistent_tensor()
+      16 -> [outputs: [y: consistent_tensor(), h_final: consistent_tensor()], stream: term(depth - 1)]
+    end
+  end
+
+  test "random terms get an error or an exception, and the VM survives" do
+    seed = :rand.uniform(1 <<< 30)
+    :rand.seed(:exsss, {seed, seed, seed})
+
+    outcomes =
+      for _ <- 1..10_000 do
+        {name, arity} = Enum.random(@functions)
+        args = for _ <- 1..arity, do: term(3)
+
+        result =
+          try do
+            apply(Native, name, args)
+          rescue
+            e -> {:raised, e.__struct__}
+          catch
+            kind, value -> {:caught, kind, value}
+          end
+
+        case result do
+          {:raised, _} -> :raised
+          {:error, _} -> :error
+          # Random arguments can be valid for allocation on a GPU: free it.
+          {:ok, %ExPhil.Native.Buffer{} = b} when name in [:allocate, :upload] -> Native.free(b) && :allocated
+          other -> flunk("#{name}/#{arity} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 8)}")
+        end
+      end
+
+    assert length(outcomes) == 10_000
+    assert is_integer(Native.device_count())
+  end
+end

@@ -1,0 +1,16 @@
+# GPU tests carry the tag :gpu. Without a usable device they are excluded,
+# and ExUnit reports them as excluded (neither failed nor passed).
+case ExPhil.Native.device_count() do
+  count when is_integer(count) and count > 0 ->
+    ExUnit.start()
+
+  other ->
+    reason =
+      case ExPhil.Native.device_info(0) do
+        {:error, reason} -> inspect(reason)
+        _ -> inspect(other)
+      end
+
+    IO.puts("ExPhil.Native: no usable CUDA device (#{reason}); tests tagged :gpu are excluded")
+    ExUnit.start(exclude: [:gpu])
+end
