@@ -135,12 +135,9 @@ ERL_NIF_TERM pointer_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     uint64_t bytes = dtype_size(t.dtype);
     for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
     const Atoms& a = atoms();
-    ERL_NIF_TERM keys[] = {a.kind, a.address, a.data_size};
-    ERL_NIF_TERM values[] = {a.local, enif_make_uint64(env, reinterpret_cast<uintptr_t>(t.memory->data())),
-                             enif_make_uint64(env, bytes)};
-    ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys, values, 3, &map)) throw std::bad_alloc();
-    return map;
+    return make_map(env, {{a.kind, a.local},
+                          {a.address, enif_make_uint64(env, reinterpret_cast<uintptr_t>(t.memory->data()))},
+                          {a.data_size, enif_make_uint64(env, bytes)}});
   });
 }
 
@@ -163,11 +160,8 @@ ERL_NIF_TERM export_ipc_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     if (!handle_bytes) throw std::bad_alloc();
     std::memcpy(handle_bytes, &handle, sizeof handle);
     const Atoms& a = atoms();
-    ERL_NIF_TERM keys[] = {a.kind, a.handle, a.data_size};
-    ERL_NIF_TERM values[] = {a.ipc, handle_term, enif_make_uint64(env, bytes)};
-    ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys, values, 3, &map)) throw std::bad_alloc();
-    return make_ok(env, map);
+    return make_ok(env, make_map(env, {{a.kind, a.ipc}, {a.handle, handle_term},
+                                       {a.data_size, enif_make_uint64(env, bytes)}}));
   });
 }
 

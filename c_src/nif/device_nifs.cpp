@@ -53,15 +53,12 @@ ERL_NIF_TERM device_info_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     e = cudaMemGetInfo(&free_bytes, &total_bytes);
     if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaMemGetInfo"));
     const Atoms& a = atoms();
-    ERL_NIF_TERM keys[] = {a.name, a.total_memory, a.free_memory, a.compute_capability,
-                           a.multiprocessor_count};
-    ERL_NIF_TERM values[] = {make_string(env, prop.name), enif_make_uint64(env, total_bytes),
-                             enif_make_uint64(env, free_bytes),
-                             enif_make_tuple2(env, enif_make_int(env, prop.major), enif_make_int(env, prop.minor)),
-                             enif_make_int(env, prop.multiProcessorCount)};
-    ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys, values, 5, &map)) throw std::bad_alloc();
-    return make_ok(env, map);
+    return make_ok(env, make_map(env, {{a.name, make_string(env, prop.name)},
+                                       {a.total_memory, enif_make_uint64(env, total_bytes)},
+                                       {a.free_memory, enif_make_uint64(env, free_bytes)},
+                                       {a.compute_capability, enif_make_tuple2(env, enif_make_int(env, prop.major),
+                                                                               enif_make_int(env, prop.minor))},
+                                       {a.multiprocessor_count, enif_make_int(env, prop.multiProcessorCount)}}));
   });
 }
 
@@ -100,11 +97,8 @@ ERL_NIF_TERM new_stream_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     const ERL_NIF_TERM ref = enif_make_resource(env, res);
     enif_release_resource(res);
     const Atoms& a = atoms();
-    ERL_NIF_TERM keys[] = {a.struct_, a.ref, a.device};
-    ERL_NIF_TERM values[] = {a.stream_module, ref, enif_make_int(env, device)};
-    ERL_NIF_TERM map;
-    if (!enif_make_map_from_arrays(env, keys, values, 3, &map)) throw std::bad_alloc();
-    return make_ok(env, map);
+    return make_ok(env, make_map(env, {{a.struct_, a.stream_module}, {a.ref, ref},
+                                       {a.device, enif_make_int(env, device)}}));
   });
 }
 

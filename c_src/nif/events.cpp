@@ -56,12 +56,7 @@ ERL_NIF_TERM make_event(ErlNifEnv* env, int device, cudaStream_t stream,
   ev->outputs = enif_make_copy(ev->keep, outputs);
   check(record(device, stream, ev->event));
 
-  const Atoms& a = atoms();
-  ERL_NIF_TERM keys[] = {a.struct_, a.ref};
-  ERL_NIF_TERM values[] = {a.event_module, ref};
-  ERL_NIF_TERM map;
-  if (!enif_make_map_from_arrays(env, keys, values, 2, &map)) throw std::bad_alloc();
-  return make_ok(env, map);
+  return make_ok(env, make_map(env, {{atoms().struct_, atoms().event_module}, {atoms().ref, ref}}));
 }
 
 ERL_NIF_TERM await_event(ErlNifEnv* env, ERL_NIF_TERM term) {

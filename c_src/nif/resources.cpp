@@ -84,11 +84,8 @@ ERL_NIF_TERM make_buffer(ErlNifEnv* env, std::shared_ptr<DeviceMemory> memory, E
   const ERL_NIF_TERM ref = enif_make_resource(env, res);
   enif_release_resource(res);  // the term owns it now
   const Atoms& a = atoms();
-  ERL_NIF_TERM keys[] = {a.struct_, a.ref, a.type, a.shape, a.device};
-  ERL_NIF_TERM values[] = {a.buffer_module, ref, type, shape, enif_make_int(env, device)};
-  ERL_NIF_TERM map;
-  if (!enif_make_map_from_arrays(env, keys, values, 5, &map)) throw std::bad_alloc();
-  return map;
+  return make_map(env, {{a.struct_, a.buffer_module}, {a.ref, ref}, {a.type, type}, {a.shape, shape},
+                        {a.device, enif_make_int(env, device)}});
 }
 
 BufferResource* get_buffer(ErlNifEnv* env, ERL_NIF_TERM term) {

@@ -52,6 +52,18 @@ ERL_NIF_TERM make_string(ErlNifEnv* env, const std::string& s) {
   return term;
 }
 
+ERL_NIF_TERM make_map(ErlNifEnv* env, std::initializer_list<std::pair<ERL_NIF_TERM, ERL_NIF_TERM>> entries) {
+  std::vector<ERL_NIF_TERM> keys, values;
+  for (const auto& [k, v] : entries) {
+    keys.push_back(k);
+    values.push_back(v);
+  }
+  ERL_NIF_TERM map;
+  if (!enif_make_map_from_arrays(env, keys.data(), values.data(), static_cast<unsigned>(keys.size()), &map))
+    throw std::bad_alloc();
+  return map;
+}
+
 ERL_NIF_TERM raise_argument_error(ErlNifEnv* env, const ArgumentError& e) {
   if (e.got)
     return enif_raise_exception(
@@ -62,6 +74,7 @@ ERL_NIF_TERM raise_argument_error(ErlNifEnv* env, const ArgumentError& e) {
   ERL_NIF_TERM keys[] = {a.struct_, a.exception, a.message};
   ERL_NIF_TERM values[] = {a.argument_error, a.true_, make_string(env, message)};
   ERL_NIF_TERM exception;
+  // Not make_map: this runs inside the exception handler and must not throw.
   if (!enif_make_map_from_arrays(env, keys, values, 3, &exception)) return enif_make_badarg(env);
   return enif_raise_exception(env, exception);
 }

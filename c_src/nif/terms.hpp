@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,6 +58,8 @@ std::string shape_text(const std::vector<int64_t>& shape);
 ERL_NIF_TERM make_error(ErlNifEnv* env, ERL_NIF_TERM reason);
 ERL_NIF_TERM make_ok(ErlNifEnv* env, ERL_NIF_TERM value);
 ERL_NIF_TERM make_string(ErlNifEnv* env, const std::string& s);  // an Elixir string (binary)
+// A map of atom keys (or any keys) to values; throws std::bad_alloc if the VM cannot make it.
+ERL_NIF_TERM make_map(ErlNifEnv* env, std::initializer_list<std::pair<ERL_NIF_TERM, ERL_NIF_TERM>> entries);
 
 // A failed library status as a NIF result: invalid_argument and
 // not_supported raise ArgumentError; no_device, out_of_memory, cuda_error
