@@ -92,7 +92,7 @@ TEST_CASE("ops can be captured into a CUDA graph and replayed", "[gpu][scan]") {
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
-TEST_CASE("a caller's earlier failed CUDA call does not fail the next op", "[gpu][scan]") {
+TEST_CASE("a caller's earlier failed CUDA call does not fail the next op", "[gpu][scan][api-error]") {
   // Leaves cudaErrorInvalidValue as this thread's last error.
   REQUIRE(cudaMemcpy(nullptr, nullptr, 1, cudaMemcpyDeviceToDevice) != cudaSuccess);
   check_every_op(cpp_runner(), DType::f32, {ShapeCase{1, 32, 64}});
