@@ -108,6 +108,7 @@ TEST_CASE("memory that is not on the device is rejected by name", "[gpu][abi]") 
     REQUIRE(cudaMallocManaged(&managed, bytes) == cudaSuccess);
     REQUIRE(cudaMemset(managed, 0, bytes) == cudaSuccess);
     REQUIRE(cudaMemset(device, 0, bytes) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // the library's stream does not wait for the legacy one
     const exphil_tensor candidate = tensor(managed, EXPHIL_F32, 2, 5, 4);
     CHECK(exphil_min_gru_forward(&gate, &candidate, nullptr, &y, nullptr, nullptr) == EXPHIL_OK);
     CHECK(exphil_synchronize(0) == EXPHIL_OK);

@@ -46,11 +46,19 @@ DeviceTensor::DeviceTensor(const std::vector<double>& values, DType dtype,
   const std::vector<unsigned char> bytes = encode(values, dtype);
   if (bytes.size() != bytes_) throw std::runtime_error("DeviceTensor: value count does not match shape");
   check(cudaMemcpy(base_ + front_, bytes.data(), bytes_, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemcpy H2D");
 }
 
 DeviceTensor::~DeviceTensor() { cudaFree(base_); }
 
-void DeviceTensor::poison() { check(cudaMemset(base_, 0xFF, total_), "cudaMemset"); }
+// cudaMemset and a pageable cudaMemcpy run on the legacy default stream and
+// may still be in flight when they return; the library's streams are
+// non-blocking and do not wait for that stream. Wait here, or the poison
+// could land after a kernel's writes (seen once under 14 test processes).
+void DeviceTensor::poison() {
+  check(cudaMemset(base_, 0xFF, total_), "cudaMemset");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize after cudaMemset");
+}
 
 std::vector<unsigned char> DeviceTensor::raw() const {
   std::vector<unsigned char> bytes(bytes_);
