@@ -23,16 +23,11 @@ namespace exphil::nif {
 
 namespace {
 
-uint64_t checked_bytes(ErlNifEnv* env, DType dtype, const std::vector<int64_t>& shape, ERL_NIF_TERM shape_term) {
-  uint64_t bytes = dtype_size(dtype);
-  for (int64_t d : shape) {
+// A buffer holds at least one element.
+uint64_t buffer_bytes(DType dtype, const std::vector<int64_t>& shape, ERL_NIF_TERM shape_term) {
+  for (int64_t d : shape)
     if (d == 0) bad_argument("shape", "a shape with at least one element", shape_term);
-    if (bytes > std::numeric_limits<int64_t>::max() / static_cast<uint64_t>(d))
-      bad_argument("shape", "a shape of fewer than 2^63 bytes", shape_term);
-    bytes *= static_cast<uint64_t>(d);
-  }
-  (void)env;
-  return bytes;
+  return tensor_bytes(dtype, shape, "shape", shape_term);
 }
 
 int device_option(ErlNifEnv* env, ERL_NIF_TERM opts_term) {
@@ -64,7 +59,7 @@ ERL_NIF_TERM allocate_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     const DType dtype = get_type(env, argv[0], "type");
     const auto shape = get_shape(env, argv[1], "shape");
-    const uint64_t bytes = checked_bytes(env, dtype, shape, argv[1]);
+    const uint64_t bytes = buffer_bytes(dtype, shape, argv[1]);
     const int device = device_option(env, argv[2]);
     std::shared_ptr<DeviceMemory> memory;
     check(allocate_device_memory(device, bytes, memory));
@@ -78,7 +73,7 @@ ERL_NIF_TERM upload_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     if (!enif_inspect_binary(env, argv[0], &data)) bad_argument("data", "a binary", argv[0]);
     const DType dtype = get_type(env, argv[1], "type");
     const auto shape = get_shape(env, argv[2], "shape");
-    const uint64_t bytes = checked_bytes(env, dtype, shape, argv[2]);
+    const uint64_t bytes = buffer_bytes(dtype, shape, argv[2]);
     if (data.size != bytes)
       throw ArgumentError{"argument 'data': expected " + std::to_string(bytes) + " bytes (type " +
                           type_text(dtype) + " and shape " + shape_text(shape) + "), got " +
@@ -94,8 +89,7 @@ ERL_NIF_TERM upload_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
 ERL_NIF_TERM download_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     const TensorArg t = decode_tensor(env, argv[0], "buffer");
-    uint64_t bytes = dtype_size(t.dtype);
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    const uint64_t bytes = t.bytes;
     int device = t.memory ? t.memory->device() : -1;
     if (!t.memory && bytes) {
       // Memory the NIF does not own (a :local pointer): the driver must
@@ -132,8 +126,7 @@ ERL_NIF_TERM pointer_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     buffer_argument(env, argv[0]);  // a Buffer struct only: no IPC import on a normal scheduler
     const TensorArg t = decode_tensor(env, argv[0], "buffer");
-    uint64_t bytes = dtype_size(t.dtype);
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    const uint64_t bytes = t.bytes;
     const Atoms& a = atoms();
     return make_map(env, {{a.kind, a.local},
                           {a.address, enif_make_uint64(env, reinterpret_cast<uintptr_t>(t.memory->data()))},
@@ -153,8 +146,7 @@ ERL_NIF_TERM export_ipc_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     cudaIpcMemHandle_t handle;
     const cudaError_t e = cudaIpcGetMemHandle(&handle, t.memory->data());
     if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaIpcGetMemHandle"));
-    uint64_t bytes = dtype_size(t.dtype);
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    const uint64_t bytes = t.bytes;
     ERL_NIF_TERM handle_term;
     unsigned char* handle_bytes = enif_make_new_binary(env, sizeof handle, &handle_term);
     if (!handle_bytes) throw std::bad_alloc();

@@ -81,12 +81,11 @@ Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, const std::vector<O
   for (const OutputSpec& s : specs) {
     const DType dtype = s.sequence ? reference.dtype : state_dtype;
     const std::vector<int64_t>& shape = s.sequence ? reference.shape : state_shape;
-    uint64_t bytes = dtype_size(dtype);
-    for (int64_t d : shape) bytes *= static_cast<uint64_t>(d);
     TensorArg t;
-    check(allocate_device_memory(device, bytes, t.memory));
     t.dtype = dtype;
     t.shape = shape;
+    t.bytes = tensor_bytes(dtype, shape, s.name, make_shape(env, shape));
+    check(allocate_device_memory(device, t.bytes, t.memory));
     t.desc = make_tensor(t.memory->data(), dtype, {});
     t.desc.rank = static_cast<int32_t>(shape.size());
     for (std::size_t i = 0; i < shape.size(); ++i) t.desc.shape[i] = shape[i];

@@ -12,17 +12,6 @@ namespace {
 
 constexpr std::size_t kIpcHandleBytes = 64;
 
-uint64_t byte_size(DType dtype, const std::vector<int64_t>& shape, const std::string& argument,
-                   ERL_NIF_TERM term) {
-  uint64_t bytes = dtype_size(dtype);
-  for (int64_t d : shape) {
-    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / static_cast<uint64_t>(d))
-      bad_argument(argument, "a shape of fewer than 2^63 bytes", term);
-    bytes *= static_cast<uint64_t>(d);
-  }
-  return bytes;
-}
-
 std::shared_ptr<DeviceMemory> live_memory(BufferResource* buffer, const std::string& argument) {
   std::lock_guard<std::mutex> lock(buffer->mutex);
   if (!buffer->memory)
@@ -40,12 +29,24 @@ TensorArg from_buffer_struct(ErlNifEnv* env, ERL_NIF_TERM term, BufferResource* 
   t.dtype = get_type(env, *type, argument);
   t.shape = get_shape(env, *shape, argument);
   t.memory = live_memory(buffer, argument);
-  if (byte_size(t.dtype, t.shape, argument, term) > t.memory->bytes())
+  t.bytes = tensor_bytes(t.dtype, t.shape, argument, term);
+  if (t.bytes > t.memory->bytes())
     bad_argument(argument, "a type and shape that fit the buffer's " + std::to_string(t.memory->bytes()) + " bytes", term);
   return t;
 }
 
 }  // namespace
+
+uint64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape, const std::string& argument,
+                      ERL_NIF_TERM term) {
+  uint64_t bytes = dtype_size(dtype);
+  for (int64_t d : shape) {
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / static_cast<uint64_t>(d))
+      bad_argument(argument, "a shape of fewer than 2^63 bytes", term);
+    bytes *= static_cast<uint64_t>(d);
+  }
+  return bytes;
+}
 
 TensorArg decode_tensor(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& argument, int device) {
   const Atoms& a = atoms();
@@ -60,7 +61,7 @@ TensorArg decode_tensor(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& ar
       bad_argument(argument, "a tensor {pointer, type, shape} or an ExPhil.Native.Buffer", term);
     t.dtype = get_type(env, items[1], argument);
     t.shape = get_shape(env, items[2], argument);
-    const uint64_t bytes = byte_size(t.dtype, t.shape, argument, term);
+    const uint64_t bytes = t.bytes = tensor_bytes(t.dtype, t.shape, argument, term);
     const ERL_NIF_TERM pointer = items[0];
     if (BufferResource* pointed = get_buffer(env, pointer)) {
       t.memory = live_memory(pointed, argument);

@@ -4,6 +4,7 @@
 // ExPhil.Native.Buffer; or a Buffer on its own (its type and shape).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,10 +20,16 @@ struct TensorArg {
   Tensor desc{};
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
+  uint64_t bytes = 0;  // of dtype and shape
   // NIF-owned or imported memory the tensor lies in (null for a :local
   // pointer, which its owner keeps alive).
   std::shared_ptr<DeviceMemory> memory;
 };
+
+// Bytes of a tensor of `dtype` and `shape`; raises ArgumentError naming
+// `argument` (and showing `term`) at 2^63 bytes or more.
+uint64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape, const std::string& argument,
+                      ERL_NIF_TERM term);
 
 // Raises ArgumentError (through nif_entry) on anything malformed, naming
 // `argument`. IPC handles are imported on `device`.
