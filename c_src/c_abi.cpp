@@ -5,6 +5,7 @@
 #include "exphil/exphil.h"
 #include "exphil/runtime.hpp"
 #include "exphil/scan.hpp"
+#include "exphil/selective_scan.hpp"
 
 namespace {
 
@@ -66,6 +67,35 @@ exphil_status backward(exphil::ScanOp op, const exphil_tensor* const* inputs,
     args.grad_h0 = grad_h0;
     return exphil::scan_backward(args, stream);
   });
+}
+
+exphil::SelectiveScanInputs selective_scan_inputs(
+    const exphil_tensor* x, const exphil_tensor* dt, const exphil_tensor* A,
+    const exphil_tensor* B, const exphil_tensor* C, const exphil_tensor* dt_bias,
+    const exphil_tensor* D, const exphil_tensor* z, const exphil_tensor* h0) noexcept {
+  exphil::SelectiveScanInputs in;
+  in.x = x;
+  in.dt = dt;
+  in.A = A;
+  in.B = B;
+  in.C = C;
+  in.dt_bias = dt_bias;
+  in.D = D;
+  in.z = z;
+  in.h0 = h0;
+  return in;
+}
+
+exphil::SelectiveScanOptions selective_scan_options(
+    const exphil_selective_scan_options* options) noexcept {
+  exphil::SelectiveScanOptions o;
+  if (options) {
+    o.softplus = options->softplus != 0;
+    o.clamp = options->clamp != 0;
+    o.dt_min = options->dt_min;
+    o.dt_max = options->dt_max;
+  }
+  return o;
 }
 
 }  // namespace
@@ -181,6 +211,50 @@ exphil_status exphil_liquid_backward(const exphil_tensor* tau, const exphil_tens
   const exphil_tensor* grads[] = {grad_tau, grad_target};
   return backward(exphil::ScanOp::liquid, inputs, h0, y, grad_y, grad_h_final, grads, grad_h0,
                   stream);
+}
+
+exphil_status exphil_selective_scan_forward(
+    const exphil_tensor* x, const exphil_tensor* dt, const exphil_tensor* A,
+    const exphil_tensor* B, const exphil_tensor* C, const exphil_tensor* dt_bias,
+    const exphil_tensor* D, const exphil_tensor* z, const exphil_tensor* h0,
+    const exphil_selective_scan_options* options, const exphil_tensor* y,
+    const exphil_tensor* h_final, exphil_stream stream) {
+  return c_call([&] {
+    exphil::SelectiveScanForwardArgs args;
+    args.in = selective_scan_inputs(x, dt, A, B, C, dt_bias, D, z, h0);
+    args.options = selective_scan_options(options);
+    args.y = y;
+    args.h_final = h_final;
+    return exphil::selective_scan_forward(args, stream);
+  });
+}
+
+exphil_status exphil_selective_scan_backward(
+    const exphil_tensor* x, const exphil_tensor* dt, const exphil_tensor* A,
+    const exphil_tensor* B, const exphil_tensor* C, const exphil_tensor* dt_bias,
+    const exphil_tensor* D, const exphil_tensor* z, const exphil_tensor* h0,
+    const exphil_selective_scan_options* options, const exphil_tensor* grad_y,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_x, const exphil_tensor* grad_dt,
+    const exphil_tensor* grad_A, const exphil_tensor* grad_B, const exphil_tensor* grad_C,
+    const exphil_tensor* grad_dt_bias, const exphil_tensor* grad_D, const exphil_tensor* grad_z,
+    const exphil_tensor* grad_h0, exphil_stream stream) {
+  return c_call([&] {
+    exphil::SelectiveScanBackwardArgs args;
+    args.in = selective_scan_inputs(x, dt, A, B, C, dt_bias, D, z, h0);
+    args.options = selective_scan_options(options);
+    args.grad_y = grad_y;
+    args.grad_h_final = grad_h_final;
+    args.grad_x = grad_x;
+    args.grad_dt = grad_dt;
+    args.grad_A = grad_A;
+    args.grad_B = grad_B;
+    args.grad_C = grad_C;
+    args.grad_dt_bias = grad_dt_bias;
+    args.grad_D = grad_D;
+    args.grad_z = grad_z;
+    args.grad_h0 = grad_h0;
+    return exphil::selective_scan_backward(args, stream);
+  });
 }
 
 }  // extern "C"

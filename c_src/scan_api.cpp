@@ -3,10 +3,9 @@
 
 #include "api_guard.hpp"
 #include "cuda_status.hpp"
-#include "device_placement.hpp"
-#include "device_registry.hpp"
 #include "exphil/scan.hpp"
 #include "format.hpp"
+#include "launch_context.hpp"
 #include "scan/scan_launch.h"
 #include "scan_validate.hpp"
 
@@ -21,49 +20,25 @@ using runtime::ScanCall;
 template <class Launch>
 Status run_scan(kernels::ScanDirection direction, const ScanCall& call, Stream requested_stream,
                 const ScanLaunchOptions* options, Launch&& launch) {
-  int device = -1;
-  EXPHIL_RETURN_IF_ERROR(runtime::locate_device(call.tensors, device));
-  runtime::ScopedDevice scoped;
-  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
-  cudaStream_t stream = nullptr;
-  bool capturing = false;
-  EXPHIL_RETURN_IF_ERROR(runtime::resolve_stream(device, requested_stream, stream, capturing));
-  runtime::DeviceRegistry& registry = runtime::DeviceRegistry::instance();
-  int sm_count = 0;
-  EXPHIL_RETURN_IF_ERROR(registry.sm_count(device, sm_count));
+  runtime::LaunchContext context;
+  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 
   const ScanLaunchOptions defaults;
   const ScanLaunchOptions& opts = options ? *options : defaults;
   const kernels::ScanPlan plan =
-      kernels::plan_scan(direction, call.shape, call.vectorizable, sm_count, opts);
+      kernels::plan_scan(direction, call.shape, call.vectorizable, context.sm_count(), opts);
   if (const char* why = kernels::scan_plan_unsupported(plan, call.shape)) {
     const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.width};
     return {StatusCode::not_supported,
             "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
   }
 
-  // The workspace is stream-ordered: from the library's pool normally; while
-  // the stream is captured, from cudaMallocAsync, which the graph turns into
-  // its own allocation node (creating a pool is refused during capture).
-  float* d_workspace = nullptr;
-  if (const std::size_t bytes = kernels::scan_workspace_bytes(plan, call.shape)) {
-    void** out = reinterpret_cast<void**>(&d_workspace);
-    if (capturing) {
-      const cudaError_t e = cudaMallocAsync(out, bytes, stream);
-      if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMallocAsync (scan workspace)");
-    } else {
-      cudaMemPool_t pool = nullptr;
-      EXPHIL_RETURN_IF_ERROR(registry.workspace_pool(device, pool));
-      const cudaError_t e = cudaMallocFromPoolAsync(out, bytes, pool, stream);
-      if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMallocFromPoolAsync (scan workspace)");
-    }
-  }
-  const kernels::LaunchResult launched = launch(plan, d_workspace, stream);
-  if (d_workspace) {
-    const cudaError_t e = cudaFreeAsync(d_workspace, stream);
-    if (launched.ok() && e != cudaSuccess)
-      return runtime::cuda_status(e, "cudaFreeAsync (scan workspace)");
-  }
+  void* d_workspace = nullptr;
+  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(
+      kernels::scan_workspace_bytes(plan, call.shape), &d_workspace, "scan workspace"));
+  const kernels::LaunchResult launched =
+      launch(plan, static_cast<float*>(d_workspace), context.stream());
+  EXPHIL_RETURN_IF_ERROR(context.free_workspace(d_workspace, "scan workspace", launched.ok()));
   if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
 
   if (opts.chosen) {

@@ -34,7 +34,7 @@ struct CallTensor {
 
 class CallTensors {
  public:
-  static constexpr int kMax = 16;
+  static constexpr int kMax = 24;  // the selective-scan backward has 20
 
   // Fails (internal) only if an op has more tensors than kMax.
   Status add(const char* name, const void* data, std::size_t bytes, bool output);

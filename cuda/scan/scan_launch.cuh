@@ -22,15 +22,10 @@ inline std::size_t scan_shared_bytes(const ScanPlan& plan, int vector_width, int
          sizeof(float);
 }
 
-// Launch failures are read with cudaGetLastError, which also reports any
-// earlier failed call on this thread (a caller's, or a previous call's on a
-// reused scheduler thread); clear that first so it is not taken for ours.
-inline void clear_stale_error() { (void)cudaGetLastError(); }
-
 template <class Op, class Elem, int V>
 LaunchResult launch_forward(const ScanForwardParams& p, const ScanPlan& plan, float* d_workspace,
                             cudaStream_t stream) {
-  clear_stale_error();
+  clear_stale_launch_error();
   const dim3 block(plan.lanes, plan.time_chunks);
   const std::size_t smem = scan_shared_bytes(plan, V, 2);
   const auto grid_x = static_cast<unsigned>(p.shape.batch * plan.lane_groups);
@@ -50,7 +45,7 @@ LaunchResult launch_forward(const ScanForwardParams& p, const ScanPlan& plan, fl
 template <class Op, class Elem, int V>
 LaunchResult launch_backward(const ScanBackwardParams& p, const ScanPlan& plan, float* d_workspace,
                              cudaStream_t stream) {
-  clear_stale_error();
+  clear_stale_launch_error();
   const dim3 block(plan.lanes, plan.time_chunks);
   const std::size_t smem = scan_shared_bytes(plan, V, 3);
   const auto grid_x = static_cast<unsigned>(p.shape.batch * plan.lane_groups);

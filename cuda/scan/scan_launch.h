@@ -6,17 +6,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include "common/launch_result.h"
 #include "exphil/scan.hpp"
 #include "scan/scan_params.h"
 
 namespace exphil::kernels {
-
-// The first failing CUDA call of a launch, or success.
-struct LaunchResult {
-  cudaError_t error = cudaSuccess;
-  const char* call = "";
-  bool ok() const noexcept { return error == cudaSuccess; }
-};
 
 // Chooses the layout of one call (scan_plan.cpp). `vectorizable`: H is a
 // multiple of kScanVectorWidth and every sequence pointer is aligned to

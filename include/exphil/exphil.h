@@ -228,6 +228,70 @@ EXPHIL_API exphil_status exphil_liquid_backward(
     const exphil_tensor* grad_tau, const exphil_tensor* grad_target,
     const exphil_tensor* grad_h0, exphil_stream stream);
 
+
+/* ---------------------------------------------------------------------------
+ * selective_scan (Mamba's S6 scan). Sequences are [B, T, D] (batch, time,
+ * channels), the state of each channel has N entries.
+ *
+ *   u_t     = dt_t + dt_bias                 (dt_bias optional)
+ *   u_t     = softplus(u_t)                  (if options->softplus)
+ *   delta_t = clamp(u_t, dt_min, dt_max)     (if options->clamp; applied last)
+ *   h_t[d, n] = exp(delta_t[d] * A[d, n]) * h_{t-1}[d, n]
+ *               + delta_t[d] * B_t[n] * x_t[d]
+ *   y_t[d]  = sum_n C_t[n] * h_t[d, n] + D[d] * x_t[d]      (D optional)
+ *   y_t[d] *= silu(z_t[d])                                 (z optional)
+ *
+ * Tensors: x, dt, z, y [B, T, D]; B, C [B, T, N]; A [D, N]; dt_bias, D [D];
+ * h0, h_final [B, D, N]. x, dt, B, C, z, y, grad_y and the gradients of
+ * x, dt, B, C and z share one dtype (f32, f16 or bf16); A, dt_bias, D, h0,
+ * h_final, grad_h_final and the gradients of A, dt_bias, D and h0 are f32.
+ * N is 1 to 256; B, T, D are any size >= 1.
+ *
+ * options may be NULL: no softplus, no clamp. With clamp, dt_min and dt_max
+ * must be finite and dt_min <= dt_max. The clamp's gradient is zero where it
+ * is active (u < dt_min or u > dt_max) and passes elsewhere.
+ *
+ * forward:  writes y and h_final (may be NULL).
+ * backward: takes the forward's inputs and options, grad_y and grad_h_final
+ *           (may be NULL: no gradient into the final state). Every gradient
+ *           output may be NULL (not written); a gradient of an absent input
+ *           must be NULL. The backward recomputes the states from the inputs,
+ *           from fp32 checkpoints: one state per 16 steps in on-chip shared
+ *           memory, and, for sequences longer than that holds (256 steps at
+ *           N <= 16, 64 at N = 64, ...), one state per chunk in temporary
+ *           device memory, so memory never grows with T * N at the
+ *           granularity of steps. Sums over batch, time and channels
+ *           (grad_A, grad_dt_bias, grad_D, grad_B, grad_C) are taken in a
+ *           fixed order: bitwise deterministic. Temporary device memory
+ *           (from the stream-ordered pool) also holds per-block parts of
+ *           grad_B and grad_C: 2 * B * T * ceil(D / 32) * N floats.
+ * ------------------------------------------------------------------------- */
+typedef struct exphil_selective_scan_options {
+  int32_t softplus; /* nonzero: apply softplus after the bias */
+  int32_t clamp;    /* nonzero: clamp to [dt_min, dt_max] last */
+  float dt_min;
+  float dt_max;
+} exphil_selective_scan_options;
+
+EXPHIL_API exphil_status exphil_selective_scan_forward(
+    const exphil_tensor* x, const exphil_tensor* dt, const exphil_tensor* A,
+    const exphil_tensor* B, const exphil_tensor* C, const exphil_tensor* dt_bias,
+    const exphil_tensor* D, const exphil_tensor* z, const exphil_tensor* h0,
+    const exphil_selective_scan_options* options, const exphil_tensor* y,
+    const exphil_tensor* h_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_selective_scan_backward(
+    const exphil_tensor* x, const exphil_tensor* dt, const exphil_tensor* A,
+    const exphil_tensor* B, const exphil_tensor* C, const exphil_tensor* dt_bias,
+    const exphil_tensor* D, const exphil_tensor* z, const exphil_tensor* h0,
+    const exphil_selective_scan_options* options, const exphil_tensor* grad_y,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_x,
+    const exphil_tensor* grad_dt, const exphil_tensor* grad_A,
+    const exphil_tensor* grad_B, const exphil_tensor* grad_C,
+    const exphil_tensor* grad_dt_bias, const exphil_tensor* grad_D,
+    const exphil_tensor* grad_z, const exphil_tensor* grad_h0,
+    exphil_stream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,90 @@
+// exphil::selective_scan_forward / selective_scan_backward: validate, place,
+// plan, launch.
+#include <string>
+
+#include "api_guard.hpp"
+#include "cuda_status.hpp"
+#include "exphil/selective_scan.hpp"
+#include "format.hpp"
+#include "launch_context.hpp"
+#include "selective_scan/selective_scan_config.h"
+#include "selective_scan/selective_scan_launch.h"
+#include "selective_scan_validate.hpp"
+
+namespace exphil {
+
+namespace {
+
+using kernels::SelectiveScanDirection;
+
+// Everything after validation, shared by both directions. `launch` enqueues
+// the kernels: (const SelectiveScanPlan&, float* d_workspace, cudaStream_t)
+// -> LaunchResult.
+template <class Launch>
+Status run(SelectiveScanDirection direction, const runtime::SelectiveScanCall& call,
+           Stream requested_stream, const SelectiveScanLaunchOptions* options, Launch&& launch) {
+  runtime::LaunchContext context;
+  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
+
+  const kernels::SelectiveScanPlan plan = kernels::plan_selective_scan(
+      direction, call.shape, context.sm_count(), options ? options->chunk_steps : 0);
+  if (const char* why = kernels::selective_scan_unsupported(plan, call.shape)) {
+    const int64_t dims[4] = {call.shape.batch, call.shape.steps, call.shape.channels,
+                             call.shape.states};
+    return {StatusCode::not_supported,
+            "[B, T, D, N] = " + runtime::shape_string(dims, 4) + " cannot run: " + why};
+  }
+
+  void* d_workspace = nullptr;
+  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(kernels::selective_scan_workspace_bytes(plan),
+                                                    &d_workspace, "selective scan workspace"));
+  const kernels::LaunchResult launched =
+      launch(plan, static_cast<float*>(d_workspace), context.stream());
+  EXPHIL_RETURN_IF_ERROR(
+      context.free_workspace(d_workspace, "selective scan workspace", launched.ok()));
+  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+
+  if (options && options->chosen) {
+    SelectiveScanLaunchInfo& info = *options->chosen;
+    info.channels_per_block = kernels::kSsChannelsPerBlock;
+    info.state_slices = plan.slices * plan.state_groups;
+    info.chunks = plan.chunks;
+    info.chunk_steps = plan.chunk_steps;
+    info.kernels = kernels::selective_scan_kernel_count(direction, plan);
+  }
+  return {};
+}
+
+}  // namespace
+
+Status selective_scan_forward(const SelectiveScanForwardArgs& args, Stream stream,
+                              const SelectiveScanLaunchOptions* options) noexcept {
+  return runtime::guarded("selective_scan_forward", [&]() -> Status {
+    kernels::SelectiveScanForwardParams params;
+    runtime::SelectiveScanCall call;
+    Status s = runtime::validate_selective_scan_forward(args, params, call);
+    if (s.ok())
+      s = run(SelectiveScanDirection::forward, call, stream, options,
+              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
+                return kernels::launch_selective_scan_forward(params, plan, d_workspace, st);
+              });
+    return runtime::with_context("selective_scan forward", std::move(s));
+  });
+}
+
+Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream stream,
+                               const SelectiveScanLaunchOptions* options) noexcept {
+  return runtime::guarded("selective_scan_backward", [&]() -> Status {
+    kernels::SelectiveScanBackwardParams params;
+    runtime::SelectiveScanCall call;
+    Status s = runtime::validate_selective_scan_backward(args, params, call);
+    if (s.ok())
+      s = run(SelectiveScanDirection::backward, call, stream, options,
+              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
+                return kernels::launch_selective_scan_backward(params, plan, d_workspace, st);
+              });
+    return runtime::with_context("selective_scan backward", std::move(s));
+  });
+}
+
+}  // namespace exphil

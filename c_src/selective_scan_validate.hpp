@@ -1,0 +1,25 @@
+// Validation of selective-scan calls before anything touches the GPU:
+// presence, dtypes, ranks, shapes, sizes, alignment, options and overlaps.
+// Fills the kernel params and the tensors whose placement the caller then
+// checks on the device.
+#pragma once
+
+#include "exphil/selective_scan.hpp"
+#include "selective_scan/selective_scan_params.h"
+#include "tensor_checks.hpp"
+
+namespace exphil::runtime {
+
+struct SelectiveScanCall {
+  kernels::SelectiveScanShape shape;
+  CallTensors tensors;
+};
+
+Status validate_selective_scan_forward(const SelectiveScanForwardArgs& args,
+                                       kernels::SelectiveScanForwardParams& params,
+                                       SelectiveScanCall& call);
+Status validate_selective_scan_backward(const SelectiveScanBackwardArgs& args,
+                                        kernels::SelectiveScanBackwardParams& params,
+                                        SelectiveScanCall& call);
+
+}  // namespace exphil::runtime

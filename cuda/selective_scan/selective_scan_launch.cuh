@@ -1,0 +1,150 @@
+// Definitions of the per-dtype launchers declared in
+// selective_scan_instances.h: the chunk aggregate and carry passes (chunks
+// > 1), the scan, the finalize (state groups > 1) and, backward, the
+// reduction of parameter gradients. Included only by the generated instance
+// files.
+#pragma once
+
+#include <algorithm>
+
+#include <cuda_runtime.h>
+
+#include "selective_scan/selective_scan_backward.cuh"
+#include "selective_scan/selective_scan_carry.cuh"
+#include "selective_scan/selective_scan_finalize.cuh"
+#include "selective_scan/selective_scan_forward.cuh"
+#include "selective_scan/selective_scan_instances.h"
+
+namespace exphil::kernels {
+namespace ss_launch {
+
+constexpr int kFlatThreads = 256;
+// Grid-stride kernels need no more blocks than keep every SM busy.
+constexpr int64_t kMaxFlatBlocks = 8192;
+
+inline unsigned flat_blocks(int64_t count) {
+  return static_cast<unsigned>(
+      std::clamp<int64_t>((count + kFlatThreads - 1) / kFlatThreads, 1, kMaxFlatBlocks));
+}
+
+inline dim3 scan_block(const SelectiveScanPlan& plan) {
+  return dim3(kSsChannelsPerBlock, plan.slices);
+}
+
+inline unsigned scan_grid_x(const SelectiveScanShape& s, const SelectiveScanPlan& plan) {
+  return static_cast<unsigned>(s.batch * plan.channel_groups * plan.state_groups);
+}
+
+// Dynamic shared memory above 48 KB must be allowed per kernel first.
+template <class Kernel>
+cudaError_t allow_shared(Kernel kernel, std::size_t bytes) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(bytes));
+}
+
+#define EXPHIL_SS_CHECK_LAUNCH(what)                                     \
+  do {                                                                   \
+    if (const cudaError_t e_ = cudaGetLastError(); e_ != cudaSuccess)    \
+      return {e_, "launch of " what};                                    \
+  } while (0)
+
+template <class Elem>
+LaunchResult aggregate_and_carry(const SelectiveScanBackwardParams& bp,
+                                 const SelectiveScanPlan& plan, float* ws, cudaStream_t stream,
+                                 bool with_grad) {
+  const SelectiveScanShape& s = bp.fwd.shape;
+  const std::size_t smem = ss::forward_shared_floats(plan.slices, 4) * sizeof(float);
+  // The forward never needs the last chunk's aggregate; the backward needs
+  // its gradient.
+  const unsigned chunks = static_cast<unsigned>(with_grad ? plan.chunks : plan.chunks - 1);
+  const dim3 grid(scan_grid_x(s, plan), chunks);
+  if (with_grad) {
+    selective_scan_forward_kernel<Elem, SsForwardPass::aggregate_grad, 4>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
+    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
+    selective_scan_carry_kernel<true>
+        <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
+  } else {
+    selective_scan_forward_kernel<Elem, SsForwardPass::aggregate, 4>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
+    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
+    selective_scan_carry_kernel<false>
+        <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
+  }
+  EXPHIL_SS_CHECK_LAUNCH("selective_scan_carry_kernel");
+  return {};
+}
+
+}  // namespace ss_launch
+
+template <class Elem>
+LaunchResult run_selective_scan_forward(const SelectiveScanForwardParams& params,
+                                        const SelectiveScanPlan& plan, float* d_workspace,
+                                        cudaStream_t stream) {
+  using namespace ss_launch;
+  clear_stale_launch_error();
+  SelectiveScanBackwardParams bp;
+  bp.fwd = params;
+  const SelectiveScanShape& s = params.shape;
+  if (plan.chunks > 1) {
+    const LaunchResult r = aggregate_and_carry<Elem>(bp, plan, d_workspace, stream, false);
+    if (!r.ok()) return r;
+  }
+  const std::size_t smem =
+      ss::forward_shared_floats(plan.slices, plan.states_per_thread) * sizeof(float);
+  const dim3 grid(scan_grid_x(s, plan), plan.chunks);
+  if (plan.states_per_thread == 2)
+    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 2>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
+  else
+    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 4>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
+  EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel");
+  if (plan.state_groups > 1) {
+    selective_scan_forward_finalize_kernel<Elem>
+        <<<flat_blocks(s.batch * s.steps * s.channels), kFlatThreads, 0, stream>>>(params, plan,
+                                                                                   d_workspace);
+    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_finalize_kernel");
+  }
+  return {};
+}
+
+template <class Elem>
+LaunchResult run_selective_scan_backward(const SelectiveScanBackwardParams& params,
+                                         const SelectiveScanPlan& plan, float* d_workspace,
+                                         cudaStream_t stream) {
+  using namespace ss_launch;
+  clear_stale_launch_error();
+  const SelectiveScanShape& s = params.fwd.shape;
+  if (plan.chunks > 1) {
+    const LaunchResult r = aggregate_and_carry<Elem>(params, plan, d_workspace, stream, true);
+    if (!r.ok()) return r;
+  }
+  const std::size_t smem =
+      (ss::backward_tile_floats(plan.slices, params.fwd.d_z && params.d_grad_z) +
+       ss::backward_checkpoint_floats(plan.slices, plan.chunk_steps)) * sizeof(float);
+  if (const cudaError_t e = allow_shared(selective_scan_backward_kernel<Elem>, smem);
+      e != cudaSuccess)
+    return {e, "cudaFuncSetAttribute (selective_scan_backward_kernel shared memory)"};
+  selective_scan_backward_kernel<Elem>
+      <<<dim3(scan_grid_x(s, plan), plan.chunks), scan_block(plan), smem, stream>>>(params, plan,
+                                                                                    d_workspace);
+  EXPHIL_SS_CHECK_LAUNCH("selective_scan_backward_kernel");
+  if (plan.state_groups > 1) {
+    const int64_t blocks_per_row = (s.channels + kSsFinalizeThreads - 1) / kSsFinalizeThreads;
+    selective_scan_backward_finalize_kernel<Elem>
+        <<<dim3(static_cast<unsigned>(s.batch * blocks_per_row), plan.chunks), kSsFinalizeThreads,
+           0, stream>>>(params, plan, d_workspace);
+    EXPHIL_SS_CHECK_LAUNCH("selective_scan_backward_finalize_kernel");
+  }
+  selective_scan_reduce_kernel<Elem>
+      <<<flat_blocks(2 * s.batch * s.steps * s.states + s.channels * (s.states + 2)), kFlatThreads,
+         0, stream>>>(params, plan, d_workspace);
+  EXPHIL_SS_CHECK_LAUNCH("selective_scan_reduce_kernel");
+  return {};
+}
+
+#undef EXPHIL_SS_CHECK_LAUNCH
+
+}  // namespace exphil::kernels
