@@ -8,6 +8,8 @@
 #   SANITIZER_LOGS=dir     keeps each run's full log there (default BUILD_DIR/sanitizer)
 #   Tests tagged [api-error] make a failing CUDA call on purpose; they run
 #   with --report-api-errors no, so only memory errors and hazards count.
+#   SANITIZE_SPEC="..."    runs only the GPU test cases that also match this
+#                          Catch2 test spec, e.g. "*selective_scan*"
 #   RACECHECK_MAX_ELEMENTS caps B*T*H under racecheck (default 262144): it
 #                          instruments every shared-memory access, and the
 #                          access pattern does not depend on the size; the
@@ -44,7 +46,7 @@ done
 
 for tool in $tools; do
   for binary in exphil_gpu_tests exphil_abi_tests; do
-    "$build/test/$binary" "[gpu]" --list-test-names-only | sed '/^$/d' |
+    "$build/test/$binary" "[gpu]${SANITIZE_SPEC:+ $SANITIZE_SPEC}" --list-test-names-only | sed '/^$/d' |
       while IFS= read -r name; do printf '%s\t%s\t%s\n' "$tool" "$binary" "$name"; done
   done
 done | xargs -P "$jobs" -d '\n' -I{} bash -c 'IFS=$'"'"'\t'"'"' read -r t b n <<< "$1"; run_one "$t" "$b" "$n"' _ {} \
