@@ -9,6 +9,7 @@
 #include "device_nifs.hpp"
 #include "resources.hpp"
 #include "scan_nifs.hpp"
+#include "selective_scan_nifs.hpp"
 #include "terms.hpp"
 
 namespace exphil::nif {
@@ -74,6 +75,8 @@ ErlNifFunc nif_functions[] = {
     {"nif_min_lstm_backward", 6, backward<ScanOp::min_lstm>, kDirty},
     {"nif_liquid_forward", 3, forward<ScanOp::liquid>, kDirty},
     {"nif_liquid_backward", 5, backward<ScanOp::liquid>, kDirty},
+    {"nif_selective_scan_forward", 6, selective_scan_forward_nif, kDirty},
+    {"nif_selective_scan_backward", 7, selective_scan_backward_nif, kDirty},
 };
 
 }  // namespace

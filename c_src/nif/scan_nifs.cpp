@@ -5,9 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "../device_registry.hpp"
-#include "../pointer_query.hpp"
 #include "atoms.hpp"
+#include "call_options.hpp"
 #include "events.hpp"
 #include "exphil/runtime.hpp"
 #include "exphil/scan.hpp"
@@ -25,25 +24,6 @@ struct OutputSpec {
   bool required;
   bool sequence;  // [B, T, H] of the sequence dtype, else [B, H] of the state type
 };
-
-// The device a call runs on: known for NIF-owned memory, else the driver's
-// answer for the first input, else 0 (the library then reports the problem).
-int call_device(const TensorArg& first) {
-  if (const int d = known_device(first); d >= 0) return d;
-  int count = 0;
-  runtime::PointerInfo info;
-  if (runtime::DeviceRegistry::instance().device_count(count).ok() && count > 0 &&
-      runtime::query_pointer(first.desc.data, info).ok() && info.device >= 0)
-    return info.device;
-  return 0;
-}
-
-Stream decode_stream(ErlNifEnv* env, const Options& opts) {
-  auto term = opts.get("stream");
-  if (!term || enif_is_identical(*term, atoms().managed)) return nullptr;
-  if (StreamResource* s = get_stream(env, *term)) return s->stream;
-  bad_argument("stream", ":managed or an ExPhil.Native.Stream", *term);
-}
 
 struct Outputs {
   std::vector<TensorArg> tensors;  // in spec order; absent optional ones have no data
@@ -97,11 +77,6 @@ Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, const std::vector<O
 }
 
 const Tensor* present(const TensorArg& t) { return t.desc.data ? &t.desc : nullptr; }
-
-bool decode_sync(const Options& opts) {
-  auto term = opts.get("sync");
-  return term ? get_boolean(*term, "sync") : true;
-}
 
 // Runs the call, then waits or returns an event. `argv` are the NIF's
 // arguments, kept alive by an event.

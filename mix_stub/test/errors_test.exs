@@ -3,6 +3,7 @@ defmodule ExPhil.Native.ErrorsTest do
   # ArgumentError naming the argument, the expected and the received value;
   # a well-formed call on a machine without a GPU returns {:error, :no_cuda_device}.
   use ExUnit.Case, async: true
+  import Bitwise
   alias ExPhil.Native
 
   defp local(address, bytes), do: %{kind: :local, address: address, data_size: bytes}
@@ -149,6 +150,144 @@ defmodule ExPhil.Native.ErrorsTest do
       Native.liquid_backward(tensor(4096), tensor(8192), tensor(12288), tensor(16384, {2, 5, 4}, {:bf, 16}),
         outputs: [grad_tau: tensor(20480), grad_target: tensor(24576)]
       )
+    end
+  end
+
+  ## Selective scan
+
+  # Well-formed selective-scan tensors at B2 T5 D3 N4, at fake addresses 4 KiB
+  # apart (so that none overlaps): x, dt, a, b, c; then grad_y.
+  defp ss_inputs do
+    [tensor(4096, {2, 5, 3}), tensor(8192, {2, 5, 3}), tensor(12288, {3, 4}), tensor(16384, {2, 5, 4}),
+     tensor(20480, {2, 5, 4})]
+  end
+
+  defp ss_forward(opts, inputs \\ ss_inputs()), do: apply(Native, :selective_scan_forward, inputs ++ [opts])
+
+  defp ss_backward(opts, inputs \\ ss_inputs()),
+    do: apply(Native, :selective_scan_backward, inputs ++ [tensor(24576, {2, 5, 3}), opts])
+
+  defp ss_y, do: [y: tensor(28672, {2, 5, 3})]
+
+  test "selective scan: options are checked, naming the option" do
+    assert_raise ArgumentError,
+                 ~r/argument 'opts': expected option names among :dt_bias, :d, :z, :h0, :softplus, :clamp, :outputs, :sync, :stream, got :state_type/,
+                 fn -> ss_forward(state_type: {:f, 32}) end
+
+    # the backward recomputes the states: it takes no y
+    assert_raise ArgumentError, ~r/argument 'opts': expected option names among .*:grad_h_final.*, got :y/, fn ->
+      ss_backward(y: tensor(28672, {2, 5, 3}))
+    end
+
+    for bad <- [:yes, nil, 1, "true"] do
+      assert_raise ArgumentError, ~r/argument 'softplus': expected true or false, got #{Regex.escape(inspect(bad))}/, fn ->
+        ss_forward(softplus: bad)
+      end
+    end
+
+    for bad <- [0.5, {0.1}, {0.1, 0.5, 0.9}, [0.1, 0.5], {0.1, :x}, {"0.1", 0.5}, {0.9, 0.1}, {2, 1},
+                {0.0, 1.0e39}, {-1.0e300, 0.0}, {0, 1 <<< 64}] do
+      assert_raise ArgumentError,
+                   ~r/argument 'clamp': expected nil or \{dt_min, dt_max\} with dt_min <= dt_max, two numbers within f32's range \(floats or 64-bit integers\), got #{Regex.escape(inspect(bad))}/,
+                   fn -> ss_backward(clamp: bad) end
+    end
+
+    for name <- [:dt_bias, :d, :z, :h0] do
+      assert_raise ArgumentError, ~r/argument '#{name}': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/, fn ->
+        ss_forward([{name, :nope}])
+      end
+    end
+
+    assert_raise ArgumentError, ~r/argument 'grad_h_final': expected a tensor/, fn -> ss_backward(grad_h_final: {}) end
+    assert_raise ArgumentError, ~r/argument 'sync': expected true or false, got :maybe/, fn -> ss_forward(sync: :maybe) end
+
+    assert_raise ArgumentError, ~r/argument 'stream': expected :managed or an ExPhil.Native.Stream, got 1/, fn ->
+      ss_backward(stream: 1)
+    end
+  end
+
+  test "selective scan: tensor arguments, the ranks output shapes rest on, and outputs: are checked" do
+    [x, dt, a, b, c] = ss_inputs()
+
+    assert_raise ArgumentError, ~r/argument 'c': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/, fn ->
+      ss_forward([], [x, dt, a, b, :nope])
+    end
+
+    assert_raise ArgumentError, ~r/argument 'grad_y': expected a tensor/, fn ->
+      Native.selective_scan_backward(x, dt, a, b, c, :nope)
+    end
+
+    for opts <- [[], [outputs: ss_y()]] do
+      assert_raise ArgumentError, ~r/argument 'x': expected rank 3 \[B, T, D\], got shape \{2, 5\}/, fn ->
+        ss_forward(opts, [tensor(4096, {2, 5}), dt, a, b, c])
+      end
+
+      assert_raise ArgumentError, ~r/argument 'a': expected rank 2 \[D, N\], got shape \{3\}/, fn ->
+        ss_backward(opts, [x, dt, tensor(12288, {3}), b, c])
+      end
+    end
+
+    assert_raise ArgumentError, ~r/argument 'outputs': expected a tensor for :y/, fn ->
+      ss_forward(outputs: [h_final: tensor(28672, {2, 3, 4})])
+    end
+
+    for empty <- [[], %{}] do
+      assert_raise ArgumentError,
+                   ~r/argument 'outputs': expected at least one output among :grad_x, :grad_dt, :grad_a, :grad_b, :grad_c, :grad_dt_bias, :grad_d, :grad_z, :grad_h0, got #{Regex.escape(inspect(empty))}/,
+                   fn -> ss_backward(outputs: empty) end
+    end
+
+    # Elixir's names, not the library's
+    assert_raise ArgumentError, ~r/expected option names among :grad_x, .*, got :grad_A/, fn ->
+      ss_backward(outputs: [grad_A: tensor(28672, {3, 4})])
+    end
+  end
+
+  test "selective scan: well-formed calls fail cleanly where there is no GPU memory" do
+    grads = [grad_x: tensor(28672, {2, 5, 3})]
+    absent = [dt_bias: nil, d: nil, z: nil, h0: nil, clamp: nil]
+
+    calls = [
+      fn -> ss_forward(outputs: ss_y()) end,
+      fn -> ss_forward(absent ++ [outputs: ss_y()]) end,
+      fn -> ss_forward(softplus: true, clamp: {0.001, 0.1}) end,
+      fn -> ss_backward(outputs: grads) end,
+      fn -> ss_backward(absent ++ [grad_h_final: nil, outputs: grads]) end,
+      fn -> ss_backward(%{clamp: {0, 1}}) end
+    ]
+
+    for call <- calls do
+      if gpu?() do
+        # fake addresses: rejected by the library's device check
+        assert_raise ArgumentError, ~r/argument 'x': expected device memory/, call
+      else
+        assert {:error, :no_cuda_device} = call.()
+      end
+    end
+  end
+
+  test "selective scan: the library's own checks come before any device access and name the argument" do
+    [x, dt, a, b, _c] = ss_inputs()
+    out = [outputs: ss_y()]
+
+    assert_raise ArgumentError, ~r/argument 'C': expected shape \[2, 5, 4\] \(\[B, T, N\] from 'x' and 'A'\), got \[2, 5, 3\]/, fn ->
+      ss_forward(out, [x, dt, a, b, tensor(20480, {2, 5, 3})])
+    end
+
+    assert_raise ArgumentError, ~r/argument 'A': expected dtype f32, got bf16/, fn ->
+      ss_forward(out, [x, dt, tensor(12288, {3, 4}, {:bf, 16}), b, tensor(20480, {2, 5, 4})])
+    end
+
+    assert_raise ArgumentError, ~r/argument 'dt_bias': expected shape \[3\]/, fn ->
+      ss_forward(out ++ [dt_bias: tensor(32768, {4})])
+    end
+
+    assert_raise ArgumentError, ~r/argument 'grad_z': expected NULL, since 'z' is absent/, fn ->
+      ss_backward(outputs: [grad_z: tensor(28672, {2, 5, 3})])
+    end
+
+    assert_raise ArgumentError, ~r/argument 'A': N = 300 states per channel/, fn ->
+      ss_forward(out, [x, dt, tensor(12288, {3, 300}), tensor(16384, {2, 5, 300}), tensor(65536, {2, 5, 300})])
     end
   end
 end

@@ -10,11 +10,12 @@ defmodule ExPhil.Native.FuzzTest do
     device_info: 1, synchronize: 1, await: 1, new_stream: 1, allocate: 3, upload: 4, download: 1, free: 1,
     pointer: 1, export_ipc: 1, import_ipc: 4, linear_scan_forward: 3, linear_scan_backward: 5,
     min_gru_forward: 3, min_gru_backward: 5, min_lstm_forward: 4, min_lstm_backward: 6,
-    liquid_forward: 3, liquid_backward: 5
+    liquid_forward: 3, liquid_backward: 5, selective_scan_forward: 6, selective_scan_backward: 7
   ]
 
   @atoms [:ok, :f, :bf, :s, :local, :ipc, nil, true, false, :managed, :y, :h0, :outputs, :sync,
-          :stream, :state_type, :grad_h_final, :kind, :address, :data_size, :handle, :device]
+          :stream, :state_type, :grad_h_final, :kind, :address, :data_size, :handle, :device,
+          :dt_bias, :d, :z, :softplus, :clamp, :grad_x, :grad_a, :grad_h0]
 
   defp type, do: Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}, {:f, 64}, {:s, 32}, {:bf, 32}, {:f}, {1, 2}])
 
@@ -41,10 +42,15 @@ defmodule ExPhil.Native.FuzzTest do
     {%{kind: :local, address: address, data_size: Tuple.product(shape) * size}, type, shape}
   end
 
+  # Clamp bounds: valid, reversed, beyond f32, or not numbers.
+  defp clamp(depth) do
+    Enum.random([nil, {0.1, 0.5}, {0.5, 0.1}, {0, 1}, {1.0e300, 2.0}, {1 <<< 70, 0}, {term(depth), term(depth)}])
+  end
+
   defp term(0), do: Enum.random([:rand.uniform(1000) - 500, 1.5, :y, "x", make_ref(), self(), [], {}])
 
   defp term(depth) do
-    case :rand.uniform(16) do
+    case :rand.uniform(18) do
       1 -> :rand.uniform(1 <<< 64) - (1 <<< 63)
       2 -> :rand.uniform() * 1.0e6 - 5.0e5
       3 -> Enum.random(@atoms)
@@ -61,6 +67,8 @@ defmodule ExPhil.Native.FuzzTest do
       14 -> [outputs: [y: {pointer(), type(), shape()}], sync: Enum.random([true, false, :x])]
       15 -> consistent_tensor()
       16 -> [outputs: [y: consistent_tensor(), h_final: consistent_tensor()], stream: term(depth - 1)]
+      17 -> [softplus: Enum.random([true, false, nil, 0]), clamp: clamp(depth - 1), z: consistent_tensor()]
+      18 -> [outputs: [grad_x: consistent_tensor(), grad_a: consistent_tensor()], dt_bias: term(depth - 1)]
     end
   end
 
@@ -92,6 +100,49 @@ defmodule ExPhil.Native.FuzzTest do
       end
 
     assert length(outcomes) == 10_000
+    assert is_integer(Native.device_count())
+  end
+
+  # Selective-scan calls whose tensors all pass the NIF's own checks, with
+  # options valid or nearly so: they get through decoding to the output
+  # allocation and the library's checks, which must refuse them (nothing
+  # is device memory) with an ArgumentError or an error, never a crash.
+  test "nearly valid selective-scan calls are refused cleanly" do
+    seed = :rand.uniform(1 <<< 30)
+    :rand.seed(:exsss, {seed, seed, seed})
+    grads = [:grad_x, :grad_dt, :grad_a, :grad_b, :grad_c, :grad_dt_bias, :grad_d, :grad_z, :grad_h0]
+
+    for _ <- 1..2_000 do
+      optional = for name <- [:dt_bias, :d, :z, :h0, :grad_h_final], do: {name, Enum.random([nil, consistent_tensor()])}
+      settings = [softplus: Enum.random([true, false]), clamp: Enum.random([nil, {0.1, 0.5}, {0, 1}, {-1.0, -1.0}]),
+                  sync: Enum.random([true, false])]
+
+      {name, args, outputs} =
+        if :rand.uniform(2) == 1 do
+          {:selective_scan_forward, [], [y: consistent_tensor(), h_final: consistent_tensor()]}
+        else
+          {:selective_scan_backward, [consistent_tensor()], Enum.map(grads, &{&1, consistent_tensor()})}
+        end
+
+      outputs = Enum.take_random(outputs, :rand.uniform(length(outputs) + 1) - 1)
+      opts = Enum.take_random(optional ++ settings, :rand.uniform(8)) ++ if(outputs == [], do: [], else: [outputs: outputs])
+      opts = if name == :selective_scan_forward, do: Keyword.delete(opts, :grad_h_final), else: opts
+      args = for(_ <- 1..5, do: consistent_tensor()) ++ args ++ [opts]
+
+      result =
+        try do
+          apply(Native, name, args)
+        rescue
+          e -> {:raised, e.__struct__}
+        end
+
+      case result do
+        {:raised, ArgumentError} -> :ok
+        {:error, _} -> :ok
+        other -> flunk("#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}")
+      end
+    end
+
     assert is_integer(Native.device_count())
   end
 end

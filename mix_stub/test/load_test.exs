@@ -13,7 +13,8 @@ defmodule ExPhil.Native.LoadTest do
           import_ipc: 4, open_ipc_handles: 0,
           linear_scan_forward: 3, linear_scan_backward: 5, min_gru_forward: 3,
           min_gru_backward: 5, min_lstm_forward: 4, min_lstm_backward: 6,
-          liquid_forward: 3, liquid_backward: 5
+          liquid_forward: 3, liquid_backward: 5,
+          selective_scan_forward: 6, selective_scan_backward: 7
         ] do
       assert function_exported?(ExPhil.Native, name, arity), "#{name}/#{arity}"
       assert function_exported?(ExPhil.Native, :"nif_#{name}", arity), "nif_#{name}/#{arity}"

@@ -22,7 +22,12 @@ defmodule ExPhil.Native do
   sequence tensors of a call share one type; state tensors (`:h0`,
   `:h_final`, `:grad_h_final`, `:grad_h0`) are `{:f, 32}` or that type.
 
-  Options (keyword list or map):
+  Mamba's selective scan, `selective_scan_forward/6` and
+  `selective_scan_backward/7`, has inputs of several shapes and options of
+  its own (its docs say which); `:outputs`, `:sync` and `:stream` are as
+  below.
+
+  Options of the linear recurrences (keyword list or map):
 
     * `:h0` - initial state `[B, H]` (zeros when absent)
     * `:grad_h_final` (backward) - gradient of the final state `[B, H]`
@@ -254,4 +259,108 @@ defmodule ExPhil.Native do
   @doc "Gradients of `liquid_forward/3`: `:grad_tau`, `:grad_target`, `:grad_h0`."
   @spec liquid_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) :: op_result()
   defnative liquid_backward(tau, target, y, grad_y, opts \\ [])
+
+  ## Selective scan
+
+  @typedoc """
+  Options of `selective_scan_forward/6`, as a keyword list or a map.
+  `nil` stands for an absent optional tensor or clamp.
+  """
+  @type selective_scan_option ::
+          {:dt_bias, tensor() | nil}
+          | {:d, tensor() | nil}
+          | {:z, tensor() | nil}
+          | {:h0, tensor() | nil}
+          | {:softplus, boolean()}
+          | {:clamp, {number(), number()} | nil}
+          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
+          | {:sync, boolean()}
+          | {:stream, :managed | Stream.t()}
+
+  @typedoc "Options of `selective_scan_backward/7`: the forward's and `:grad_h_final`."
+  @type selective_scan_backward_option :: selective_scan_option() | {:grad_h_final, tensor() | nil}
+
+  @doc """
+  Mamba's selective scan (S6). With `x`, `dt` of shape `[B, T, D]`, `a`
+  `[D, N]` and `b`, `c` `[B, T, N]`, for each batch row, channel `i` and
+  state entry `n`:
+
+      u_t       = dt_t[i] + dt_bias[i]                    (with :dt_bias)
+      u_t       = softplus(u_t)                           (with softplus: true)
+      delta_t   = clamp(u_t, dt_min, dt_max)              (with :clamp; applied last)
+      h_t[i, n] = exp(delta_t * a[i, n]) * h_{t-1}[i, n] + delta_t * b_t[n] * x_t[i]
+      y_t[i]    = sum over n of c_t[n] * h_t[i, n] + d[i] * x_t[i]    (the skip with :d)
+      y_t[i]    = y_t[i] * silu(z_t[i])                   (with :z)
+
+  `x`, `dt`, `b`, `c` and `:z` share one type (`{:f, 32}`, `{:f, 16}` or
+  `{:bf, 16}`); `a`, `:dt_bias`, `:d`, `:h0` and `:h_final` are always
+  `{:f, 32}`, so there is no `:state_type`. N is 1 to 256; B, T and D are
+  any size of at least 1.
+
+  Options:
+
+    * `:dt_bias` - `[D]`, added to `dt` before anything else (none when
+      absent or `nil`)
+    * `:d` - the skip weight `[D]` (none when absent or `nil`)
+    * `:z` - the gate `[B, T, D]` (none when absent or `nil`)
+    * `:h0` - the initial state `[B, D, N]` (zeros when absent or `nil`)
+    * `:softplus` - `true` applies softplus after the bias (default `false`)
+    * `:clamp` - `{dt_min, dt_max}`, two numbers with `dt_min <= dt_max`
+      within f32's range (floats or 64-bit integers), applied last; `nil`
+      (default): no clamp
+    * `:outputs` - destination passing, as for every op: `:y` (required)
+      and `:h_final` (optional). Without it, both are new buffers.
+    * `:sync`, `:stream` - as for every op (see the module doc)
+
+  Outputs: `:y` `[B, T, D]` of the type of `x`, and `:h_final` `[B, D, N]`
+  `{:f, 32}` (the state after the last step).
+
+  Bad option values raise `ArgumentError` naming the option. Shapes and
+  types are checked by the library, whose messages name the tensors as
+  exphil.h does: `A`, `B`, `C`, `D` (and `grad_A`, ...) are `a`, `b`, `c`,
+  `:d` (and `:grad_a`, ...).
+  """
+  @spec selective_scan_forward(tensor(), tensor(), tensor(), tensor(), tensor(), [selective_scan_option()] | map()) ::
+          op_result()
+  defnative selective_scan_forward(x, dt, a, b, c, opts \\ [])
+
+  @doc """
+  Gradients of `selective_scan_forward/6`, given its inputs with the same
+  options (`:dt_bias`, `:d`, `:z`, `:h0`, `:softplus`, `:clamp`) and
+  `grad_y` `[B, T, D]` (type of `x`), the gradient of the loss with
+  respect to `y`. It takes no `y`: the states are recomputed from the
+  inputs.
+
+  Options, besides the forward's:
+
+    * `:grad_h_final` - the gradient with respect to the final state,
+      `[B, D, N]` `{:f, 32}` (none when absent or `nil`)
+    * `:outputs` - the gradients to write, by name: any of the outputs
+      below, at least one. Only those are written, so a caller can leave
+      out what it does not train (`:grad_a` of a frozen `a`, say). The
+      gradient of an optional input that was not given is refused.
+
+  Outputs: `:grad_x`, `:grad_dt`, `:grad_z` `[B, T, D]` and `:grad_b`,
+  `:grad_c` `[B, T, N]` of the type of `x`; `:grad_a` `[D, N]`,
+  `:grad_dt_bias`, `:grad_d` `[D]` and `:grad_h0` `[B, D, N]`, `{:f, 32}`.
+  Without `:outputs`, the call makes new buffers for `:grad_x`, `:grad_dt`,
+  `:grad_a`, `:grad_b`, `:grad_c`, and for the gradient of each optional
+  input it was given (`:grad_dt_bias`, `:grad_d`, `:grad_z`, `:grad_h0`).
+
+  No gradient flows through the clamp where it is active, that is where
+  `u_t` (after softplus, if any) lies outside `[dt_min, dt_max]`. Sums
+  over batch, time and channels (`:grad_a`, `:grad_dt_bias`, `:grad_d`,
+  `:grad_b`, `:grad_c`) are taken in a fixed order: results are bitwise
+  the same from run to run.
+  """
+  @spec selective_scan_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [selective_scan_backward_option()] | map()
+        ) :: op_result()
+  defnative selective_scan_backward(x, dt, a, b, c, grad_y, opts \\ [])
 end

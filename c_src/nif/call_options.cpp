@@ -1,0 +1,32 @@
+#include "call_options.hpp"
+
+#include "../device_registry.hpp"
+#include "../pointer_query.hpp"
+#include "atoms.hpp"
+#include "resources.hpp"
+
+namespace exphil::nif {
+
+int call_device(const TensorArg& first) {
+  if (const int d = known_device(first); d >= 0) return d;
+  int count = 0;
+  runtime::PointerInfo info;
+  if (runtime::DeviceRegistry::instance().device_count(count).ok() && count > 0 &&
+      runtime::query_pointer(first.desc.data, info).ok() && info.device >= 0)
+    return info.device;
+  return 0;
+}
+
+Stream decode_stream(ErlNifEnv* env, const Options& opts) {
+  auto term = opts.get("stream");
+  if (!term || enif_is_identical(*term, atoms().managed)) return nullptr;
+  if (StreamResource* s = get_stream(env, *term)) return s->stream;
+  bad_argument("stream", ":managed or an ExPhil.Native.Stream", *term);
+}
+
+bool decode_sync(const Options& opts) {
+  auto term = opts.get("sync");
+  return term ? get_boolean(*term, "sync") : true;
+}
+
+}  // namespace exphil::nif
