@@ -15,12 +15,16 @@
 //
 // Usage: exphil_bench [--quick] [--op NAME] [--sweep]
 //   --quick  fewer repetitions
-//   --op     only this op (linear_scan, min_gru, min_lstm, liquid)
+//   --op     only this op (linear_scan, min_gru, min_lstm, liquid,
+//            selective_scan)
 //   --sweep  also time min_gru over T at B1 H256 with the automatic layout
 //            and with a single segment (evidence for the planner's choice)
+//   --selective-scan-shape B T D N
+//            time the selective scan at this shape only
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -30,6 +34,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_kernels.h"
+#include "bench_selective_scan.hpp"
 #include "cpp_runner.hpp"
 #include "device_buffer.hpp"
 #include "exphil/runtime.hpp"
@@ -46,6 +51,7 @@ struct Options {
   bool quick = false;
   bool sweep = false;
   std::string only_op;
+  long long selective_scan_shape[4] = {0, 0, 0, 0};
 };
 
 struct DeviceInfo {
@@ -357,8 +363,11 @@ Options parse(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--quick")) o.quick = true;
     else if (!std::strcmp(argv[i], "--sweep")) o.sweep = true;
     else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) o.only_op = argv[++i];
+    else if (!std::strcmp(argv[i], "--selective-scan-shape") && i + 4 < argc)
+      for (long long& d : o.selective_scan_shape) d = std::atoll(argv[++i]);
     else throw std::runtime_error(std::string("unknown argument '") + argv[i] +
-                                  "' (expected --quick, --sweep or --op NAME)");
+                                  "' (expected --quick, --sweep, --op NAME or "
+                                  "--selective-scan-shape B T D N)");
   }
   return o;
 }
@@ -395,9 +404,20 @@ int main(int argc, char** argv) {
         for (const Shape& s : shapes) bench.run_config(op, dtype, s);
       }
     }
+    if (bench.options.only_op.empty() || bench.options.only_op == "selective_scan") {
+      bench::SelectiveScanBenchContext context;
+      context.stream = bench.stream;
+      context.copy_gbps = bench.device.copy_gbps;
+      context.launch_floor_us = bench.device.launch_floor_us;
+      context.l2_bytes = static_cast<std::size_t>(p.l2CacheSize);
+      context.quick = bench.options.quick;
+      context.targets = &bench.target_lines;
+      for (int i = 0; i < 4; ++i) context.only_shape[i] = bench.options.selective_scan_shape[i];
+      bench::bench_selective_scan(context);
+    }
     if (bench.options.sweep) bench.sweep();
 
-    std::printf("\n== targets (issue 2) ==\n");
+    std::printf("\n== targets (issues 2 and 4) ==\n");
     for (const std::string& line : bench.target_lines) std::printf("%s\n", line.c_str());
     cudaStreamDestroy(bench.stream);
     return 0;
