@@ -159,7 +159,8 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
 
   const TileCursor<L, S> cursor(at, s, slices, nb);
   // Where this thread's share of a sub-tile's dB and dC goes in the
-  // workspace: [2][B, T, channel groups, N].
+  // workspace: [2][channel groups][B, T, N], so that the reduction reads
+  // each group's part of a row in one coalesced sweep.
   const int64_t proj_plane = s.batch * s.steps * plan.channel_groups * s.states;
   int64_t proj0[SK];
   int proj_t[SK];
@@ -168,37 +169,47 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
     const int i = at.tid + j * at.threads;
     const int t = i / nb, n = at.n_block + i % nb;
     proj_t[j] = n < s.states ? t : K;
-    proj0[j] = ((at.b * s.steps + t) * plan.channel_groups + at.d0 / kLanes) * s.states + n;
+    proj0[j] = ((at.d0 / kLanes) * s.batch * s.steps + at.b * s.steps + t) * s.states + n;
   }
 
-  // Stages x, delta (and its slope), B and, for the full stage, dy', the
-  // gate's gradient factor and C for `steps` steps from t0.
-  auto stage = [&](int64_t t0, int steps, bool full) {
-    float r_x[R], r_dt[R], r_dy[R], r_z[R], r_B[S], r_C[S];
-    load_rows(cursor, x, t0, steps, r_x);
-    load_rows(cursor, dt, t0, steps, r_dt);
-    load_states(cursor, static_cast<const Elem*>(p.d_B), t0, steps, r_B);
+  // One stage's inputs in registers, loaded while the previous stage
+  // computes (its loads are in flight across the compute), then written to
+  // shared memory as x, delta (and its slope), B and, for the full stage,
+  // dy', the gate's gradient factor and C.
+  struct StageInputs {
+    Elem x[R], dt[R], dy[R], z[R], B[S], C[S];
+  };
+  auto load_stage = [&](int64_t t0, bool full, StageInputs& in) {
+    const int steps = at.t_end - t0 < L ? static_cast<int>(at.t_end - t0) : L;
+    load_rows(cursor, x, t0, steps, in.x);
+    load_rows(cursor, dt, t0, steps, in.dt);
+    load_states(cursor, static_cast<const Elem*>(p.d_B), t0, steps, in.B);
     if (full) {
-      load_rows(cursor, dy, t0, steps, r_dy);
-      load_rows(cursor, z, t0, steps, r_z);
-      load_states(cursor, static_cast<const Elem*>(p.d_C), t0, steps, r_C);
+      load_rows(cursor, dy, t0, steps, in.dy);
+      load_rows(cursor, z, t0, steps, in.z);
+      load_states(cursor, static_cast<const Elem*>(p.d_C), t0, steps, in.C);
     }
+  };
+  auto store_stage = [&](int steps, bool full, const StageInputs& in) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int t = cursor.row_step(j);
       if (t >= L) continue;
       const int i = t * kLanes + at.lane;
       float slope = 0.0f;
-      s_x[i] = r_x[j];
-      s_delta[i] = cursor.row_valid(j, steps) ? delta_of(r_dt[j] + bias, p.delta, slope) : 0.0f;
+      s_x[i] = to_float(in.x[j]);
+      s_delta[i] = cursor.row_valid(j, steps)
+                       ? delta_of(to_float(in.dt[j]) + bias, p.delta, slope)
+                       : 0.0f;
       s_slope[i] = slope;
       if (full) {
-        s_dyp[i] = z ? r_dy[j] * silu(r_z[j]) : r_dy[j];
-        s_zgrad[i] = z ? r_dy[j] * silu_grad(r_z[j]) : 0.0f;
+        const float dyv = to_float(in.dy[j]), zv = to_float(in.z[j]);
+        s_dyp[i] = z ? dyv * silu(zv) : dyv;
+        s_zgrad[i] = z ? dyv * silu_grad(zv) : 0.0f;
       }
     }
-    store_states(at, r_B, s_B);
-    if (full) store_states(at, r_C, s_C);
+    store_states(at, in.B, s_B);
+    if (full) store_states(at, in.C, s_C);
   };
   auto load_row = [&](const float* src, int t) {
     return reinterpret_cast<const float4*>(src + t * nb)[at.slice];
@@ -215,25 +226,30 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
 
   // Sweep 1: the state at the start of every stage of the chunk.
   const int stages = static_cast<int>((at.t_end - at.t_begin + L - 1) / L);
+  StageInputs next;
+  if (stages > 0) load_stage(at.t_begin, false, next);
   for (int st = 0; st < stages; ++st) {
     const int64_t t0 = at.t_begin + static_cast<int64_t>(st) * L;
     const int steps = at.t_end - t0 < L ? static_cast<int>(at.t_end - t0) : L;
     s_ckpt[st * at.threads + at.tid] = make_float4(h[0], h[1], h[2], h[3]);
     __syncthreads();
-    stage(t0, steps, false);
+    store_stage(steps, false, next);
     __syncthreads();
+    if (st + 1 < stages) load_stage(t0 + L, false, next);
     for_steps<L>(steps, [&](int t) { advance(h, t); });
   }
 
   // Sweep 2: stages from the end, each as two register sub-tiles of K
   // steps, the later one first.
   float dD_sum = 0.0f, dbias_sum = 0.0f;
+  if (stages > 0) load_stage(at.t_begin + static_cast<int64_t>(stages - 1) * L, true, next);
   for (int st = stages - 1; st >= 0; --st) {
     const int64_t t0 = at.t_begin + static_cast<int64_t>(st) * L;
     const int steps = at.t_end - t0 < L ? static_cast<int>(at.t_end - t0) : L;
     __syncthreads();
-    stage(t0, steps, true);
+    store_stage(steps, true, next);
     __syncthreads();
+    if (st > 0) load_stage(t0 - L, true, next);
 
     for (int sub = (steps - 1) / K; sub >= 0; --sub) {
       const int base = sub * K;  // first staged row of the sub-tile
@@ -243,8 +259,8 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
       // The later sub-tile starts where the earlier one ends.
       if (sub == 1) for_steps<K>(K, [&](int t) { advance(hs, t); });
 
-      // Rerun the sub-tile: h_{t-1} and a_t of every step.
-      float h_prev[K][P], decay[K][P];
+      // Rerun the sub-tile: h_{t-1} of every step.
+      float h_prev[K][P];
       for_steps<K>(sub_steps, [&](int t) {
         const int r = base + t;
         const float delta = s_delta[r * kLanes + at.lane];
@@ -256,8 +272,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
 #pragma unroll
         for (int q = 0; q < P; ++q) {
           h_prev[t][q] = hs[q];
-          decay[t][q] = exp2_ftz(delta * k.A2[q]);
-          hs[q] = fmaf(decay[t][q], hs[q], dx * Bn[q]);
+          hs[q] = fmaf(exp2_ftz(delta * k.A2[q]), hs[q], dx * Bn[q]);
           y = fmaf(Cn[q], hs[q], y);
         }
         if (need_y) s_y[(t * slices + at.slice) * kLanes + at.lane] = y;
@@ -279,7 +294,10 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         float gB = 0.0f, ddelta = 0.0f;
 #pragma unroll
         for (int q = 0; q < P; ++q) {
-          const float ah = decay[t][q] * h_prev[t][q];
+          // The decay again rather than kept: its registers hold the next
+          // stage's loads instead.
+          const float a = exp2_ftz(delta * k.A2[q]);
+          const float ah = a * h_prev[t][q];
           const float ht = fmaf(dx_t, Bn[q], ah);
           g[q] = fmaf(dyp, Cn[q], g[q]);
           sums[q] = g[q] * dx_t;
@@ -288,7 +306,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
           const float gah = g[q] * ah;
           ddelta = fmaf(gah, k.A[q], ddelta);
           dA[q] = fmaf(gah, delta, dA[q]);
-          g[q] *= decay[t][q];
+          g[q] *= a;
         }
         ddelta = fmaf(gB, xv, ddelta);
         s_dx[(t * slices + at.slice) * kLanes + at.lane] = gB * delta;
@@ -309,6 +327,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         if (!cursor.row_valid(j, sub_steps)) continue;
         // The sums over the block's states, in slice order.
         float y = 0.0f, dx = 0.0f, dd = 0.0f;
+#pragma unroll 4
         for (int sl = 0; sl < slices; ++sl) {
           const int e = (t * slices + sl) * kLanes + at.lane;
           if (need_y) y += s_y[e];
@@ -332,7 +351,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         dbias_sum += dbias_term;
       }
       if (bp.d_grad_B || bp.d_grad_C) {
-        const int64_t shift = sub_t0 * plan.channel_groups * s.states;
+        const int64_t shift = sub_t0 * s.states;
 #pragma unroll
         for (int j = 0; j < SK; ++j) {
           if (proj_t[j] >= sub_steps) continue;

@@ -193,35 +193,38 @@ struct TileCursor {
 template <class F>
 __device__ __forceinline__ float sum_slices(int slices, F&& v) {
   float sum = 0.0f;
+#pragma unroll 4
   for (int sl = 0; sl < slices; ++sl) sum += v(sl);
   return sum;
 }
 
+// The loads keep the raw elements: converting to f32 right after a load
+// would wait for it there, and the forward's prefetch would gain nothing.
 template <int L, int kStates, class Elem>
 __device__ __forceinline__ void load_rows(const TileCursor<L, kStates>& c, const Elem* src,
                                           int64_t t0, int steps,
-                                          float (&out)[kRowsPerThread<L>]) {
+                                          Elem (&out)[kRowsPerThread<L>]) {
   const int64_t first = c.row_offset(t0, 0);
 #pragma unroll
   for (int j = 0; j < kRowsPerThread<L>; ++j)
-    out[j] = src && c.row_valid(j, steps) ? to_float(src[first + j * c.row_stride]) : 0.0f;
+    out[j] = src && c.row_valid(j, steps) ? src[first + j * c.row_stride] : Elem{};
 }
 
 template <int L, int kStates, class Elem>
 __device__ __forceinline__ void load_states(const TileCursor<L, kStates>& c, const Elem* src,
-                                            int64_t t0, int steps, float (&out)[kStates]) {
+                                            int64_t t0, int steps, Elem (&out)[kStates]) {
   const int64_t shift = t0 * c.states;
 #pragma unroll
   for (int j = 0; j < kStates; ++j)
-    out[j] = c.state_t[j] < steps ? to_float(src[c.state0[j] + shift]) : 0.0f;
+    out[j] = c.state_t[j] < steps ? src[c.state0[j] + shift] : Elem{};
 }
 
 // dst[t * nb + k] for the whole tile (zeros past the loaded steps).
-template <int kCount>
-__device__ __forceinline__ void store_states(const Place& at, const float (&v)[kCount],
+template <int kCount, class Elem>
+__device__ __forceinline__ void store_states(const Place& at, const Elem (&v)[kCount],
                                              float* dst) {
 #pragma unroll
-  for (int j = 0; j < kCount; ++j) dst[at.tid + j * at.threads] = v[j];
+  for (int j = 0; j < kCount; ++j) dst[at.tid + j * at.threads] = to_float(v[j]);
 }
 
 // The kP consecutive values of a thread's states in a staged row.

@@ -103,11 +103,9 @@ __global__ void selective_scan_reduce_kernel(const SelectiveScanBackwardParams b
       void* out = which == 0 ? bp.d_grad_B : bp.d_grad_C;
       if (!out) continue;
       const int64_t e = i - which * proj;  // (b, t, n)
-      const int64_t n = e % s.states, bt = e / s.states;
-      const float* src = ws + plan.ws_proj + which * s.batch * s.steps * plan.channel_groups * s.states +
-                         bt * plan.channel_groups * s.states + n;
+      const float* src = ws + plan.ws_proj + which * plan.channel_groups * proj + e;
       float sum = 0.0f;
-      for (int64_t grp = 0; grp < plan.channel_groups; ++grp) sum += src[grp * s.states];
+      for (int64_t grp = 0; grp < plan.channel_groups; ++grp) sum += src[grp * proj];
       static_cast<Elem*>(out)[e] = from_float<Elem>(sum);
       continue;
     }

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
 
   // The next tile's inputs, loaded while the current tile computes.
   const TileCursor<L, S> cursor(at, s, slices, nb);
-  float r_x[R], r_dt[R], r_z[R], r_dy[R], r_B[S], r_C[S];
+  Elem r_x[R], r_dt[R], r_z[R], r_dy[R], r_B[S], r_C[S];
   auto load_tile = [&](int64_t t0) {
     const int steps = at.t_end - t0 < L ? static_cast<int>(at.t_end - t0) : L;
     load_rows(cursor, x, t0, steps, r_x);
@@ -127,11 +127,12 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
       if (t < L) {
         float slope;
         const int i = t * kLanes + at.lane;
-        s_x[i] = r_x[j];
-        s_delta[i] = at.channel_ok && t < steps ? delta_of(r_dt[j] + bias, p.delta, slope) : 0.0f;
-        const float gate = z ? silu(r_z[j]) : 1.0f;
+        s_x[i] = to_float(r_x[j]);
+        s_delta[i] =
+            at.channel_ok && t < steps ? delta_of(to_float(r_dt[j]) + bias, p.delta, slope) : 0.0f;
+        const float gate = z ? silu(to_float(r_z[j])) : 1.0f;
         if (kApply) s_gate[i] = gate;
-        if (kGrad) s_gate[i] = r_dy[j] * gate;
+        if (kGrad) s_gate[i] = to_float(r_dy[j]) * gate;
       }
     }
     store_states(at, r_B, s_B);

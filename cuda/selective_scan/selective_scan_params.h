@@ -79,7 +79,7 @@ struct SelectiveScanPlan {
   int64_t ws_carry_grad = 0; // [B, chunks, D, N] chunk gradients (backward)
   int64_t ws_delta_sum = 0;  // [B, chunks, D] sum of delta per chunk
   int64_t ws_group_sums = 0; // [3 or 1, state_groups, B, T, D] per-group sums
-  int64_t ws_proj = 0;       // [2, B, T, channel_groups, N] dB and dC parts
+  int64_t ws_proj = 0;       // [2, channel_groups, B, T, N] dB and dC parts
   int64_t ws_params = 0;     // [B * chunks, D, N + 2] dA, dD, d dt_bias parts
   int64_t ws_floats = 0;     // total
 };
