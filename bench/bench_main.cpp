@@ -35,6 +35,7 @@
 
 #include "bench_kernels.h"
 #include "bench_selective_scan.hpp"
+#include "bench_support.hpp"
 #include "cpp_runner.hpp"
 #include "device_buffer.hpp"
 #include "exphil/runtime.hpp"
@@ -44,6 +45,8 @@
 
 using namespace exphil;
 using exphil::bench::check_cuda;
+using exphil::bench::DeviceMemory;
+using exphil::bench::require;
 
 namespace {
 
@@ -59,25 +62,6 @@ struct DeviceInfo {
   double copy_gbps = 0.0;        // device-to-device copy, bytes read + written
   double launch_floor_us = 0.0;  // per launch, graph replay of empty kernels
 };
-
-class DeviceMemory {
- public:
-  explicit DeviceMemory(std::size_t bytes) : bytes_(bytes) {
-    check_cuda(cudaMalloc(&ptr_, bytes), "cudaMalloc");
-  }
-  ~DeviceMemory() { cudaFree(ptr_); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-void require(const Status& s, const char* what) {
-  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.message());
-}
 
 DeviceInfo measure_device(cudaStream_t stream) {
   DeviceInfo d;

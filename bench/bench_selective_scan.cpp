@@ -14,6 +14,7 @@
 #include <string>
 
 #include "bench_kernels.h"
+#include "bench_support.hpp"
 #include "device_buffer.hpp"
 #include "exphil/selective_scan.hpp"
 #include "scan_problems.hpp"
@@ -34,21 +35,9 @@ std::string shape_name(const Shape& s) {
          std::to_string(s.channels) + " N" + std::to_string(s.states);
 }
 
-class Memory {
- public:
-  explicit Memory(std::size_t bytes) { check_cuda(cudaMalloc(&p_, std::max<std::size_t>(bytes, 1)), "cudaMalloc"); }
-  ~Memory() { cudaFree(p_); }
-  Memory(const Memory&) = delete;
-  Memory& operator=(const Memory&) = delete;
-  void* get() const { return p_; }
-
- private:
-  void* p_ = nullptr;
-};
-
 // The tensors of one forward + backward call.
 struct CallSet {
-  std::vector<std::unique_ptr<Memory>> memory;
+  std::vector<std::unique_ptr<DeviceMemory>> memory;
   Tensor x{}, dt{}, A{}, B{}, C{}, y{}, h_final{}, grad_y{};
   Tensor grad_x{}, grad_dt{}, grad_A{}, grad_B{}, grad_C{};
   SelectiveScanForwardArgs fwd;
@@ -72,7 +61,7 @@ std::unique_ptr<CallSet> make_call_set(DType dtype, const Shape& s, uint64_t see
                    uint64_t k) {
     std::size_t count = 1;
     for (int64_t d : shape) count *= static_cast<std::size_t>(d);
-    set->memory.push_back(std::make_unique<Memory>(count * dtype_size(type)));
+    set->memory.push_back(std::make_unique<DeviceMemory>(count * dtype_size(type)));
     t = make_tensor(set->memory.back()->get(), type, shape);
     if (hi > lo)
       check_cuda(fill_uniform(t.data, type, count, lo, hi, seed * 16 + k, stream), "fill");
@@ -164,10 +153,6 @@ void print_row(const Shape& s, Direction d, const Row& r) {
               r.stepwise_us / r.graph_us);
 }
 
-void require(const Status& s, const char* what) {
-  if (!s.ok()) throw std::runtime_error(std::string(what) + ": " + s.message());
-}
-
 class SelectiveScanBench {
  public:
   explicit SelectiveScanBench(const SelectiveScanBenchContext& c) : c_(c) {}
@@ -181,10 +166,10 @@ class SelectiveScanBench {
     for (std::size_t i = 0; i < count; ++i) sets.push_back(make_call_set(dtype, s, 100 + i, c_.stream));
     const std::size_t history_floats =
         static_cast<std::size_t>(s.batch * (s.steps + 1) * s.channels * s.states);
-    Memory history(history_floats * sizeof(float));
-    Memory grad_state(static_cast<std::size_t>(s.batch * s.channels * s.states) * sizeof(float));
-    Memory dA_parts(static_cast<std::size_t>(s.batch * s.channels * s.states) * sizeof(float));
-    Memory dBC(static_cast<std::size_t>(2 * s.batch * s.steps * s.states) * sizeof(float));
+    DeviceMemory history(history_floats * sizeof(float));
+    DeviceMemory grad_state(static_cast<std::size_t>(s.batch * s.channels * s.states) * sizeof(float));
+    DeviceMemory dA_parts(static_cast<std::size_t>(s.batch * s.channels * s.states) * sizeof(float));
+    DeviceMemory dBC(static_cast<std::size_t>(2 * s.batch * s.steps * s.states) * sizeof(float));
     check_cuda(cudaMemsetAsync(history.get(), 0, history_floats * sizeof(float), c_.stream), "memset");
     check_cuda(cudaStreamSynchronize(c_.stream), "cudaStreamSynchronize");
 

@@ -21,45 +21,46 @@ __device__ float step_delta(const SelectiveScanForwardParams& p, float dt, int64
   return u;
 }
 
-// One thread's channel at step t: where its values are, x and delta.
+// This thread's channel at step t: where its values are, x and delta.
 struct Step {
-  int64_t b, d, at;
+  int64_t i;        // b * D + d
+  int64_t b, d, at;  // at: offset of (b, t, d) in [B, T, D]
+  int64_t bn0;      // offset of (b, t, 0) in [B, T, N]
   float x, delta;
-  int64_t history;  // offset of (b, t, d, 0) in the [B, T + 1, D, N] history
+  int64_t prev, next;  // offsets of h_{t-1} and h_t in the [B, T + 1, D, N] history
 };
 
+// False for threads past the last channel.
 template <class Elem>
-__device__ Step step_of(const SelectiveScanForwardParams& p, int64_t i, int64_t t) {
+__device__ bool step_of(const SelectiveScanForwardParams& p, int64_t t, Step& st) {
   const auto& s = p.shape;
-  Step st;
-  st.b = i / s.channels;
-  st.d = i % s.channels;
+  st.i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (st.i >= s.batch * s.channels) return false;
+  st.b = st.i / s.channels;
+  st.d = st.i % s.channels;
   st.at = (st.b * s.steps + t) * s.channels + st.d;
+  st.bn0 = (st.b * s.steps + t) * s.states;
   st.x = to_float(static_cast<const Elem*>(p.d_x)[st.at]);
   st.delta = step_delta(p, to_float(static_cast<const Elem*>(p.d_dt)[st.at]), st.d);
-  st.history = ((st.b * (s.steps + 1) + t) * s.channels + st.d) * s.states;
-  return st;
+  st.prev = ((st.b * (s.steps + 1) + t) * s.channels + st.d) * s.states;
+  st.next = st.prev + s.channels * s.states;
+  return true;
 }
 
 template <class Elem>
 __global__ void forward_step(const SelectiveScanForwardParams p, float* history, int64_t t) {
   const auto& s = p.shape;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= s.batch * s.channels) return;
-  const Step st = step_of<Elem>(p, i, t);
-  const int64_t b = st.b, d = st.d, at = st.at;
-  const float x = st.x, delta = st.delta;
-  const float* prev = history + st.history;
-  float* next = history + st.history + s.channels * s.states;
+  Step st;
+  if (!step_of<Elem>(p, t, st)) return;
   float y = 0.0f;
   for (int64_t n = 0; n < s.states; ++n) {
-    const int64_t bn = (b * s.steps + t) * s.states + n;
-    const float h = expf(delta * p.d_A[d * s.states + n]) * prev[n] +
-                    delta * to_float(static_cast<const Elem*>(p.d_B)[bn]) * x;
-    next[n] = h;
+    const int64_t bn = st.bn0 + n;
+    const float h = expf(st.delta * p.d_A[st.d * s.states + n]) * history[st.prev + n] +
+                    st.delta * to_float(static_cast<const Elem*>(p.d_B)[bn]) * st.x;
+    history[st.next + n] = h;
     y += to_float(static_cast<const Elem*>(p.d_C)[bn]) * h;
   }
-  static_cast<Elem*>(p.d_y)[at] = from_float<Elem>(y);
+  static_cast<Elem*>(p.d_y)[st.at] = from_float<Elem>(y);
 }
 
 template <class Elem>
@@ -67,32 +68,29 @@ __global__ void backward_step(const SelectiveScanBackwardParams bp, const float*
                               float* grad_state, float* dA_parts, float* dBC, int64_t t) {
   const SelectiveScanForwardParams& p = bp.fwd;
   const auto& s = p.shape;
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= s.batch * s.channels) return;
-  const Step st = step_of<Elem>(p, i, t);
-  const int64_t b = st.b, d = st.d, at = st.at;
+  Step st;
+  if (!step_of<Elem>(p, t, st)) return;
   const float x = st.x, delta = st.delta;
-  const float dy = to_float(static_cast<const Elem*>(bp.d_grad_y)[at]);
-  const float* prev = history + st.history;
-  const float* cur = history + st.history + s.channels * s.states;
-  float* g = grad_state + i * s.states;
+  const float dy = to_float(static_cast<const Elem*>(bp.d_grad_y)[st.at]);
+  float* g = grad_state + st.i * s.states;
   float dx = 0.0f, ddelta = 0.0f;
   for (int64_t n = 0; n < s.states; ++n) {
-    const int64_t bn = (b * s.steps + t) * s.states + n;
-    const float A = p.d_A[d * s.states + n];
+    const int64_t bn = st.bn0 + n;
+    const float A = p.d_A[st.d * s.states + n];
     const float a = expf(delta * A);
     const float Bn = to_float(static_cast<const Elem*>(p.d_B)[bn]);
     const float Cn = to_float(static_cast<const Elem*>(p.d_C)[bn]);
+    const float h_prev = history[st.prev + n];
     const float gn = (t + 1 < s.steps ? g[n] : 0.0f) + dy * Cn;
     atomicAdd(&dBC[bn], gn * delta * x);
-    atomicAdd(&dBC[s.batch * s.steps * s.states + bn], dy * cur[n]);
+    atomicAdd(&dBC[s.batch * s.steps * s.states + bn], dy * history[st.next + n]);
     dx += gn * delta * Bn;
-    ddelta += gn * (Bn * x + A * a * prev[n]);
-    dA_parts[i * s.states + n] += gn * a * prev[n] * delta;
+    ddelta += gn * (Bn * x + A * a * h_prev);
+    dA_parts[st.i * s.states + n] += gn * a * h_prev * delta;
     g[n] = a * gn;
   }
-  static_cast<Elem*>(bp.d_grad_x)[at] = from_float<Elem>(dx);
-  static_cast<Elem*>(bp.d_grad_dt)[at] = from_float<Elem>(ddelta);
+  static_cast<Elem*>(bp.d_grad_x)[st.at] = from_float<Elem>(dx);
+  static_cast<Elem*>(bp.d_grad_dt)[st.at] = from_float<Elem>(ddelta);
 }
 
 unsigned blocks(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }

@@ -55,36 +55,41 @@ Status run(SelectiveScanDirection direction, const runtime::SelectiveScanCall& c
   return {};
 }
 
+// Validates into Params, then runs with `launch_kernels`, prefixing any
+// message with `context`.
+template <class Params, class Args, class Validate, class LaunchKernels>
+Status validated_call(const char* where, const char* context, SelectiveScanDirection direction,
+                      const Args& args, Stream stream, const SelectiveScanLaunchOptions* options,
+                      Validate&& validate, LaunchKernels&& launch_kernels) noexcept {
+  return runtime::guarded(where, [&]() -> Status {
+    Params params;
+    runtime::SelectiveScanCall call;
+    Status s = validate(args, params, call);
+    if (s.ok())
+      s = run(direction, call, stream, options,
+              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
+                return launch_kernels(params, plan, d_workspace, st);
+              });
+    return runtime::with_context(context, std::move(s));
+  });
+}
+
 }  // namespace
 
 Status selective_scan_forward(const SelectiveScanForwardArgs& args, Stream stream,
                               const SelectiveScanLaunchOptions* options) noexcept {
-  return runtime::guarded("selective_scan_forward", [&]() -> Status {
-    kernels::SelectiveScanForwardParams params;
-    runtime::SelectiveScanCall call;
-    Status s = runtime::validate_selective_scan_forward(args, params, call);
-    if (s.ok())
-      s = run(SelectiveScanDirection::forward, call, stream, options,
-              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
-                return kernels::launch_selective_scan_forward(params, plan, d_workspace, st);
-              });
-    return runtime::with_context("selective_scan forward", std::move(s));
-  });
+  return validated_call<kernels::SelectiveScanForwardParams>(
+      "selective_scan_forward", "selective_scan forward", SelectiveScanDirection::forward, args,
+      stream, options, runtime::validate_selective_scan_forward,
+      kernels::launch_selective_scan_forward);
 }
 
 Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream stream,
                                const SelectiveScanLaunchOptions* options) noexcept {
-  return runtime::guarded("selective_scan_backward", [&]() -> Status {
-    kernels::SelectiveScanBackwardParams params;
-    runtime::SelectiveScanCall call;
-    Status s = runtime::validate_selective_scan_backward(args, params, call);
-    if (s.ok())
-      s = run(SelectiveScanDirection::backward, call, stream, options,
-              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
-                return kernels::launch_selective_scan_backward(params, plan, d_workspace, st);
-              });
-    return runtime::with_context("selective_scan backward", std::move(s));
-  });
+  return validated_call<kernels::SelectiveScanBackwardParams>(
+      "selective_scan_backward", "selective_scan backward", SelectiveScanDirection::backward, args,
+      stream, options, runtime::validate_selective_scan_backward,
+      kernels::launch_selective_scan_backward);
 }
 
 }  // namespace exphil

@@ -30,7 +30,7 @@ class SelectiveScanChecker {
 
   Status A(const Tensor* t, const float*& data) {
     EXPHIL_RETURN_IF_ERROR(check_descriptor("A", t, 2, "[D, N]"));
-    EXPHIL_RETURN_IF_ERROR(check_dtype("A", *t, DType::f32, "f32"));
+    EXPHIL_RETURN_IF_ERROR(check_dtype("A", *t, DType::f32, false));
     if (t->shape[0] != call_.shape.channels)
       return {StatusCode::invalid_argument,
               arg("A") + "expected shape [D, N] with D = " + std::to_string(call_.shape.channels) +
@@ -58,38 +58,42 @@ class SelectiveScanChecker {
     const auto& s = call_.shape;
     int rank = 3;
     int64_t dims[3] = {s.batch, s.steps, s.channels};
+    // The layout's dimensions, and (for messages) where they come from.
     const char* desc = "[B, T, D]";
+    const char* source = "[B, T, D] of 'x'";
     switch (layout) {
       case Layout::sequence: break;
       case Layout::projection:
         dims[2] = s.states;
         desc = "[B, T, N]";
+        source = "[B, T, N] from 'x' and 'A'";
         break;
       case Layout::parameter:
         rank = 2;
         dims[0] = s.channels;
         dims[1] = s.states;
         desc = "[D, N]";
+        source = "[D, N] of 'A'";
         break;
       case Layout::channel:
         rank = 1;
         dims[0] = s.channels;
         desc = "[D]";
+        source = "[D] from 'x'";
         break;
       case Layout::state:
         dims[1] = s.channels;
         dims[2] = s.states;
         desc = "[B, D, N]";
+        source = "[B, D, N] from 'x' and 'A'";
         break;
     }
     EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, desc));
-    const std::string expected_desc = std::string(desc) + " from 'x' and 'A'";
-    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, expected_desc.c_str()));
+    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, source));
     if (f32) {
-      EXPHIL_RETURN_IF_ERROR(check_dtype(name, *t, DType::f32, "f32"));
+      EXPHIL_RETURN_IF_ERROR(check_dtype(name, *t, DType::f32, false));
     } else {
-      const std::string want = std::string(dtype_name(dtype_)) + " (the dtype of 'x')";
-      EXPHIL_RETURN_IF_ERROR(check_dtype(name, *t, dtype_, want.c_str()));
+      EXPHIL_RETURN_IF_ERROR(check_dtype(name, *t, dtype_, true));
     }
     return accept(name, t, output, data);
   }
@@ -116,11 +120,13 @@ class SelectiveScanChecker {
   DType dtype() const noexcept { return dtype_; }
 
  private:
-  static Status check_dtype(const char* name, const Tensor& t, DType want, const char* want_desc) {
+  // `of_x`: the expected dtype is x's, and the message says so.
+  static Status check_dtype(const char* name, const Tensor& t, DType want, bool of_x) {
     const auto got = static_cast<DType>(t.dtype);
     if (got != want)
       return {StatusCode::invalid_argument,
-              arg(name) + "expected dtype " + want_desc + ", got " + dtype_name(got)};
+              arg(name) + "expected dtype " + dtype_name(want) +
+                  (of_x ? " (the dtype of 'x')" : "") + ", got " + dtype_name(got)};
     return {};
   }
 

@@ -37,19 +37,6 @@ namespace exphil::kernels {
 
 namespace ss {
 
-// Shared memory of the backward kernel, in floats: the tile arrays (the
-// sums of C h only when dz is wanted: without them four blocks of four
-// warps fit an SM with 256-step chunks); the stage checkpoints follow
-// (backward_checkpoint_floats).
-__host__ __device__ constexpr int backward_tile_floats(int slices, bool with_y) {
-  return kSsBackwardStage * (5 * kLanes + 2 * P * slices) +
-         kSsBackwardTile * (2 * P * slices + (with_y ? 3 : 2) * slices * kLanes) +
-         2 * slices * kLanes;
-}
-__host__ __device__ constexpr int64_t backward_checkpoint_floats(int slices, int64_t chunk_steps) {
-  return (chunk_steps + kSsBackwardStage - 1) / kSsBackwardStage * kLanes * slices * P;
-}
-
 // Sums v[0..8) over the 32 lanes of a warp: afterwards lane l holds the sum
 // of v[4 * bit4(l) + 2 * bit3(l) + bit2(l)] (replicated over bits 0 and 1).
 // Each halving stage trades the half a lane does not keep.

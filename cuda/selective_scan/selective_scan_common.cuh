@@ -129,11 +129,6 @@ __device__ __forceinline__ StateCoefficients<kP> load_coefficients(const float* 
   return k;
 }
 
-// Offset of (b, t, 0) in a [B, T, W] tensor.
-__device__ __forceinline__ int64_t row(int64_t b, int64_t t, int64_t steps, int64_t width) {
-  return (b * steps + t) * width;
-}
-
 // Staging of one tile. A thread stages the rows t = slice + j * slices of
 // its own channel (so a row of the block is one coalesced 32-wide access),
 // and an equal share of the block's B and C values. Every load of a tile is

@@ -28,9 +28,11 @@ inline constexpr int kSsBackwardStage = 16;
 inline constexpr int kSsBackwardTile = 8;
 // The backward keeps the state at the start of every 16-step stage of its
 // chunk in shared memory; this bounds the chunk length (with 4 warps: 256
-// steps). Kept under the 99 KB per block that sm_86/sm_89 allow with the
-// rest.
+// steps). With the rest of a block's arrays it stays within
+// kSsMaxSharedBytes, under the 99 KB per block that sm_86/sm_89 allow
+// (selective_scan_shared_memory.h).
 inline constexpr int kSsCheckpointBytes = 32 * 1024;
+inline constexpr int kSsMaxSharedBytes = 96 * 1024;
 // Chunks add a pass over the inputs; below this many steps per chunk they
 // cost more than the parallelism they bring.
 inline constexpr int kSsMinChunkSteps = 64;

@@ -44,14 +44,6 @@ enum class SsForwardPass {
   aggregate_grad,  // also the gradient a chunk sends to its start state
 };
 
-namespace ss {
-
-// Shared memory of the forward kernel, in floats.
-__host__ __device__ constexpr int forward_shared_floats(int slices, int states_per_thread) {
-  return kSsForwardTile * (3 * kLanes + 2 * states_per_thread * slices + slices * kLanes);
-}
-
-}  // namespace ss
 
 template <class Elem, SsForwardPass kPass, int kP>
 __global__ void __launch_bounds__(kSsMaxBlockThreads)

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include <cuda_runtime.h>
 
@@ -14,6 +16,7 @@
 #include "selective_scan/selective_scan_finalize.cuh"
 #include "selective_scan/selective_scan_forward.cuh"
 #include "selective_scan/selective_scan_instances.h"
+#include "selective_scan/selective_scan_shared_memory.h"
 
 namespace exphil::kernels {
 namespace ss_launch {
@@ -35,12 +38,21 @@ inline unsigned scan_grid_x(const SelectiveScanShape& s, const SelectiveScanPlan
   return static_cast<unsigned>(s.batch * plan.channel_groups * plan.state_groups);
 }
 
-// Dynamic shared memory above 48 KB must be allowed per kernel first.
+// Dynamic shared memory above 48 KB must be allowed per kernel and device.
+// The limit is raised to kSsMaxSharedBytes (which every plan stays within)
+// once per device: the attribute outlives the call, and a driver call on
+// every launch would be host time for nothing. `done` holds one bit per
+// device (devices past 63 simply ask every time).
 template <class Kernel>
-cudaError_t allow_shared(Kernel kernel, std::size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
+cudaError_t allow_shared_once(Kernel kernel, std::atomic<uint64_t>& done) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSsMaxSharedBytes);
+  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_release);
+  return e;
 }
 
 #define EXPHIL_SS_CHECK_LAUNCH(what)                                     \
@@ -49,29 +61,19 @@ cudaError_t allow_shared(Kernel kernel, std::size_t bytes) {
       return {e_, "launch of " what};                                    \
   } while (0)
 
-template <class Elem>
+// The forward never needs the last chunk's aggregate; the backward needs
+// its gradient.
+template <class Elem, bool kWithGrad>
 LaunchResult aggregate_and_carry(const SelectiveScanBackwardParams& bp,
-                                 const SelectiveScanPlan& plan, float* ws, cudaStream_t stream,
-                                 bool with_grad) {
+                                 const SelectiveScanPlan& plan, float* ws, cudaStream_t stream) {
+  constexpr SsForwardPass kPass = kWithGrad ? SsForwardPass::aggregate_grad : SsForwardPass::aggregate;
   const SelectiveScanShape& s = bp.fwd.shape;
-  const std::size_t smem = ss::forward_shared_floats(plan.slices, 4) * sizeof(float);
-  // The forward never needs the last chunk's aggregate; the backward needs
-  // its gradient.
-  const unsigned chunks = static_cast<unsigned>(with_grad ? plan.chunks : plan.chunks - 1);
-  const dim3 grid(scan_grid_x(s, plan), chunks);
-  if (with_grad) {
-    selective_scan_forward_kernel<Elem, SsForwardPass::aggregate_grad, 4>
-        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
-    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
-    selective_scan_carry_kernel<true>
-        <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
-  } else {
-    selective_scan_forward_kernel<Elem, SsForwardPass::aggregate, 4>
-        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
-    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
-    selective_scan_carry_kernel<false>
-        <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
-  }
+  const auto smem = static_cast<std::size_t>(selective_scan_forward_shared_bytes(plan.slices, 4));
+  const dim3 grid(scan_grid_x(s, plan), static_cast<unsigned>(kWithGrad ? plan.chunks : plan.chunks - 1));
+  selective_scan_forward_kernel<Elem, kPass, 4><<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
+  EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
+  selective_scan_carry_kernel<kWithGrad>
+      <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
   EXPHIL_SS_CHECK_LAUNCH("selective_scan_carry_kernel");
   return {};
 }
@@ -88,11 +90,11 @@ LaunchResult run_selective_scan_forward(const SelectiveScanForwardParams& params
   bp.fwd = params;
   const SelectiveScanShape& s = params.shape;
   if (plan.chunks > 1) {
-    const LaunchResult r = aggregate_and_carry<Elem>(bp, plan, d_workspace, stream, false);
+    const LaunchResult r = aggregate_and_carry<Elem, false>(bp, plan, d_workspace, stream);
     if (!r.ok()) return r;
   }
-  const std::size_t smem =
-      ss::forward_shared_floats(plan.slices, plan.states_per_thread) * sizeof(float);
+  const auto smem = static_cast<std::size_t>(
+      selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread));
   const dim3 grid(scan_grid_x(s, plan), plan.chunks);
   if (plan.states_per_thread == 2)
     selective_scan_forward_kernel<Elem, SsForwardPass::apply, 2>
@@ -118,13 +120,14 @@ LaunchResult run_selective_scan_backward(const SelectiveScanBackwardParams& para
   clear_stale_launch_error();
   const SelectiveScanShape& s = params.fwd.shape;
   if (plan.chunks > 1) {
-    const LaunchResult r = aggregate_and_carry<Elem>(params, plan, d_workspace, stream, true);
+    const LaunchResult r = aggregate_and_carry<Elem, true>(params, plan, d_workspace, stream);
     if (!r.ok()) return r;
   }
-  const std::size_t smem =
-      (ss::backward_tile_floats(plan.slices, params.fwd.d_z && params.d_grad_z) +
-       ss::backward_checkpoint_floats(plan.slices, plan.chunk_steps)) * sizeof(float);
-  if (const cudaError_t e = allow_shared(selective_scan_backward_kernel<Elem>, smem);
+  const auto smem = static_cast<std::size_t>(
+      selective_scan_backward_tile_bytes(plan.slices, params.fwd.d_z && params.d_grad_z) +
+      selective_scan_checkpoint_bytes(plan.slices, plan.chunk_steps));
+  static std::atomic<uint64_t> shared_allowed{0};
+  if (const cudaError_t e = allow_shared_once(selective_scan_backward_kernel<Elem>, shared_allowed);
       e != cudaSuccess)
     return {e, "cudaFuncSetAttribute (selective_scan_backward_kernel shared memory)"};
   selective_scan_backward_kernel<Elem>

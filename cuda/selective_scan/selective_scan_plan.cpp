@@ -12,6 +12,7 @@
 
 #include "selective_scan/selective_scan_config.h"
 #include "selective_scan/selective_scan_launch.h"
+#include "selective_scan/selective_scan_shared_memory.h"
 
 namespace exphil::kernels {
 namespace {
@@ -33,10 +34,9 @@ SelectiveScanPlan plan_selective_scan(SelectiveScanDirection direction,
       std::max<int64_t>(kSsMinSlices, ceil_div(all_slices, plan.state_groups)));
   plan.channel_groups = ceil_div(shape.channels, kSsChannelsPerBlock);
 
-  const int threads = kSsChannelsPerBlock * plan.slices;
-  // Longest backward chunk whose stage checkpoints fit kSsCheckpointBytes.
-  const int64_t checkpoint_tiles =
-      kSsCheckpointBytes / (static_cast<int64_t>(threads) * kSsStatesPerThread * sizeof(float));
+  // Longest backward chunk whose stage checkpoints fit their budget.
+  const int64_t checkpoint_tiles = selective_scan_checkpoint_budget(plan.slices) /
+                                   selective_scan_checkpoint_bytes(plan.slices, kSsBackwardStage);
   const int64_t max_chunk = backward ? std::max<int64_t>(kSsBackwardStage,
                                                          checkpoint_tiles * kSsBackwardStage)
                                      : std::numeric_limits<int64_t>::max();

@@ -61,17 +61,6 @@ struct Output {
   double scale = -1.0;  // what atol is relative to; < 0: max |reference|
 };
 
-// The scale of a gradient that sums terms over batch and time (grad_A,
-// grad_dt_bias, grad_D): the largest sum |term| the reference reports.
-// Rounding a sum costs about eps * sum |term|, which can exceed eps * |sum|
-// by any factor when the terms cancel (a d dt_bias of 1e-3 from 400 terms
-// of 0.4).
-double max_value(const std::vector<double>& v) {
-  double worst = 0.0;
-  for (double x : v) worst = std::max(worst, x);
-  return worst;
-}
-
 // An uploaded input and the values it must still hold after every call.
 struct Input {
   std::string name;
@@ -325,14 +314,19 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
   };
   bwd.grad_x = grad(SelectiveScanGrad::x, sequence, seq, ref_bwd.x);
   bwd.grad_dt = grad(SelectiveScanGrad::dt, sequence, seq, ref_bwd.dt);
+  // A gradient that sums terms over batch and time (grad_A, grad_dt_bias,
+  // grad_D) is judged at the scale of the largest sum |term| the reference
+  // reports: rounding a sum costs about eps * sum |term|, which can exceed
+  // eps * |sum| by any factor when the terms cancel (a d dt_bias of 1e-3
+  // from 400 terms of 0.4).
   bwd.grad_A = grad(SelectiveScanGrad::A, f32, a_shape, ref_bwd.A);
-  if (bwd.grad_A) bwd_outputs.back().scale = max_value(ref_bwd.A_terms);
+  if (bwd.grad_A) bwd_outputs.back().scale = max_abs(ref_bwd.A_terms);
   bwd.grad_B = grad(SelectiveScanGrad::B, sequence, proj, ref_bwd.B);
   bwd.grad_C = grad(SelectiveScanGrad::C, sequence, proj, ref_bwd.C);
   bwd.grad_dt_bias = grad(SelectiveScanGrad::dt_bias, f32, per_channel, ref_bwd.dt_bias);
-  if (bwd.grad_dt_bias) bwd_outputs.back().scale = max_value(ref_bwd.dt_bias_terms);
+  if (bwd.grad_dt_bias) bwd_outputs.back().scale = max_abs(ref_bwd.dt_bias_terms);
   bwd.grad_D = grad(SelectiveScanGrad::D, f32, per_channel, ref_bwd.D);
-  if (bwd.grad_D) bwd_outputs.back().scale = max_value(ref_bwd.D_terms);
+  if (bwd.grad_D) bwd_outputs.back().scale = max_abs(ref_bwd.D_terms);
   bwd.grad_z = grad(SelectiveScanGrad::z, sequence, seq, ref_bwd.z);
   bwd.grad_h0 = grad(SelectiveScanGrad::h0, f32, state, ref_bwd.h0);
 
@@ -374,7 +368,7 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
           // output's own max |ref|: the outputs differ by orders of magnitude
           // (grad_A and grad_D sum over B * T, grad_x does not), and a scale
           // shared across them would leave the small ones unchecked. Sums
-          // over batch and time take the scale of their terms (max_value).
+          // over batch and time take the scale of their terms.
           // f16 values below 2^-14 are subnormal, spaced 2^-24 apart whatever
           // their size: the scale never goes below what makes atol cover
           // that spacing.

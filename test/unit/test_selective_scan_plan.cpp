@@ -5,6 +5,7 @@
 
 #include "selective_scan/selective_scan_config.h"
 #include "selective_scan/selective_scan_launch.h"
+#include "selective_scan/selective_scan_shared_memory.h"
 
 using namespace exphil::kernels;
 
@@ -35,10 +36,16 @@ void check_covers(const SelectiveScanPlan& plan, const SelectiveScanShape& s,
   CHECK(static_cast<int64_t>(plan.chunks) * plan.chunk_steps >= s.steps);
   CHECK(static_cast<int64_t>(plan.chunks - 1) * plan.chunk_steps < s.steps);
   if (backward) {
-    // The stage checkpoints of a chunk fit their shared-memory budget.
+    // The stage checkpoints of a chunk fit their shared-memory budget, and
+    // the block's whole shared memory what every target GPU allows.
     const int64_t stages = (plan.chunk_steps + kSsBackwardStage - 1) / kSsBackwardStage;
     CHECK(stages * kSsChannelsPerBlock * plan.slices * kSsStatesPerThread * 4 <=
           kSsCheckpointBytes);
+    CHECK(selective_scan_backward_tile_bytes(plan.slices, true) +
+              selective_scan_checkpoint_bytes(plan.slices, plan.chunk_steps) <=
+          kSsMaxSharedBytes);
+  } else {
+    CHECK(selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread) <= 48 * 1024);
   }
   if (plan.chunks > 1) CHECK(plan.ws_carry >= 0);
   if (plan.state_groups > 1) CHECK(plan.ws_group_sums >= 0);
