@@ -5,6 +5,7 @@
 #include "exphil/exphil.h"
 #include "exphil/runtime.hpp"
 #include "exphil/scan.hpp"
+#include "exphil/attention.hpp"
 #include "exphil/selective_scan.hpp"
 
 namespace {
@@ -94,6 +95,28 @@ exphil::SelectiveScanOptions selective_scan_options(
     o.clamp = options->clamp != 0;
     o.dt_min = options->dt_min;
     o.dt_max = options->dt_max;
+  }
+  return o;
+}
+
+exphil::AttentionInputs attention_inputs(const exphil_tensor* q, const exphil_tensor* k,
+                                         const exphil_tensor* v) noexcept {
+  exphil::AttentionInputs in;
+  in.q = q;
+  in.k = k;
+  in.v = v;
+  return in;
+}
+
+// NULL options: no mask, layout BHTD, scale 1 / sqrt(d). Values are passed
+// through unchecked; validation reports the bad ones.
+exphil::AttentionOptions attention_options(const exphil_attention_options* options) noexcept {
+  exphil::AttentionOptions o;
+  if (options) {
+    o.mask = static_cast<exphil::AttentionMask>(options->mask);
+    o.window = options->window;
+    o.layout = static_cast<exphil::AttentionLayout>(options->layout);
+    o.scale = options->scale;
   }
   return o;
 }
@@ -254,6 +277,41 @@ exphil_status exphil_selective_scan_backward(
     args.grad_z = grad_z;
     args.grad_h0 = grad_h0;
     return exphil::selective_scan_backward(args, stream);
+  });
+}
+
+exphil_status exphil_attention_forward(const exphil_tensor* q, const exphil_tensor* k,
+                                       const exphil_tensor* v,
+                                       const exphil_attention_options* options,
+                                       const exphil_tensor* o, const exphil_tensor* lse,
+                                       exphil_stream stream) {
+  return c_call([&] {
+    exphil::AttentionForwardArgs args;
+    args.in = attention_inputs(q, k, v);
+    args.options = attention_options(options);
+    args.o = o;
+    args.lse = lse;
+    return exphil::attention_forward(args, stream);
+  });
+}
+
+exphil_status exphil_attention_backward(const exphil_tensor* q, const exphil_tensor* k,
+                                        const exphil_tensor* v, const exphil_tensor* o,
+                                        const exphil_tensor* lse, const exphil_tensor* grad_o,
+                                        const exphil_attention_options* options,
+                                        const exphil_tensor* grad_q, const exphil_tensor* grad_k,
+                                        const exphil_tensor* grad_v, exphil_stream stream) {
+  return c_call([&] {
+    exphil::AttentionBackwardArgs args;
+    args.in = attention_inputs(q, k, v);
+    args.options = attention_options(options);
+    args.o = o;
+    args.lse = lse;
+    args.grad_o = grad_o;
+    args.grad_q = grad_q;
+    args.grad_k = grad_k;
+    args.grad_v = grad_v;
+    return exphil::attention_backward(args, stream);
   });
 }
 

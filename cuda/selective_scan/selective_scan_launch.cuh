@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include "common/dynamic_shared_memory.h"
 #include "selective_scan/selective_scan_backward.cuh"
 #include "selective_scan/selective_scan_carry.cuh"
 #include "selective_scan/selective_scan_finalize.cuh"
@@ -36,23 +37,6 @@ inline dim3 scan_block(const SelectiveScanPlan& plan) {
 
 inline unsigned scan_grid_x(const SelectiveScanShape& s, const SelectiveScanPlan& plan) {
   return static_cast<unsigned>(s.batch * plan.channel_groups * plan.state_groups);
-}
-
-// Dynamic shared memory above 48 KB must be allowed per kernel and device.
-// The limit is raised to kSsMaxSharedBytes (which every plan stays within)
-// once per device: the attribute outlives the call, and a driver call on
-// every launch would be host time for nothing. `done` holds one bit per
-// device (devices past 63 simply ask every time).
-template <class Kernel>
-cudaError_t allow_shared_once(Kernel kernel, std::atomic<uint64_t>& done) {
-  int device = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
-  const cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSsMaxSharedBytes);
-  if (e == cudaSuccess && bit) done.fetch_or(bit, std::memory_order_release);
-  return e;
 }
 
 #define EXPHIL_SS_CHECK_LAUNCH(what)                                     \
@@ -127,7 +111,8 @@ LaunchResult run_selective_scan_backward(const SelectiveScanBackwardParams& para
       selective_scan_backward_tile_bytes(plan.slices, params.fwd.d_z && params.d_grad_z) +
       selective_scan_checkpoint_bytes(plan.slices, plan.chunk_steps));
   static std::atomic<uint64_t> shared_allowed{0};
-  if (const cudaError_t e = allow_shared_once(selective_scan_backward_kernel<Elem>, shared_allowed);
+  if (const cudaError_t e = allow_dynamic_shared_once(selective_scan_backward_kernel<Elem>,
+                                                      kSsMaxSharedBytes, shared_allowed);
       e != cudaSuccess)
     return {e, "cudaFuncSetAttribute (selective_scan_backward_kernel shared memory)"};
   selective_scan_backward_kernel<Elem>

@@ -1,5 +1,6 @@
 /*
- * ExPhil.Native C ABI: fused GPU recurrences on caller-owned device memory.
+ * ExPhil.Native C ABI: fused GPU recurrences and attention on caller-owned
+ * device memory.
  *
  * Every function here is safe to call from any thread, never exits, aborts or
  * throws, and reports failure through its return value. The message of the
@@ -291,6 +292,72 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
     const exphil_tensor* grad_dt_bias, const exphil_tensor* grad_D,
     const exphil_tensor* grad_z, const exphil_tensor* grad_h0,
     exphil_stream stream);
+
+/* ---------------------------------------------------------------------------
+ * attention (scaled dot-product attention with grouped-query heads).
+ *
+ *   O[b, h] = softmax(scale * Q[b, h] K[b, g]^T + mask) V[b, g],
+ *   g = h / (Hq / Hkv)
+ *   lse[b, h, i] = log sum_j exp(scale * Q[b, h, i] . K[b, g, j] + mask[i, j])
+ *
+ * Tensors, with layout EXPHIL_ATTENTION_BHTD (the default):
+ *   q, o, grad_o, grad_q [B, Hq, T, d];  k, v, grad_k, grad_v [B, Hkv, S, d];
+ * with layout EXPHIL_ATTENTION_BTHD the same tensors are [B, T, Hq, d] and
+ * [B, S, Hkv, d]. lse is [B, Hq, T] in f32 with either layout. q, k, v, o,
+ * grad_o and the three gradients share one dtype: f32, f16 or bf16. Hq must
+ * be a multiple of Hkv. The head width d is 32, 64, 96 or 128; B, Hq, Hkv,
+ * T, S are any size >= 1.
+ *
+ * Masks (query i, key j; the causal diagonal is aligned to the bottom right,
+ * so with T != S query i is the one at position i + S - T):
+ *   EXPHIL_ATTENTION_MASK_NONE     every key;
+ *   EXPHIL_ATTENTION_MASK_CAUSAL   j <= i + S - T;
+ *   EXPHIL_ATTENTION_MASK_WINDOW   i + S - T - window < j <= i + S - T
+ *                                  (the last `window` keys, window >= 1).
+ * A query row that sees no key gets O = 0 and lse = -inf, and no gradient.
+ *
+ * Arithmetic. Softmax and every sum are f32. f16 and bf16 inputs run on tensor
+ * cores (mma.sync, sm_80 and later), with the probabilities and the
+ * gradients of the scores rounded to the input dtype before their products,
+ * as FlashAttention does. f32 inputs run in exact f32 FMAs (no TF32).
+ *
+ * forward:  writes o and lse (lse may be NULL: not written).
+ * backward: takes q, k, v, the forward's o and lse, and grad_o; writes
+ *           grad_q, grad_k and grad_v (each may be NULL: not written).
+ *           grad_k and grad_v sum over the query heads that share each
+ *           key/value head. No atomics: bitwise deterministic. Temporary
+ *           device memory: B * Hq * T floats.
+ * options may be NULL: no mask, layout BHTD, scale 1 / sqrt(d).
+ * ------------------------------------------------------------------------- */
+typedef enum exphil_attention_mask {
+  EXPHIL_ATTENTION_MASK_NONE = 0,
+  EXPHIL_ATTENTION_MASK_CAUSAL = 1,
+  EXPHIL_ATTENTION_MASK_WINDOW = 2
+} exphil_attention_mask;
+
+typedef enum exphil_attention_layout {
+  EXPHIL_ATTENTION_BHTD = 0, /* [batch, heads, time, head width] */
+  EXPHIL_ATTENTION_BTHD = 1  /* [batch, time, heads, head width] */
+} exphil_attention_layout;
+
+typedef struct exphil_attention_options {
+  int32_t mask;   /* an exphil_attention_mask */
+  int32_t window; /* with EXPHIL_ATTENTION_MASK_WINDOW: keys seen, >= 1 */
+  int32_t layout; /* an exphil_attention_layout */
+  float scale;    /* 0: 1 / sqrt(d); otherwise finite, used as given */
+} exphil_attention_options;
+
+EXPHIL_API exphil_status exphil_attention_forward(
+    const exphil_tensor* q, const exphil_tensor* k, const exphil_tensor* v,
+    const exphil_attention_options* options, const exphil_tensor* o,
+    const exphil_tensor* lse, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_attention_backward(
+    const exphil_tensor* q, const exphil_tensor* k, const exphil_tensor* v,
+    const exphil_tensor* o, const exphil_tensor* lse,
+    const exphil_tensor* grad_o, const exphil_attention_options* options,
+    const exphil_tensor* grad_q, const exphil_tensor* grad_k,
+    const exphil_tensor* grad_v, exphil_stream stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

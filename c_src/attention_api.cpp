@@ -1,0 +1,93 @@
+// exphil::attention_forward / attention_backward: validate, place, plan,
+// launch.
+#include <string>
+
+#include "api_guard.hpp"
+#include "attention/attention_config.h"
+#include "attention/attention_launch.h"
+#include "attention_validate.hpp"
+#include "cuda_status.hpp"
+#include "exphil/attention.hpp"
+#include "format.hpp"
+#include "launch_context.hpp"
+
+namespace exphil {
+
+namespace {
+
+using kernels::AttentionDirection;
+
+// Everything after validation, shared by both directions. `launch` enqueues
+// the kernels: (const AttentionPlan&, float* d_workspace, cudaStream_t) ->
+// LaunchResult.
+template <class Launch>
+Status run(AttentionDirection direction, const runtime::AttentionCall& call, DType dtype,
+           Stream requested_stream, const AttentionLaunchOptions* options, int kernels,
+           Launch&& launch) {
+  runtime::LaunchContext context;
+  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
+
+  const kernels::AttentionPlan plan = kernels::plan_attention(
+      direction, call.shape, dtype, context.sm_count(), options ? options->warps_per_block : 0);
+  if (const char* why = kernels::attention_unsupported(direction, plan, call.shape, dtype)) {
+    const auto& s = call.shape;
+    const int64_t dims[6] = {s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim};
+    return {StatusCode::not_supported,
+            "[B, Hq, Hkv, T, S, d] = " + runtime::shape_string(dims, 6) + " cannot run: " + why};
+  }
+
+  void* d_workspace = nullptr;
+  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(kernels::attention_workspace_bytes(plan),
+                                                    &d_workspace, "attention workspace"));
+  const kernels::LaunchResult launched =
+      launch(plan, static_cast<float*>(d_workspace), context.stream());
+  EXPHIL_RETURN_IF_ERROR(
+      context.free_workspace(d_workspace, "attention workspace", launched.ok()));
+  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+
+  if (options && options->chosen) {
+    AttentionLaunchInfo& info = *options->chosen;
+    const bool fwd = direction == AttentionDirection::forward;
+    info.query_rows_per_block =
+        kernels::kAttnRowsPerWarp * (fwd ? plan.forward_warps : plan.dq_warps);
+    info.key_rows_per_block = fwd ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
+    info.key_tile = kernels::attention_key_tile(dtype_size(dtype));
+    info.kernels = kernels;
+  }
+  return {};
+}
+
+}  // namespace
+
+Status attention_forward(const AttentionForwardArgs& args, Stream stream,
+                         const AttentionLaunchOptions* options) noexcept {
+  return runtime::guarded("attention_forward", [&]() -> Status {
+    kernels::AttentionForwardParams params;
+    runtime::AttentionCall call;
+    Status s = runtime::validate_attention_forward(args, params, call);
+    if (s.ok())
+      s = run(AttentionDirection::forward, call, params.problem.dtype, stream, options, 1,
+              [&](const kernels::AttentionPlan& plan, float*, cudaStream_t st) {
+                return kernels::launch_attention_forward(params, plan, st);
+              });
+    return runtime::with_context("attention forward", std::move(s));
+  });
+}
+
+Status attention_backward(const AttentionBackwardArgs& args, Stream stream,
+                          const AttentionLaunchOptions* options) noexcept {
+  return runtime::guarded("attention_backward", [&]() -> Status {
+    kernels::AttentionBackwardParams params;
+    runtime::AttentionCall call;
+    Status s = runtime::validate_attention_backward(args, params, call);
+    if (s.ok())
+      s = run(AttentionDirection::backward, call, params.problem.dtype, stream, options,
+              kernels::attention_backward_kernel_count(params),
+              [&](const kernels::AttentionPlan& plan, float* d_workspace, cudaStream_t st) {
+                return kernels::launch_attention_backward(params, plan, d_workspace, st);
+              });
+    return runtime::with_context("attention backward", std::move(s));
+  });
+}
+
+}  // namespace exphil

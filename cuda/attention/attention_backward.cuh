@@ -1,0 +1,242 @@
+// Attention backward: dQ, dK, dV from dO, the forward's O and log-sum-exp.
+//
+// Algorithm. With P = exp(scale S - lse) recomputed tile by tile from the
+// saved lse, dP = dO V^T and Di = rowsum(dO * O):
+//   dV = P^T dO,  dS = P * (dP - Di),  dQ = scale dS K,  dK = scale dS^T Q.
+// Three kernels, none with atomics, so every sum has one fixed order:
+//   1. attention_rowdot_kernel: Di for every query row (a warp per row).
+//   2. attention_dkdv_kernel: a block takes 16 key rows per warp of one
+//      (batch, key head) and walks, for each query head of its group in
+//      turn, the query rows that can see its keys, in tiles of
+//      attention_query_tile(). dK and dV stay in registers, so the sum over
+//      the heads that share a key head is part of the walk.
+//   3. attention_dq_kernel: a block takes 16 query rows per warp of one
+//      (batch, query head) and walks the keys they see, as the forward does.
+// Scores are recomputed twice (kernels 2 and 3) instead of summing dQ across
+// key blocks with atomics, FlashAttention-2's way, which is not deterministic.
+//
+// Layout and limits as the forward (attention_forward.cuh). Rows that saw
+// no key (lse = -inf) get P = 0 and so no gradient.
+#pragma once
+
+#include <math_constants.h>
+
+#include "attention/attention_common.cuh"
+#include "attention/attention_config.h"
+#include "attention/attention_warp_mma.cuh"
+
+namespace exphil::kernels {
+
+namespace attn {
+// lse in base 2 for P = exp2(scale_log2 s - lse2); +inf where no key was
+// seen (or past the sequence), so that P is exactly 0 there.
+__device__ __forceinline__ float lse_base2(float lse) {
+  return lse == -CUDART_INF_F ? CUDART_INF_F : lse * kLog2e;
+}
+}  // namespace attn
+
+// rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c], a warp per row.
+template <class Elem, int kD>
+__global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot) {
+  const AttentionProblem& pr = p.problem;
+  const int64_t rows = pr.shape.batch * pr.shape.q_heads * pr.shape.q_len;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+       r < rows; r += warps) {
+    const int64_t i = r % pr.shape.q_len;
+    const int64_t bh = r / pr.shape.q_len;
+    const int64_t b = bh / pr.shape.q_heads, h = bh % pr.shape.q_heads;
+    const int64_t offset = b * pr.q_strides.batch + h * pr.q_strides.head + i * pr.q_strides.row;
+    const Elem* o = static_cast<const Elem*>(p.d_o) + offset;
+    const Elem* d_o = static_cast<const Elem*>(p.d_grad_o) + offset;
+    float sum = 0.0f;
+#pragma unroll
+    for (int c = lane; c < kD; c += 32) sum = fmaf(to_float(o[c]), to_float(d_o[c]), sum);
+#pragma unroll
+    for (int step = 16; step > 0; step /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, step);
+    if (lane == 0) d_rowdot[r] = sum;
+  }
+}
+
+template <class Elem, int kD>
+__global__ void __launch_bounds__(kAttnMaxWarps * 32)
+    attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
+  using namespace attn;
+  constexpr int kQT = attention_query_tile(sizeof(Elem), kD);
+  constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
+  constexpr int kDT = kD / 8;
+  constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
+  const AttentionProblem& pr = p.problem;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int rows = kAttnRowsPerWarp * warps;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  Elem* k_s = reinterpret_cast<Elem*>(smem);
+  Elem* v_s = k_s + rows * kLd;
+  Elem* q_s = v_s + rows * kLd;
+  Elem* do_s = q_s + kQT * kLd;
+  float* lse_s = reinterpret_cast<float*>(do_s + kQT * kLd);  // base 2
+  float* dot_s = lse_s + kQT;
+  float* scratch = dot_s + kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
+
+  const int64_t b = blockIdx.z, kv_head = blockIdx.y;
+  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
+  const int64_t group = pr.shape.q_heads / pr.shape.kv_heads;
+  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const KeyRange keys = KeyRange::of(pr);
+  const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
+
+  load_rows<Elem, kD>(k_s, kLd, head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                      kv_row, rows, S - key0);
+  load_rows<Elem, kD>(v_s, kLd, head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                      kv_row, rows, S - key0);
+
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
+  const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
+  const bool warp_has_keys = warp_key0 < S;
+  const int64_t warp_q_begin = warp_has_keys ? keys.first_query(warp_key0) : 0;
+  const int64_t warp_q_end =
+      warp_has_keys ? keys.end_query(min(warp_key0 + kAttnRowsPerWarp, S), T) : 0;
+  const int64_t q_begin = keys.first_query(key0);
+  const int64_t q_end = keys.end_query(min(key0 + rows, S), T);
+  const float scale_log2 = pr.scale * kLog2e;
+
+  float dk[kDT][4] = {}, dv[kDT][4] = {};
+  for (int64_t hh = 0; hh < group; ++hh) {
+    const int64_t h = kv_head * group + hh;
+    const Elem* d_q = head_rows<Elem>(p.d_q, pr.q_strides, b, h);
+    const Elem* d_do = head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h);
+    const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
+    const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
+    for (int64_t i0 = q_begin; i0 < q_end; i0 += kQT) {
+      __syncthreads();
+      load_rows<Elem, kD>(q_s, kLd, d_q + i0 * q_row, q_row, kQT, T - i0);
+      load_rows<Elem, kD>(do_s, kLd, d_do + i0 * q_row, q_row, kQT, T - i0);
+      for (int r = threadIdx.x; r < kQT; r += blockDim.x) {
+        const bool valid = i0 + r < T;
+        lse_s[r] = valid ? lse_base2(lse[i0 + r]) : CUDART_INF_F;
+        dot_s[r] = valid ? rowdot[i0 + r] : 0.0f;
+      }
+      __syncthreads();
+      if (i0 >= warp_q_end || i0 + kQT <= warp_q_begin) continue;
+
+      // Transposed scores: rows are this warp's keys, columns the tile's queries.
+      float pt[kNT][4] = {}, dpt[kNT][4] = {};
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   q_s, kLd, scratch);
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   do_s, kLd, scratch);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          const float prob = keys.sees(i0 + col, my_key[e >> 1])
+                                 ? exp2f(pt[j][e] * scale_log2 - lse_s[col])
+                                 : 0.0f;
+          pt[j][e] = prob;
+          dpt[j][e] = prob * (dpt[j][e] - dot_s[col]);  // now dS^T
+        }
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, scratch);
+    }
+  }
+
+  if (!warp_has_keys) return;
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {pr.scale, pr.scale};
+  if (p.d_grad_k != nullptr)
+    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_k, pr.kv_strides, b, kv_head), kv_row,
+                              warp_key0, S, dk, scale);
+  if (p.d_grad_v != nullptr)
+    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_v, pr.kv_strides, b, kv_head), kv_row,
+                              warp_key0, S, dv, one);
+}
+
+template <class Elem, int kD>
+__global__ void __launch_bounds__(kAttnMaxWarps * 32)
+    attention_dq_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
+  using namespace attn;
+  constexpr int kKT = attention_key_tile(sizeof(Elem));
+  constexpr int kNT = kKT / 8;
+  constexpr int kDT = kD / 8;
+  constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
+  const AttentionProblem& pr = p.problem;
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  const int rows = kAttnRowsPerWarp * warps;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  Elem* q_s = reinterpret_cast<Elem*>(smem);
+  Elem* do_s = q_s + rows * kLd;
+  Elem* k_s = do_s + rows * kLd;
+  Elem* v_s = k_s + kKT * kLd;
+  float* scratch = reinterpret_cast<float*>(v_s + kKT * kLd) +
+                   warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
+
+  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
+  const int64_t T = pr.shape.q_len;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const KeyRange keys = KeyRange::of(pr);
+  const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
+  const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
+  const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
+
+  load_rows<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row, q_row,
+                      rows, T - row0);
+  load_rows<Elem, kD>(do_s, kLd, head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + row0 * q_row,
+                      q_row, rows, T - row0);
+
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
+  const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  const int64_t block_last = min(row0 + rows, T) - 1;
+  const bool warp_has_rows = warp_row0 < T;
+  const int64_t warp_lo = warp_has_rows ? keys.lo(warp_row0) : 0;
+  const int64_t warp_hi = warp_has_rows ? keys.hi(min(warp_row0 + kAttnRowsPerWarp, T) - 1) : 0;
+  const float scale_log2 = pr.scale * kLog2e;
+  const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
+  const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
+  float row_lse[2], row_dot[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool valid = my_row[half] < T;
+    row_lse[half] = valid ? lse_base2(lse[my_row[half]]) : CUDART_INF_F;
+    row_dot[half] = valid ? rowdot[my_row[half]] : 0.0f;
+  }
+
+  float dq[kDT][4] = {};
+  for (int64_t k0 = keys.lo(row0); k0 < keys.hi(block_last); k0 += kKT) {
+    __syncthreads();
+    load_rows<Elem, kD>(k_s, kLd, d_k + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
+    load_rows<Elem, kD>(v_s, kLd, d_v + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
+    __syncthreads();
+    if (k0 >= warp_hi || k0 + kKT <= warp_lo) continue;
+
+    float s[kNT][4] = {}, dp[kNT][4] = {};
+    WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd, k_s,
+                                                 kLd, scratch);
+    WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dp, do_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                 v_s, kLd, scratch);
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e >> 1;
+        const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
+        const float prob = keys.sees(my_row[half], key)
+                               ? exp2f(s[j][e] * scale_log2 - row_lse[half])
+                               : 0.0f;
+        dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
+      }
+    WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_s, kLd, scratch);
+  }
+
+  if (!warp_has_rows) return;
+  const float scale[2] = {pr.scale, pr.scale};
+  store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_q, pr.q_strides, b, h), q_row, warp_row0, T,
+                            dq, scale);
+}
+
+}  // namespace exphil::kernels

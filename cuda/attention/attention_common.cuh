@@ -1,0 +1,115 @@
+// Device helpers shared by the attention kernels: which keys a query row
+// sees, where a (batch, head) starts, and tile loads into shared memory.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/attention_params.h"
+#include "common/dtype.cuh"
+
+namespace exphil::kernels::attn {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// The keys visible from each query row: row i sees [lo(i), hi(i)).
+struct KeyRange {
+  int64_t kv_len = 0, offset = 0, window = 0;  // offset = S - T
+  AttentionMaskKind mask = AttentionMaskKind::none;
+
+  __host__ __device__ static KeyRange of(const AttentionProblem& p) {
+    KeyRange r;
+    r.kv_len = p.shape.kv_len;
+    r.offset = p.shape.kv_len - p.shape.q_len;
+    r.window = p.window;
+    r.mask = p.mask;
+    return r;
+  }
+  __device__ int64_t lo(int64_t i) const {
+    if (mask != AttentionMaskKind::window) return 0;
+    const int64_t l = i + offset - window + 1;
+    return l > 0 ? l : 0;
+  }
+  __device__ int64_t hi(int64_t i) const {
+    if (mask == AttentionMaskKind::none) return kv_len;
+    const int64_t h = i + offset + 1;
+    return h < kv_len ? (h > 0 ? h : 0) : kv_len;
+  }
+  __device__ bool sees(int64_t i, int64_t j) const { return j >= lo(i) && j < hi(i); }
+  // The query rows, within [0, q_len), that see any key of [k0, k1).
+  __device__ int64_t first_query(int64_t k0) const {
+    if (mask == AttentionMaskKind::none) return 0;
+    const int64_t q = k0 - offset;
+    return q > 0 ? q : 0;
+  }
+  __device__ int64_t end_query(int64_t k1, int64_t q_len) const {
+    if (mask != AttentionMaskKind::window) return q_len;
+    const int64_t q = k1 - 1 - offset + window;
+    return q < q_len ? q : q_len;
+  }
+};
+
+template <class Elem>
+__device__ __forceinline__ const Elem* head_rows(const void* base, const AttentionStrides& s,
+                                                 int64_t b, int64_t h) {
+  return static_cast<const Elem*>(base) + b * s.batch + h * s.head;
+}
+template <class Elem>
+__device__ __forceinline__ Elem* head_rows(void* base, const AttentionStrides& s, int64_t b,
+                                           int64_t h) {
+  return static_cast<Elem*>(base) + b * s.batch + h * s.head;
+}
+
+// Copies rows [0, rows) of width kD from `src` (row stride in elements) to
+// shared memory (row stride ld), rows at and past `valid` as zeros, in
+// 16-byte vectors spread over the block's threads.
+template <class Elem, int kD>
+__device__ __forceinline__ void load_rows(Elem* dst, int ld, const Elem* src, int64_t row_stride,
+                                          int rows, int64_t valid) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kChunks = kD / kVec;
+  for (int idx = threadIdx.x; idx < rows * kChunks; idx += blockDim.x) {
+    const int r = idx / kChunks, c = (idx % kChunks) * kVec;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < valid) v = __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + c));
+    *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
+  }
+}
+
+// Stores a 16 x kD fragment (C layout, see attention_warp_mma.cuh) of rows
+// row0.. to global memory, scaled by `scale[0]` for row g and `scale[1]`
+// for row g + 8, skipping rows at and past `valid`.
+template <class Elem, int kDT>
+__device__ __forceinline__ void store_fragment(Elem* dst, int64_t row_stride, int64_t row0,
+                                               int64_t valid, const float (&c)[kDT][4],
+                                               const float (&scale)[2]) {
+  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row0 + g + 8 * half;
+    if (row >= valid) continue;
+    Elem* out = dst + row * row_stride + 2 * t;
+#pragma unroll
+    for (int j = 0; j < kDT; ++j) {
+      const float x = c[j][2 * half] * scale[half], y = c[j][2 * half + 1] * scale[half];
+      if constexpr (sizeof(Elem) == 4) {
+        *reinterpret_cast<float2*>(out + 8 * j) = make_float2(x, y);
+      } else {
+        Elem pair[2] = {from_float<Elem>(x), from_float<Elem>(y)};
+        *reinterpret_cast<uint32_t*>(out + 8 * j) = *reinterpret_cast<const uint32_t*>(pair);
+      }
+    }
+  }
+}
+
+// Max and sum over the four lanes (t = 0..3) that hold one fragment row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace exphil::kernels::attn

@@ -1,0 +1,82 @@
+// Tile sizes and shared-memory footprints of the attention kernels, visible
+// to the host planner (no device code).
+//
+// Each warp owns 16 rows. Shared-memory rows are padded by 16 bytes so that
+// the eight rows one ldmatrix (or one quarter-warp of float4 loads) touches
+// fall in distinct banks for every supported head width.
+#pragma once
+
+#include <cstddef>
+
+// The sizes below are used by the planner (host) and the kernels (device).
+#if defined(__CUDACC__)
+#define EXPHIL_ATTN_HD __host__ __device__
+#else
+#define EXPHIL_ATTN_HD
+#endif
+
+namespace exphil::kernels {
+
+constexpr int kAttnRowsPerWarp = 16;
+constexpr int kAttnMaxWarps = 4;
+// Within what every target GPU allows per block (99 KB on sm_86/sm_89).
+constexpr int kAttnMaxSharedBytes = 96 * 1024;
+
+EXPHIL_ATTN_HD constexpr bool attention_head_dim_supported(int d) {
+  return d == 32 || d == 64 || d == 96 || d == 128;
+}
+
+// Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
+// narrower because their elements take twice the shared memory.
+EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) { return elem_bytes == 4 ? 32 : 64; }
+
+// Query rows per step of the dK/dV kernel's loop: its registers hold dK and
+// dV (d floats per thread) plus two 16 x tile score fragments.
+EXPHIL_ATTN_HD constexpr int attention_query_tile(std::size_t elem_bytes, int head_dim) {
+  return (elem_bytes == 4 || head_dim >= 128) ? 32 : 64;
+}
+
+// Elements per padded shared-memory row of head width d.
+EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int head_dim) {
+  return head_dim + static_cast<int>(16 / elem_bytes);
+}
+
+// f32 only: per-warp staging of a 16 x k score fragment in shared memory,
+// padded so that the float2 stores of a half-warp do not conflict.
+EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 8; }
+EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps, int k) {
+  return elem_bytes == 4 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *
+                               attention_scratch_stride(k) * sizeof(float)
+                         : 0;
+}
+
+EXPHIL_ATTN_HD constexpr std::size_t attention_rows_bytes(std::size_t elem_bytes, int head_dim, int rows) {
+  return static_cast<std::size_t>(rows) * attention_row_stride(elem_bytes, head_dim) * elem_bytes;
+}
+
+// Q of the block's rows, one K tile and one V tile, the f32 staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes, int head_dim,
+                                                     int warps) {
+  const int kt = attention_key_tile(elem_bytes);
+  return attention_rows_bytes(elem_bytes, head_dim, kAttnRowsPerWarp * warps + 2 * kt) +
+         attention_scratch_bytes(elem_bytes, warps, kt);
+}
+
+// Q and dO of the block's rows, one K tile and one V tile, the f32 staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes, int head_dim, int warps) {
+  const int kt = attention_key_tile(elem_bytes);
+  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * kt) +
+         attention_scratch_bytes(elem_bytes, warps, kt);
+}
+
+// K and V of the block's rows, one Q tile and one dO tile, the tile's lse
+// and rowsum(dO * O), the f32 staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(std::size_t elem_bytes, int head_dim,
+                                                  int warps) {
+  const int qt = attention_query_tile(elem_bytes, head_dim);
+  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * qt) +
+         2 * static_cast<std::size_t>(qt) * sizeof(float) +
+         attention_scratch_bytes(elem_bytes, warps, qt);
+}
+
+}  // namespace exphil::kernels

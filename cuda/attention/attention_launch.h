@@ -1,0 +1,40 @@
+// Host-facing entry points of the attention kernels: plan, check, launch.
+// No device code; the runtime in c_src/ includes this and nothing else of
+// cuda/attention/.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "attention/attention_params.h"
+#include "common/launch_result.h"
+
+namespace exphil::kernels {
+
+// Chooses the layout of one call (attention_plan.cpp). forced_warps (1, 2
+// or 4) fixes the warps per block where shared memory allows; 0 chooses.
+AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& shape,
+                             DType dtype, int sm_count, int forced_warps) noexcept;
+
+// nullptr if the kernels can run `plan` on `shape`, else why not.
+const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,
+                                  const AttentionShape& shape, DType dtype) noexcept;
+
+inline std::size_t attention_workspace_bytes(const AttentionPlan& plan) noexcept {
+  return static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
+}
+
+// Enqueue the kernels on `stream` (the current device must own it).
+// d_workspace: attention_workspace_bytes(plan) of device memory ordered on
+// `stream` (none for the forward).
+LaunchResult launch_attention_forward(const AttentionForwardParams& params,
+                                      const AttentionPlan& plan, cudaStream_t stream) noexcept;
+LaunchResult launch_attention_backward(const AttentionBackwardParams& params,
+                                       const AttentionPlan& plan, float* d_workspace,
+                                       cudaStream_t stream) noexcept;
+
+// Kernel launches of a backward call with these outputs.
+int attention_backward_kernel_count(const AttentionBackwardParams& params) noexcept;
+
+}  // namespace exphil::kernels

@@ -1,0 +1,79 @@
+// The contract between the host runtime and the attention kernels: plain
+// structs, no device code, filled by c_src/ after validation and read by
+// cuda/attention/.
+#pragma once
+
+#include <cstdint>
+
+#include "exphil/tensor.hpp"
+
+namespace exphil::kernels {
+
+struct AttentionShape {
+  int64_t batch = 0;    // B
+  int64_t q_heads = 0;  // Hq
+  int64_t kv_heads = 0; // Hkv, divides Hq
+  int64_t q_len = 0;    // T
+  int64_t kv_len = 0;   // S
+  int head_dim = 0;     // d: 32, 64, 96 or 128
+};
+
+enum class AttentionMaskKind : int32_t { none = 0, causal = 1, window = 2 };
+
+// Element strides of a [B, H, L, d] tensor whatever its memory order (the
+// head dimension is always contiguous). Both public layouts are expressed
+// this way, so the kernels have no notion of layout.
+struct AttentionStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+
+// Everything both directions share. Query i sees key j iff j < S and
+//   causal: j <= i + S - T;  window: i + S - T - window < j <= i + S - T.
+struct AttentionProblem {
+  AttentionShape shape;
+  DType dtype = DType::f32;
+  AttentionMaskKind mask = AttentionMaskKind::none;
+  int64_t window = 0;
+  float scale = 0.0f;         // the softmax scale actually applied
+  AttentionStrides q_strides;  // q, o, grad_o, grad_q
+  AttentionStrides kv_strides; // k, v, grad_k, grad_v
+};
+
+// q, k, v, o of `dtype`; lse [B, Hq, T] f32, null when not wanted.
+struct AttentionForwardParams {
+  AttentionProblem problem;
+  const void* d_q = nullptr;
+  const void* d_k = nullptr;
+  const void* d_v = nullptr;
+  void* d_o = nullptr;
+  float* d_lse = nullptr;
+};
+
+// Input gradients are null when not wanted.
+struct AttentionBackwardParams {
+  AttentionProblem problem;
+  const void* d_q = nullptr;
+  const void* d_k = nullptr;
+  const void* d_v = nullptr;
+  const void* d_o = nullptr;
+  const float* d_lse = nullptr;
+  const void* d_grad_o = nullptr;
+  void* d_grad_q = nullptr;
+  void* d_grad_k = nullptr;
+  void* d_grad_v = nullptr;
+};
+
+enum class AttentionDirection { forward, backward };
+
+// How one call is laid out (attention_plan.cpp). Every kernel gives each
+// warp 16 rows (query rows in the forward and dQ kernels, key rows in the
+// dK/dV kernel); blocks of fewer warps make more blocks, which is what
+// short sequences at batch 1 need to fill the GPU.
+struct AttentionPlan {
+  int forward_warps = 4;  // forward kernel
+  int dq_warps = 4;       // backward, dQ kernel
+  int dkdv_warps = 4;     // backward, dK/dV kernel
+  int64_t ws_floats = 0;  // workspace: rowsum(dO * O) [B, Hq, T] (backward)
+};
+
+}  // namespace exphil::kernels

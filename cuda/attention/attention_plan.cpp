@@ -1,0 +1,85 @@
+// The attention planner: warps per block for each kernel, and the backward's
+// workspace.
+//
+// Every kernel gives a warp 16 rows. Four warps per block share each K/V
+// (or Q/dO) tile over 64 rows, which is what long sequences and large
+// batches want; when that leaves fewer blocks than SMs (B1 h8 T32 makes 8),
+// the planner halves the block until the grid covers the GPU, down to one
+// warp per block, trading shared tile loads for parallelism. Blocks also
+// shrink until their shared memory fits kAttnMaxSharedBytes.
+#include <cstdint>
+
+#include "attention/attention_config.h"
+#include "attention/attention_launch.h"
+
+namespace exphil::kernels {
+
+namespace {
+
+using SharedBytes = std::size_t (*)(std::size_t, int, int);
+
+// row_groups: the (batch, head) pairs, each with `len` rows to cover.
+int choose_warps(int64_t row_groups, int64_t len, int sm_count,
+                 std::size_t elem, int head_dim, SharedBytes shared, int forced) {
+  auto blocks = [&](int w) {
+    const int64_t rows = int64_t{kAttnRowsPerWarp} * w;
+    return row_groups * ((len + rows - 1) / rows);
+  };
+  int w = kAttnMaxWarps;
+  if (forced == 1 || forced == 2 || forced == 4) {
+    w = forced;
+  } else {
+    while (w > 1 && blocks(w) < sm_count) w /= 2;
+  }
+  while (w > 1 && shared(elem, head_dim, w) > static_cast<std::size_t>(kAttnMaxSharedBytes)) w /= 2;
+  return w;
+}
+
+}  // namespace
+
+AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& s, DType dtype,
+                             int sm_count, int forced_warps) noexcept {
+  const std::size_t elem = dtype_size(dtype);
+  AttentionPlan plan;
+  plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
+                                    attention_forward_shared_bytes, forced_warps);
+  if (direction == AttentionDirection::backward) {
+    plan.dq_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
+                                 attention_dq_shared_bytes, forced_warps);
+    plan.dkdv_warps = choose_warps(s.batch * s.kv_heads, s.kv_len, sm_count, elem, s.head_dim,
+                                   attention_dkdv_shared_bytes, forced_warps);
+    plan.ws_floats = s.batch * s.q_heads * s.q_len;
+  }
+  return plan;
+}
+
+const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,
+                                  const AttentionShape& s, DType dtype) noexcept {
+  if (!attention_head_dim_supported(s.head_dim)) return "head width must be 32, 64, 96 or 128";
+  constexpr int64_t kMaxGridYz = 65535;
+  if (s.batch > kMaxGridYz) return "B is over 65535 (the grid's z extent)";
+  if (s.q_heads > kMaxGridYz) return "Hq is over 65535 (the grid's y extent)";
+  constexpr int64_t kMaxGridX = 2147483647;
+  if ((s.q_len + kAttnRowsPerWarp - 1) / kAttnRowsPerWarp > kMaxGridX ||
+      (s.kv_len + kAttnRowsPerWarp - 1) / kAttnRowsPerWarp > kMaxGridX)
+    return "T or S is over the grid's x extent";
+  const std::size_t elem = dtype_size(dtype);
+  const auto cap = static_cast<std::size_t>(kAttnMaxSharedBytes);
+  const bool too_big =
+      direction == AttentionDirection::forward
+          ? attention_forward_shared_bytes(elem, s.head_dim, plan.forward_warps) > cap
+          : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps) > cap ||
+                attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps) > cap;
+  if (too_big)
+    return "a block's shared memory is over the limit (internal planner error)";
+  return nullptr;
+}
+
+int attention_backward_kernel_count(const AttentionBackwardParams& p) noexcept {
+  const bool kv = p.d_grad_k != nullptr || p.d_grad_v != nullptr;
+  const bool q = p.d_grad_q != nullptr;
+  if (!kv && !q) return 0;
+  return 1 + (kv ? 1 : 0) + (q ? 1 : 0);
+}
+
+}  // namespace exphil::kernels

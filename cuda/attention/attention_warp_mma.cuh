@@ -1,0 +1,212 @@
+// Warp-level products of the attention kernels, in the fragment layout of
+// the m16n8k16 tensor-core instruction, for every element type.
+//
+// A warp computes C[16 x 8n] += A[16 x k] . B. Each thread holds, for every
+// 8-column tile j of C, c[j][0..3] = C[g][8j + 2t], C[g][8j + 2t + 1],
+// C[g + 8][8j + 2t], C[g + 8][8j + 2t + 1], with g = lane / 4, t = lane % 4.
+// Two operand forms cover every product of the forward and backward passes:
+//
+//   a_smem_b_nk: A row-major [16][k] and B stored as [n][k] rows, both in
+//                shared memory (S = Q K^T, dP = dO V^T, and their transposes)
+//   a_frag_b_kn: A a score fragment already in registers in the C layout
+//                above, B stored as [k][n] rows (O += P V, dQ += dS K, ...)
+//
+// f16 and bf16 run mma.sync.m16n8k16 (sm_80), with operands fetched by
+// ldmatrix (.trans for [k][n] rows); the register fragment is rounded to
+// the element type, as FlashAttention does. f32 runs the same contract in
+// exact fp32 FMAs, with the fragment staged through a per-warp shared
+// buffer: the operand loads are warp-wide broadcasts, one bank wavefront
+// each, so the loop is bound by its FMAs rather than by shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "attention/attention_config.h"
+
+namespace exphil::kernels::attn {
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <class Elem> struct MmaOp;
+template <> struct MmaOp<__nv_bfloat16> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+template <> struct MmaOp<__half> {
+  __device__ __forceinline__ static void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ __forceinline__ static uint32_t pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+};
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(row)));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_address(row)));
+}
+
+// Tensor cores: f16 and bf16.
+template <class Elem>
+struct WarpMma {
+  // c[kNT] += A[16][kK] . B^T, A at `a` (row stride lda), B as [8 kNT][kK]
+  // rows at `b` (row stride ldb), both shared memory, 16-byte aligned rows.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const Elem* a, int lda,
+                                                     const Elem* b, int ldb, float* /*scratch*/) {
+    static_assert(kK % 16 == 0, "k must be a multiple of 16");
+    const int lane = threadIdx.x % 32;
+    // ldmatrix x4: lane L addresses row L % 8 of matrix L / 8.
+    const int m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+      uint32_t af[4];  // matrices: rows 0-7 / 8-15 x k 0-7 / 8-15
+      ldmatrix_x4(af, a + ((m & 1) * 8 + r) * lda + kk * 16 + (m >> 1) * 8);
+#pragma unroll
+      for (int j = 0; j + 1 < kNT; j += 2) {
+        uint32_t bf[4];  // matrices: (tile j, k 0-7), (j, k 8-15), (j+1, 0-7), (j+1, 8-15)
+        ldmatrix_x4(bf, b + ((j + (m >> 1)) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+        MmaOp<Elem>::run(c[j], af, bf[0], bf[1]);
+        MmaOp<Elem>::run(c[j + 1], af, bf[2], bf[3]);
+      }
+      if constexpr (kNT % 2 == 1) {
+        uint32_t bf[2];
+        ldmatrix_x2(bf, b + ((kNT - 1) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+        MmaOp<Elem>::run(c[kNT - 1], af, bf[0], bf[1]);
+      }
+    }
+  }
+
+  // c[kNT] += P . B, P the 16 x kK fragment `p` (C layout), B as [kK][8 kNT]
+  // rows at `b` in shared memory.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_frag_b_kn(float (&c)[kNT][4], const float (&p)[kK / 8][4],
+                                                     const Elem* b, int ldb, float* /*scratch*/) {
+    static_assert(kK % 16 == 0, "k must be a multiple of 16");
+    const int lane = threadIdx.x % 32;
+    const int m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+      // Two adjacent C tiles form one A operand of k = 16.
+      const uint32_t af[4] = {MmaOp<Elem>::pack(p[2 * kk][0], p[2 * kk][1]),
+                              MmaOp<Elem>::pack(p[2 * kk][2], p[2 * kk][3]),
+                              MmaOp<Elem>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
+                              MmaOp<Elem>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+#pragma unroll
+      for (int j = 0; j + 1 < kNT; j += 2) {
+        uint32_t bf[4];  // transposed: (k 0-7, tile j), (k 8-15, j), (0-7, j+1), (8-15, j+1)
+        ldmatrix_x4_trans(bf, b + (kk * 16 + (m & 1) * 8 + r) * ldb + (j + (m >> 1)) * 8);
+        MmaOp<Elem>::run(c[j], af, bf[0], bf[1]);
+        MmaOp<Elem>::run(c[j + 1], af, bf[2], bf[3]);
+      }
+      if constexpr (kNT % 2 == 1) {
+        uint32_t bf[2];
+        ldmatrix_x2_trans(bf, b + (kk * 16 + (m & 1) * 8 + r) * ldb + (kNT - 1) * 8);
+        MmaOp<Elem>::run(c[kNT - 1], af, bf[0], bf[1]);
+      }
+    }
+  }
+};
+
+// Exact fp32 on the CUDA cores, same contract. `scratch` is this warp's
+// 16 x attention_scratch_stride(kK) floats (a_frag_b_kn only).
+template <>
+struct WarpMma<float> {
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const float* a, int lda,
+                                                     const float* b, int ldb, float* /*scratch*/) {
+    static_assert(kK % 4 == 0, "k must be a multiple of 4");
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const float* a_lo = a + g * lda;
+    const float* a_hi = a + (g + 8) * lda;
+#pragma unroll 2
+    for (int k = 0; k < kK; k += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(a_lo + k);
+      const float4 y = *reinterpret_cast<const float4*>(a_hi + k);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j) {
+        const float4 u = *reinterpret_cast<const float4*>(b + (8 * j + 2 * t) * ldb + k);
+        const float4 v = *reinterpret_cast<const float4*>(b + (8 * j + 2 * t + 1) * ldb + k);
+        c[j][0] = fmaf(x.w, u.w, fmaf(x.z, u.z, fmaf(x.y, u.y, fmaf(x.x, u.x, c[j][0]))));
+        c[j][1] = fmaf(x.w, v.w, fmaf(x.z, v.z, fmaf(x.y, v.y, fmaf(x.x, v.x, c[j][1]))));
+        c[j][2] = fmaf(y.w, u.w, fmaf(y.z, u.z, fmaf(y.y, u.y, fmaf(y.x, u.x, c[j][2]))));
+        c[j][3] = fmaf(y.w, v.w, fmaf(y.z, v.z, fmaf(y.y, v.y, fmaf(y.x, v.x, c[j][3]))));
+      }
+    }
+  }
+
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_frag_b_kn(float (&c)[kNT][4], const float (&p)[kK / 8][4],
+                                                     const float* b, int ldb, float* scratch) {
+    constexpr int lds = attention_scratch_stride(kK);
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    __syncwarp();  // the previous product has finished reading the scratch
+#pragma unroll
+    for (int i = 0; i < kK / 8; ++i) {
+      *reinterpret_cast<float2*>(scratch + g * lds + 8 * i + 2 * t) = make_float2(p[i][0], p[i][1]);
+      *reinterpret_cast<float2*>(scratch + (g + 8) * lds + 8 * i + 2 * t) =
+          make_float2(p[i][2], p[i][3]);
+    }
+    __syncwarp();
+    const float* a_lo = scratch + g * lds;
+    const float* a_hi = scratch + (g + 8) * lds;
+#pragma unroll 2
+    for (int k = 0; k < kK; k += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(a_lo + k);
+      const float4 y = *reinterpret_cast<const float4*>(a_hi + k);
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+      const float ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+      for (int kq = 0; kq < 4; ++kq) {
+        const float* row = b + (k + kq) * ldb + 2 * t;
+#pragma unroll
+        for (int j = 0; j < kNT; ++j) {
+          const float2 u = *reinterpret_cast<const float2*>(row + 8 * j);
+          c[j][0] = fmaf(xs[kq], u.x, c[j][0]);
+          c[j][1] = fmaf(xs[kq], u.y, c[j][1]);
+          c[j][2] = fmaf(ys[kq], u.x, c[j][2]);
+          c[j][3] = fmaf(ys[kq], u.y, c[j][3]);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace exphil::kernels::attn

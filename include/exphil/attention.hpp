@@ -1,0 +1,77 @@
+// Scaled dot-product attention, forward and backward. Shapes, dtypes, masks,
+// NULL rules and stream semantics are those of exphil.h (section
+// "attention"); this is the same API with the arguments gathered into
+// structs.
+#pragma once
+
+#include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
+
+namespace exphil {
+
+enum class AttentionMask : int32_t {
+  none = EXPHIL_ATTENTION_MASK_NONE,
+  causal = EXPHIL_ATTENTION_MASK_CAUSAL,  // j <= i + S - T
+  window = EXPHIL_ATTENTION_MASK_WINDOW,  // i + S - T - window < j <= i + S - T
+};
+
+enum class AttentionLayout : int32_t {
+  bhtd = EXPHIL_ATTENTION_BHTD,  // [B, H, T, d]
+  bthd = EXPHIL_ATTENTION_BTHD,  // [B, T, H, d]
+};
+
+struct AttentionOptions {
+  AttentionMask mask = AttentionMask::none;
+  int window = 0;     // with AttentionMask::window: >= 1
+  AttentionLayout layout = AttentionLayout::bhtd;
+  float scale = 0.0f;  // 0: 1 / sqrt(d)
+};
+
+// q [B, Hq, T, d]; k, v [B, Hkv, S, d] (or [B, T, H, d] with bthd), one dtype.
+struct AttentionInputs {
+  const Tensor* q = nullptr;
+  const Tensor* k = nullptr;
+  const Tensor* v = nullptr;
+};
+
+struct AttentionForwardArgs {
+  AttentionInputs in;
+  AttentionOptions options;
+  const Tensor* o = nullptr;    // output, the shape and dtype of q
+  const Tensor* lse = nullptr;  // optional output [B, Hq, T], f32
+};
+
+struct AttentionBackwardArgs {
+  AttentionInputs in;
+  AttentionOptions options;
+  const Tensor* o = nullptr;       // the forward's output
+  const Tensor* lse = nullptr;     // the forward's log-sum-exp [B, Hq, T], f32
+  const Tensor* grad_o = nullptr;  // the shape and dtype of q
+  const Tensor* grad_q = nullptr;  // optional outputs, the shapes of q, k, v
+  const Tensor* grad_k = nullptr;
+  const Tensor* grad_v = nullptr;
+};
+
+// How a call was laid out on the GPU (reported through
+// AttentionLaunchOptions::chosen).
+struct AttentionLaunchInfo {
+  int query_rows_per_block = 0;  // forward and dQ: query rows of one block
+  int key_rows_per_block = 0;    // dK/dV: key rows of one block
+  int key_tile = 0;              // keys per step of the forward's loop
+  int kernels = 0;               // kernel launches of the call
+};
+
+// Launch overrides for tests and benchmarks; zero fields mean "choose".
+// Results do not depend on them.
+struct AttentionLaunchOptions {
+  int warps_per_block = 0;  // 1, 2 or 4: 16 query (or key) rows per warp
+  AttentionLaunchInfo* chosen = nullptr;  // if set, receives the layout
+};
+
+Status attention_forward(const AttentionForwardArgs& args, Stream stream = nullptr,
+                         const AttentionLaunchOptions* options = nullptr) noexcept;
+
+Status attention_backward(const AttentionBackwardArgs& args, Stream stream = nullptr,
+                          const AttentionLaunchOptions* options = nullptr) noexcept;
+
+}  // namespace exphil

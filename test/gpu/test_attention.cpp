@@ -1,0 +1,187 @@
+// Attention on the GPU against the double reference (attention_harness.hpp):
+// every dtype, head width and mask over T and S in {1, 17, 32, 33, 100,
+// 257, 1024}, equal and unequal, with GQA ratios 1, 2 and 4 and both
+// layouts; forced block sizes; NULL outputs; explicit scales; long
+// sequences; the C++ API on a caller stream.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "attention_harness.hpp"
+#include "scan_problems.hpp"
+
+using namespace exphil;
+using namespace exphil::test;
+
+namespace {
+
+void run_case(const AttentionRun& run, const AttentionRunner& runner = attention_cpp_runner()) {
+  const uint64_t seed = test_seed();
+  INFO(describe(run) << " seed=" << seed << " via " << runner.name);
+  const AttentionCheck c = check_attention(run, runner, seed);
+  INFO(c.report());
+  CHECK(c.failures.empty());
+}
+
+constexpr int64_t kLengths[] = {1, 17, 32, 33, 100, 257, 1024};
+constexpr int kLengthCount = 7;
+
+// For one dtype and head width: each length with itself and with another
+// (so both T < S and T > S occur), under each mask, cycling the GQA ratio,
+// the head counts and the layout so that every combination of them meets
+// long and short sequences.
+void grid(DType dtype, int head_dim) {
+  int n = 0;
+  for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal, AttentionMask::window})
+    for (int i = 0; i < kLengthCount; ++i)
+      for (int other : {i, (i + 3) % kLengthCount}) {
+        AttentionRun r;
+        r.dtype = dtype;
+        r.head_dim = head_dim;
+        r.q_len = kLengths[i];
+        r.kv_len = kLengths[other];
+        const int ratio = 1 << (n % 3);  // 1, 2, 4
+        const bool big = r.q_len * r.kv_len > 100000;
+        r.kv_heads = big ? 1 : 1 + (n / 3) % 2;
+        r.q_heads = r.kv_heads * ratio;
+        r.batch = big ? 1 : 1 + n % 2;
+        r.options.mask = mask;
+        r.options.window = static_cast<int>(1 + (r.kv_len * (n % 4)) / 5);
+        r.options.layout = n % 2 ? AttentionLayout::bthd : AttentionLayout::bhtd;
+        ++n;
+        run_case(r);
+      }
+}
+
+}  // namespace
+
+#define EXPHIL_ATTENTION_GRID(dtype, d)                                                  \
+  TEST_CASE("attention " #dtype " d" #d " grid: every mask, T and S, GQA and layouts", \
+            "[gpu][attention]") {                                                        \
+    grid(DType::dtype, d);                                                               \
+  }
+
+EXPHIL_ATTENTION_GRID(f32, 32)
+EXPHIL_ATTENTION_GRID(f32, 64)
+EXPHIL_ATTENTION_GRID(f32, 96)
+EXPHIL_ATTENTION_GRID(f32, 128)
+EXPHIL_ATTENTION_GRID(f16, 32)
+EXPHIL_ATTENTION_GRID(f16, 64)
+EXPHIL_ATTENTION_GRID(f16, 96)
+EXPHIL_ATTENTION_GRID(f16, 128)
+EXPHIL_ATTENTION_GRID(bf16, 32)
+EXPHIL_ATTENTION_GRID(bf16, 64)
+EXPHIL_ATTENTION_GRID(bf16, 96)
+EXPHIL_ATTENTION_GRID(bf16, 128)
+
+TEST_CASE("attention every forced block size gives the reference's results", "[gpu][attention]") {
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int warps : {1, 2, 4})
+      for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal}) {
+        AttentionRun r;
+        r.dtype = dtype;
+        r.head_dim = 64;
+        r.batch = 2;
+        r.q_heads = 4;
+        r.kv_heads = 2;
+        r.q_len = 77;
+        r.kv_len = 130;
+        r.options.mask = mask;
+        r.warps = warps;
+        run_case(r);
+      }
+}
+
+TEST_CASE("attention NULL outputs are not written and the rest are right", "[gpu][attention]") {
+  AttentionRun r;
+  r.dtype = DType::bf16;
+  r.head_dim = 64;
+  r.q_heads = 4;
+  r.kv_heads = 2;
+  r.q_len = 40;
+  r.kv_len = 70;
+  r.options.mask = AttentionMask::causal;
+  SECTION("no lse from a forward-only call") {
+    r.backward = false;
+    r.write_lse = false;
+    run_case(r);
+  }
+  SECTION("grad_q only") {
+    r.grad_k = r.grad_v = false;
+    run_case(r);
+  }
+  SECTION("grad_k and grad_v only") {
+    r.grad_q = false;
+    run_case(r);
+  }
+  SECTION("grad_v only") {
+    r.grad_q = r.grad_k = false;
+    run_case(r);
+  }
+}
+
+TEST_CASE("attention explicit scales, including a negative one", "[gpu][attention]") {
+  for (float scale : {0.5f, -0.3f, 2.0f}) {
+    AttentionRun r;
+    r.dtype = DType::f32;
+    r.head_dim = 32;
+    r.q_len = 50;
+    r.kv_len = 50;
+    r.options.scale = scale;
+    r.options.mask = AttentionMask::causal;
+    r.q_amplitude = 1.0;
+    run_case(r);
+  }
+}
+
+TEST_CASE("attention rows that see no key: o = 0, lse = -inf, no gradient", "[gpu][attention]") {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    AttentionRun r;
+    r.dtype = dtype;
+    r.head_dim = 32;
+    r.q_len = 90;  // causal with T > S: the first 60 rows see nothing
+    r.kv_len = 30;
+    r.options.mask = AttentionMask::causal;
+    run_case(r);
+    r.options.mask = AttentionMask::window;
+    r.options.window = 1;
+    run_case(r);
+  }
+}
+
+TEST_CASE("attention long sequences: T = S = 4100 causal, and 16384 with a window",
+          "[gpu][attention]") {
+  AttentionRun r;
+  r.dtype = DType::bf16;
+  r.head_dim = 64;
+  r.q_len = r.kv_len = 4100;
+  r.options.mask = AttentionMask::causal;
+  run_case(r);
+  r.dtype = DType::f32;
+  r.head_dim = 128;
+  r.q_len = r.kv_len = 16384;
+  r.options.mask = AttentionMask::window;
+  r.options.window = 100;
+  run_case(r);
+}
+
+TEST_CASE("attention on a caller stream and through the C ABI", "[gpu][attention]") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
+  AttentionRun r;
+  r.dtype = DType::f16;
+  r.head_dim = 96;
+  r.batch = 2;
+  r.q_heads = 8;
+  r.kv_heads = 2;
+  r.q_len = 45;
+  r.kv_len = 45;
+  r.options.mask = AttentionMask::causal;
+  r.options.layout = AttentionLayout::bthd;
+  r.calls = 2;
+  run_case(r, attention_cpp_runner(stream));
+  cudaStreamDestroy(stream);
+}
