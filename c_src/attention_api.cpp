@@ -36,9 +36,11 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
             "[B, Hq, Hkv, T, S, d] = " + runtime::shape_string(dims, 6) + " cannot run: " + why};
   }
 
+  // A backward with no gradient output launches nothing and needs nothing.
+  const std::size_t workspace_bytes = kernels ? kernels::attention_workspace_bytes(plan) : 0;
   void* d_workspace = nullptr;
-  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(kernels::attention_workspace_bytes(plan),
-                                                    &d_workspace, "attention workspace"));
+  EXPHIL_RETURN_IF_ERROR(
+      context.allocate_workspace(workspace_bytes, &d_workspace, "attention workspace"));
   const kernels::LaunchResult launched =
       launch(plan, static_cast<float*>(d_workspace), context.stream());
   EXPHIL_RETURN_IF_ERROR(

@@ -56,6 +56,12 @@ class AttentionChecker {
     s.q_len = length(*t);
     std::size_t bytes = 0;
     EXPHIL_RETURN_IF_ERROR(check_extent("q", *t, bytes));
+    // The grid's y and z extents.
+    constexpr int64_t kMaxGridYz = 65535;
+    if (s.batch > kMaxGridYz || s.q_heads > kMaxGridYz)
+      return {StatusCode::not_supported,
+              arg("q") + "B = " + std::to_string(s.batch) + " and Hq = " +
+                  std::to_string(s.q_heads) + "; the kernels support B and Hq up to 65535"};
     if (t->shape[3] > 128 || !kernels::attention_head_dim_supported(static_cast<int>(t->shape[3])))
       return {StatusCode::not_supported,
               arg("q") + "head width d = " + std::to_string(t->shape[3]) +
@@ -68,8 +74,10 @@ class AttentionChecker {
     EXPHIL_RETURN_IF_ERROR(check_descriptor("k", t, 4, layout_desc(Rows::key)));
     auto& s = call_.shape;
     EXPHIL_RETURN_IF_ERROR(check_dtype("k", *t));
+    std::size_t bytes = 0;
+    EXPHIL_RETURN_IF_ERROR(check_extent("k", *t, bytes));
     const int64_t hkv = heads(*t), len = length(*t);
-    if (t->shape[0] != s.batch || t->shape[3] != s.head_dim || hkv < 1 || len < 1) {
+    if (t->shape[0] != s.batch || t->shape[3] != s.head_dim) {
       const std::string want = std::string(layout_desc(Rows::key)) + " with B = " +
                                std::to_string(s.batch) + " and d = " + std::to_string(s.head_dim) +
                                " (from 'q')";

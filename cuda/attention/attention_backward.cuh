@@ -14,6 +14,8 @@
 //      (batch, query head) and walks the keys they see, as the forward does.
 // Scores are recomputed twice (kernels 2 and 3) instead of summing dQ across
 // key blocks with atomics, FlashAttention-2's way, which is not deterministic.
+// Streamed tiles are copied with cp.async one tile ahead (f16/bf16), and
+// only tiles that cut through a visible range pay for the mask.
 //
 // Layout and limits as the forward (attention_forward.cuh). Rows that saw
 // no key (lse = -inf) get P = 0 and so no gradient.
@@ -71,14 +73,16 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
 
+  constexpr int kStages = attention_stages(sizeof(Elem));
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* k_s = reinterpret_cast<Elem*>(smem);
   Elem* v_s = k_s + rows * kLd;
-  Elem* q_s = v_s + rows * kLd;
-  Elem* do_s = q_s + kQT * kLd;
-  float* lse_s = reinterpret_cast<float*>(do_s + kQT * kLd);  // base 2
-  float* dot_s = lse_s + kQT;
-  float* scratch = dot_s + kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
+  Elem* q_s = v_s + rows * kLd;              // [kStages][kQT][kLd]
+  Elem* do_s = q_s + kStages * kQT * kLd;    // [kStages][kQT][kLd]
+  float* lse_s = reinterpret_cast<float*>(do_s + kStages * kQT * kLd);  // [kStages][kQT], base 2
+  float* dot_s = lse_s + kStages * kQT;                                  // [kStages][kQT]
+  float* scratch =
+      dot_s + kStages * kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
 
   const int64_t b = blockIdx.z, kv_head = blockIdx.y;
   const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
@@ -87,10 +91,36 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
 
-  load_rows<Elem, kD>(k_s, kLd, head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head) + key0 * kv_row,
-                      kv_row, rows, S - key0);
-  load_rows<Elem, kD>(v_s, kLd, head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head) + key0 * kv_row,
-                      kv_row, rows, S - key0);
+  // The walk: for each query head of the group, the query tiles that see
+  // any of the block's keys.
+  const int64_t q_begin = keys.first_query(key0);
+  const int64_t q_end = keys.end_query(min(key0 + rows, S), T);
+  const int64_t tiles_per_head = q_end > q_begin ? (q_end - q_begin + kQT - 1) / kQT : 0;
+  const int64_t tiles = group * tiles_per_head;
+  auto load_tile = [&](int64_t n, int stage) {
+    const int64_t h = kv_head * group + n / tiles_per_head;
+    const int64_t i0 = q_begin + (n % tiles_per_head) * kQT;
+    load_rows_async<Elem, kD>(q_s + stage * kQT * kLd, kLd,
+                              head_rows<Elem>(p.d_q, pr.q_strides, b, h) + i0 * q_row, q_row, kQT,
+                              T - i0);
+    load_rows_async<Elem, kD>(do_s + stage * kQT * kLd, kLd,
+                              head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + i0 * q_row, q_row,
+                              kQT, T - i0);
+    const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
+    const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
+    for (int r = threadIdx.x; r < kQT; r += blockDim.x) {
+      const bool valid = i0 + r < T;
+      lse_s[stage * kQT + r] = valid ? lse_base2(lse[i0 + r]) : CUDART_INF_F;
+      dot_s[stage * kQT + r] = valid ? rowdot[i0 + r] : 0.0f;
+    }
+  };
+
+  load_rows_async<Elem, kD>(k_s, kLd, head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                            kv_row, rows, S - key0);
+  load_rows_async<Elem, kD>(v_s, kLd, head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                            kv_row, rows, S - key0);
+  if (tiles > 0) load_tile(0, 0);
+  cp_async_commit();
 
   const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
@@ -99,50 +129,63 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const int64_t warp_q_begin = warp_has_keys ? keys.first_query(warp_key0) : 0;
   const int64_t warp_q_end =
       warp_has_keys ? keys.end_query(min(warp_key0 + kAttnRowsPerWarp, S), T) : 0;
-  const int64_t q_begin = keys.first_query(key0);
-  const int64_t q_end = keys.end_query(min(key0 + rows, S), T);
   const float scale_log2 = pr.scale * kLog2e;
+  // The queries that see each of this thread's two keys (none past S).
+  int64_t key_q_lo[2], key_q_hi[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool valid = my_key[half] < S;
+    key_q_lo[half] = valid ? keys.first_query(my_key[half]) : 0;
+    key_q_hi[half] = valid ? keys.end_query(my_key[half] + 1, T) : 0;
+  }
 
   float dk[kDT][4] = {}, dv[kDT][4] = {};
-  for (int64_t hh = 0; hh < group; ++hh) {
-    const int64_t h = kv_head * group + hh;
-    const Elem* d_q = head_rows<Elem>(p.d_q, pr.q_strides, b, h);
-    const Elem* d_do = head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h);
-    const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
-    const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
-    for (int64_t i0 = q_begin; i0 < q_end; i0 += kQT) {
-      __syncthreads();
-      load_rows<Elem, kD>(q_s, kLd, d_q + i0 * q_row, q_row, kQT, T - i0);
-      load_rows<Elem, kD>(do_s, kLd, d_do + i0 * q_row, q_row, kQT, T - i0);
-      for (int r = threadIdx.x; r < kQT; r += blockDim.x) {
-        const bool valid = i0 + r < T;
-        lse_s[r] = valid ? lse_base2(lse[i0 + r]) : CUDART_INF_F;
-        dot_s[r] = valid ? rowdot[i0 + r] : 0.0f;
+  int stage = 0;
+  for (int64_t n = 0; n < tiles; ++n, stage = kStages == 1 ? 0 : stage ^ 1) {
+    if constexpr (kStages == 2) {
+      if (n + 1 < tiles) load_tile(n + 1, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (n != 0) {
+        load_tile(n, 0);
+        cp_async_commit();
       }
-      __syncthreads();
-      if (i0 >= warp_q_end || i0 + kQT <= warp_q_begin) continue;
-
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t i0 = q_begin + (n % tiles_per_head) * kQT;
+    if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
+      const Elem* q_tile = q_s + stage * kQT * kLd;
+      const Elem* do_tile = do_s + stage * kQT * kLd;
+      const float* lse_tile = lse_s + stage * kQT;
+      const float* dot_tile = dot_s + stage * kQT;
       // Transposed scores: rows are this warp's keys, columns the tile's queries.
       float pt[kNT][4] = {}, dpt[kNT][4] = {};
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   q_s, kLd, scratch);
+                                                   q_tile, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   do_s, kLd, scratch);
+                                                   do_tile, kLd, scratch);
+      const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
+                                tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
+      const bool whole = warp_sees_whole_tile(span, kQT);
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = 8 * j + 2 * t + (e & 1);
-          const float prob = keys.sees(i0 + col, my_key[e >> 1])
-                                 ? exp2f(pt[j][e] * scale_log2 - lse_s[col])
+          const float prob = whole || in_span(span, j, e)
+                                 ? exp2f(pt[j][e] * scale_log2 - lse_tile[col])
                                  : 0.0f;
           pt[j][e] = prob;
-          dpt[j][e] = prob * (dpt[j][e] - dot_s[col]);  // now dS^T
+          dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T
         }
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, scratch);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kLd, scratch);
     }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait<0>();
 
   if (!warp_has_keys) return;
   const float one[2] = {1.0f, 1.0f}, scale[2] = {pr.scale, pr.scale};
@@ -166,32 +209,41 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
 
+  constexpr int kStages = attention_stages(sizeof(Elem));
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* q_s = reinterpret_cast<Elem*>(smem);
   Elem* do_s = q_s + rows * kLd;
-  Elem* k_s = do_s + rows * kLd;
-  Elem* v_s = k_s + kKT * kLd;
-  float* scratch = reinterpret_cast<float*>(v_s + kKT * kLd) +
+  Elem* k_s = do_s + rows * kLd;           // [kStages][kKT][kLd]
+  Elem* v_s = k_s + kStages * kKT * kLd;   // [kStages][kKT][kLd]
+  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
-  const int64_t T = pr.shape.q_len;
+  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
   const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
   const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
+  const int64_t block_last = min(row0 + rows, T) - 1;
+  const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
+  auto load_kv = [&](int64_t k0, int stage) {
+    load_rows_async<Elem, kD>(k_s + stage * kKT * kLd, kLd, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
+  };
 
-  load_rows<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row, q_row,
-                      rows, T - row0);
-  load_rows<Elem, kD>(do_s, kLd, head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + row0 * q_row,
-                      q_row, rows, T - row0);
+  load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
+                            q_row, rows, T - row0);
+  load_rows_async<Elem, kD>(do_s, kLd,
+                            head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + row0 * q_row, q_row,
+                            rows, T - row0);
+  if (k_begin < k_end) load_kv(k_begin, 0);
+  cp_async_commit();
 
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = (threadIdx.x % 32) / 4;
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
-  const int64_t block_last = min(row0 + rows, T) - 1;
   const bool warp_has_rows = warp_row0 < T;
   const int64_t warp_lo = warp_has_rows ? keys.lo(warp_row0) : 0;
   const int64_t warp_hi = warp_has_rows ? keys.hi(min(warp_row0 + kAttnRowsPerWarp, T) - 1) : 0;
@@ -205,33 +257,50 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
     row_lse[half] = valid ? lse_base2(lse[my_row[half]]) : CUDART_INF_F;
     row_dot[half] = valid ? rowdot[my_row[half]] : 0.0f;
   }
+  const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
+  const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
   float dq[kDT][4] = {};
-  for (int64_t k0 = keys.lo(row0); k0 < keys.hi(block_last); k0 += kKT) {
-    __syncthreads();
-    load_rows<Elem, kD>(k_s, kLd, d_k + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
-    load_rows<Elem, kD>(v_s, kLd, d_v + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
-    __syncthreads();
-    if (k0 >= warp_hi || k0 + kKT <= warp_lo) continue;
-
-    float s[kNT][4] = {}, dp[kNT][4] = {};
-    WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd, k_s,
-                                                 kLd, scratch);
-    WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dp, do_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                 v_s, kLd, scratch);
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e >> 1;
-        const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
-        const float prob = keys.sees(my_row[half], key)
-                               ? exp2f(s[j][e] * scale_log2 - row_lse[half])
-                               : 0.0f;
-        dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
+  int stage = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
+    if constexpr (kStages == 2) {
+      if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (k0 != k_begin) {
+        load_kv(k0, 0);
+        cp_async_commit();
       }
-    WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_s, kLd, scratch);
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (k0 < warp_hi && k0 + kKT > warp_lo) {
+      const Elem* k_tile = k_s + stage * kKT * kLd;
+      const Elem* v_tile = v_s + stage * kKT * kLd;
+      float s[kNT][4] = {}, dp[kNT][4] = {};
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   k_tile, kLd, scratch);
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dp, do_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   v_tile, kLd, scratch);
+      const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
+                                tile_span(row_lo[1], row_hi[1], k0, kKT)};
+      const bool whole = warp_sees_whole_tile(span, kKT);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int half = e >> 1;
+          const float prob = whole || in_span(span, j, e)
+                                 ? exp2f(s[j][e] * scale_log2 - row_lse[half])
+                                 : 0.0f;
+          dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
+        }
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_tile, kLd, scratch);
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait<0>();
 
   if (!warp_has_rows) return;
   const float scale[2] = {pr.scale, pr.scale};

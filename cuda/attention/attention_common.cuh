@@ -35,7 +35,6 @@ struct KeyRange {
     const int64_t h = i + offset + 1;
     return h < kv_len ? (h > 0 ? h : 0) : kv_len;
   }
-  __device__ bool sees(int64_t i, int64_t j) const { return j >= lo(i) && j < hi(i); }
   // The query rows, within [0, q_len), that see any key of [k0, k1).
   __device__ int64_t first_query(int64_t k0) const {
     if (mask == AttentionMaskKind::none) return 0;
@@ -49,6 +48,30 @@ struct KeyRange {
   }
 };
 
+// The columns [lo, hi) of a score tile whose first column is `tile0` that
+// fall in [range_lo, range_hi): what one fragment row sees of the tile.
+struct TileSpan {
+  int lo, hi;
+};
+__device__ __forceinline__ TileSpan tile_span(int64_t range_lo, int64_t range_hi, int64_t tile0,
+                                              int tile) {
+  const int64_t l = range_lo - tile0, h = range_hi - tile0;
+  return {static_cast<int>(l < 0 ? 0 : (l > tile ? tile : l)),
+          static_cast<int>(h < 0 ? 0 : (h > tile ? tile : h))};
+}
+// True when every row of the warp sees the whole tile, so that its scores
+// need no mask: most tiles of long sequences. Warp-uniform.
+__device__ __forceinline__ bool warp_sees_whole_tile(const TileSpan (&span)[2], int tile) {
+  return __all_sync(0xffffffffu, span[0].lo == 0 && span[0].hi == tile && span[1].lo == 0 &&
+                                     span[1].hi == tile);
+}
+// Whether fragment element e of 8-column tile j (C layout) is in its row's
+// span.
+__device__ __forceinline__ bool in_span(const TileSpan (&span)[2], int j, int e) {
+  const int col = 8 * j + 2 * (threadIdx.x % 4) + (e & 1);
+  return col >= span[e >> 1].lo && col < span[e >> 1].hi;
+}
+
 template <class Elem>
 __device__ __forceinline__ const Elem* head_rows(const void* base, const AttentionStrides& s,
                                                  int64_t b, int64_t h) {
@@ -58,6 +81,32 @@ template <class Elem>
 __device__ __forceinline__ Elem* head_rows(void* base, const AttentionStrides& s, int64_t b,
                                            int64_t h) {
   return static_cast<Elem*>(base) + b * s.batch + h * s.head;
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Starts copying rows [0, rows) of width kD from `src` (row stride in
+// elements) to shared memory (row stride ld) with cp.async, rows at and past
+// `valid` as zeros (a zero-byte source fills the 16 bytes with zeros), in
+// 16-byte vectors spread over the block's threads. The caller commits and
+// waits.
+template <class Elem, int kD>
+__device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* src,
+                                                int64_t row_stride, int rows, int64_t valid) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kChunks = kD / kVec;
+  for (int idx = threadIdx.x; idx < rows * kChunks; idx += blockDim.x) {
+    const int r = idx / kChunks, c = (idx % kChunks) * kVec;
+    const bool in = r < valid;
+    const Elem* from = in ? src + r * row_stride + c : src;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * ld + c))),
+                 "l"(from), "r"(in ? 16 : 0));
+  }
 }
 
 // Copies rows [0, rows) of width kD from `src` (row stride in elements) to

@@ -28,7 +28,9 @@ EXPHIL_ATTN_HD constexpr bool attention_head_dim_supported(int d) {
 
 // Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
 // narrower because their elements take twice the shared memory.
-EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) { return elem_bytes == 4 ? 32 : 64; }
+EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {
+  return elem_bytes == 4 ? 32 : 64;
+}
 
 // Query rows per step of the dK/dV kernel's loop: its registers hold dK and
 // dV (d floats per thread) plus two 16 x tile score fragments.
@@ -44,38 +46,52 @@ EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int he
 // f32 only: per-warp staging of a 16 x k score fragment in shared memory,
 // padded so that the float2 stores of a half-warp do not conflict.
 EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 8; }
-EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps, int k) {
+EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps,
+                                                             int k) {
   return elem_bytes == 4 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *
                                attention_scratch_stride(k) * sizeof(float)
                          : 0;
 }
 
-EXPHIL_ATTN_HD constexpr std::size_t attention_rows_bytes(std::size_t elem_bytes, int head_dim, int rows) {
+EXPHIL_ATTN_HD constexpr std::size_t attention_rows_bytes(std::size_t elem_bytes, int head_dim,
+                                                          int rows) {
   return static_cast<std::size_t>(rows) * attention_row_stride(elem_bytes, head_dim) * elem_bytes;
 }
 
-// Q of the block's rows, one K tile and one V tile, the f32 staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes, int head_dim,
-                                                     int warps) {
+// Streamed tiles are double-buffered for f16/bf16: the next tile's copy
+// (cp.async) overlaps the current tile's products. f32 keeps one buffer, so
+// that its twice-as-large tiles still leave room for 2 to 4 warps.
+EXPHIL_ATTN_HD constexpr int attention_stages(std::size_t elem_bytes) {
+  return elem_bytes == 4 ? 1 : 2;
+}
+
+// Q of the block's rows, the K and V tiles of every stage, the f32 staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
+                                                                    int head_dim, int warps) {
   const int kt = attention_key_tile(elem_bytes);
-  return attention_rows_bytes(elem_bytes, head_dim, kAttnRowsPerWarp * warps + 2 * kt) +
+  return attention_rows_bytes(elem_bytes, head_dim,
+                              kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
          attention_scratch_bytes(elem_bytes, warps, kt);
 }
 
-// Q and dO of the block's rows, one K tile and one V tile, the f32 staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes, int head_dim, int warps) {
+// Q and dO of the block's rows, the K and V tiles of every stage, the f32
+// staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
+                                                               int head_dim, int warps) {
   const int kt = attention_key_tile(elem_bytes);
-  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * kt) +
+  return attention_rows_bytes(elem_bytes, head_dim,
+                              2 * kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
          attention_scratch_bytes(elem_bytes, warps, kt);
 }
 
-// K and V of the block's rows, one Q tile and one dO tile, the tile's lse
-// and rowsum(dO * O), the f32 staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(std::size_t elem_bytes, int head_dim,
-                                                  int warps) {
+// K and V of the block's rows; per stage a Q tile, a dO tile, and the
+// tile's lse and rowsum(dO * O); the f32 staging.
+EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(std::size_t elem_bytes,
+                                                                 int head_dim, int warps) {
   const int qt = attention_query_tile(elem_bytes, head_dim);
-  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * qt) +
-         2 * static_cast<std::size_t>(qt) * sizeof(float) +
+  const int stages = attention_stages(elem_bytes);
+  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * qt * stages) +
+         2 * static_cast<std::size_t>(qt) * stages * sizeof(float) +
          attention_scratch_bytes(elem_bytes, warps, qt);
 }
 

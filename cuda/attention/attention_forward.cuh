@@ -2,10 +2,12 @@
 //
 // Algorithm (FlashAttention-2's loop): a block takes 16 query rows per warp
 // of one (batch, query head); its Q rows stay in shared memory while the
-// keys it can see stream through in tiles of attention_key_tile(): each
+// keys it can see stream through in tiles of attention_key_tile(), copied
+// with cp.async one tile ahead (f16/bf16) of the one in use: each
 // warp scores its 16 rows against the tile, folds the tile into a running
 // max and sum per row (online softmax, in base 2), rescales its output
-// accumulator and adds P V. Nothing of size T x S is ever stored.
+// accumulator and adds P V. Nothing of size T x S is ever stored. Only
+// tiles that cut through some row's visible range pay for the mask.
 //
 // Layout: q [B, Hq, T, d], k and v [B, Hkv, S, d] as strides (either public
 // layout); the grid is (ceil(T / rows), Hq, B), query head h reads key head
@@ -37,84 +39,108 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
 
+  constexpr int kStages = attention_stages(sizeof(Elem));
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* q_s = reinterpret_cast<Elem*>(smem);
-  Elem* k_s = q_s + rows * kLd;
-  Elem* v_s = k_s + kKT * kLd;
-  float* scratch = reinterpret_cast<float*>(v_s + kKT * kLd) +
+  Elem* k_s = q_s + rows * kLd;                 // [kStages][kKT][kLd]
+  Elem* v_s = k_s + kStages * kKT * kLd;        // [kStages][kKT][kLd]
+  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
-  const int64_t T = pr.shape.q_len;
+  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
   const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
   const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
+  const int64_t block_last = min(row0 + rows, T) - 1;
+  const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
+  auto load_kv = [&](int64_t k0, int stage) {
+    load_rows_async<Elem, kD>(k_s + stage * kKT * kLd, kLd, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
+  };
 
-  load_rows<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row, q_row,
-                      rows, T - row0);
+  load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
+                            q_row, rows, T - row0);
+  if (k_begin < k_end) load_kv(k_begin, 0);
+  cp_async_commit();
 
   const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
-  const int64_t block_last = min(row0 + rows, T) - 1;
-  const int64_t warp_last = min(warp_row0 + kAttnRowsPerWarp, T) - 1;
   const bool warp_has_rows = warp_row0 < T;
   const int64_t warp_lo = warp_has_rows ? keys.lo(warp_row0) : 0;
-  const int64_t warp_hi = warp_has_rows ? keys.hi(warp_last) : 0;
+  const int64_t warp_hi = warp_has_rows ? keys.hi(min(warp_row0 + kAttnRowsPerWarp, T) - 1) : 0;
   const float scale_log2 = pr.scale * kLog2e;
+  const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
+  const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
   float o[kDT][4] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};  // running row max, base 2
   float l[2] = {0.0f, 0.0f};                    // this thread's share of the row sum
 
-  for (int64_t k0 = keys.lo(row0); k0 < keys.hi(block_last); k0 += kKT) {
-    __syncthreads();  // the previous tile (and, first, nothing) is no longer read
-    load_rows<Elem, kD>(k_s, kLd, d_k + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
-    load_rows<Elem, kD>(v_s, kLd, d_v + k0 * kv_row, kv_row, kKT, pr.shape.kv_len - k0);
-    __syncthreads();
-    if (k0 >= warp_hi || k0 + kKT <= warp_lo) continue;
-
-    float s[kNT][4] = {};
-    WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd, k_s,
-                                                 kLd, scratch);
-    float tile_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t key = k0 + 8 * j + 2 * t + (e & 1);
-        const float x = keys.sees(my_row[e >> 1], key) ? s[j][e] * scale_log2 : -CUDART_INF_F;
-        s[j][e] = x;
-        tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+  int stage = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
+    if constexpr (kStages == 2) {
+      if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (k0 != k_begin) {
+        load_kv(k0, 0);
+        cp_async_commit();
       }
-    float base[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
-      // A row that has seen no key yet keeps m = -inf; exponentiate against
-      // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
-      base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
-      const float alpha = exp2f(m[half] - base[half]);
-      m[half] = m_new;
-      l[half] *= alpha;
-#pragma unroll
-      for (int j = 0; j < kDT; ++j) {
-        o[j][2 * half] *= alpha;
-        o[j][2 * half + 1] *= alpha;
-      }
+      cp_async_wait<0>();
     }
+    __syncthreads();
+    if (k0 < warp_hi && k0 + kKT > warp_lo) {
+      const Elem* k_tile = k_s + stage * kKT * kLd;
+      const Elem* v_tile = v_s + stage * kKT * kLd;
+      float s[kNT][4] = {};
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   k_tile, kLd, scratch);
+      const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
+                                tile_span(row_lo[1], row_hi[1], k0, kKT)};
+      const bool whole = warp_sees_whole_tile(span, kKT);
+      float tile_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
-    for (int j = 0; j < kNT; ++j)
+      for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j][e] = exp2f(s[j][e] - base[e >> 1]);
-        l[e >> 1] += s[j][e];
+        for (int e = 0; e < 4; ++e) {
+          const float x = whole || in_span(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+          s[j][e] = x;
+          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
+        }
+      float base[2];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
+        // A row that has seen no key yet keeps m = -inf; exponentiate against
+        // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
+        base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
+        const float alpha = exp2f(m[half] - base[half]);
+        m[half] = m_new;
+        l[half] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kDT; ++j) {
+          o[j][2 * half] *= alpha;
+          o[j][2 * half + 1] *= alpha;
+        }
       }
-    WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_s, kLd, scratch);
+#pragma unroll
+      for (int j = 0; j < kNT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+          l[e >> 1] += s[j][e];
+        }
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
+    }
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
+  cp_async_wait<0>();  // a block with no keys still has its Q copy in flight
 
   if (!warp_has_rows) return;
   float inv[2];

@@ -33,9 +33,9 @@
  * Memory. All tensors of one call must live on the same CUDA device (device
  * or managed memory) and lie wholly inside their allocations. Outputs must
  * not overlap each other or any input; inputs may alias each other. Data
- * pointers must be aligned to their element size; 16-byte alignment and H
- * divisible by 4 select the vectorised kernels, anything else a scalar path
- * with the same results.
+ * pointers must be aligned to their element size; for the scans, 16-byte
+ * alignment and H divisible by 4 select the vectorised kernels, anything
+ * else a scalar path with the same results (attention needs 16 bytes).
  *
  * Streams. `stream` NULL means the library's own non-blocking stream for the
  * tensors' device (created on first use, see exphil_synchronize). Otherwise
@@ -305,8 +305,11 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
  * with layout EXPHIL_ATTENTION_BTHD the same tensors are [B, T, Hq, d] and
  * [B, S, Hkv, d]. lse is [B, Hq, T] in f32 with either layout. q, k, v, o,
  * grad_o and the three gradients share one dtype: f32, f16 or bf16. Hq must
- * be a multiple of Hkv. The head width d is 32, 64, 96 or 128; B, Hq, Hkv,
- * T, S are any size >= 1.
+ * be a multiple of Hkv. The head width d is 32, 64, 96 or 128 (any other
+ * returns EXPHIL_ERROR_NOT_SUPPORTED); B and Hq are 1 to 65535; Hkv, T and S
+ * any size >= 1. Unlike the scans, every tensor but lse must be 16-byte
+ * aligned (the kernels move rows in 16-byte vectors; device allocations and
+ * whole Nx tensors always are); lse needs 4 bytes.
  *
  * Masks (query i, key j; the causal diagonal is aligned to the bottom right,
  * so with T != S query i is the one at position i + S - T):
@@ -314,7 +317,9 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
  *   EXPHIL_ATTENTION_MASK_CAUSAL   j <= i + S - T;
  *   EXPHIL_ATTENTION_MASK_WINDOW   i + S - T - window < j <= i + S - T
  *                                  (the last `window` keys, window >= 1).
- * A query row that sees no key gets O = 0 and lse = -inf, and no gradient.
+ * A query row that sees no key gets O = 0 and lse = -inf; its grad_q row is
+ * written as zeros and it adds nothing to grad_k and grad_v. `window` is
+ * read only with EXPHIL_ATTENTION_MASK_WINDOW.
  *
  * Arithmetic. Softmax and every sum are f32. f16 and bf16 inputs run on tensor
  * cores (mma.sync, sm_80 and later), with the probabilities and the
@@ -322,8 +327,10 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
  * as FlashAttention does. f32 inputs run in exact f32 FMAs (no TF32).
  *
  * forward:  writes o and lse (lse may be NULL: not written).
- * backward: takes q, k, v, the forward's o and lse, and grad_o; writes
- *           grad_q, grad_k and grad_v (each may be NULL: not written).
+ * backward: takes q, k, v, the forward's o and lse (both required: the
+ *           outputs of a forward call with the same inputs and options),
+ *           and grad_o; writes grad_q, grad_k and grad_v (each may be NULL:
+ *           not written).
  *           grad_k and grad_v sum over the query heads that share each
  *           key/value head. No atomics: bitwise deterministic. Temporary
  *           device memory: B * Hq * T floats.
@@ -344,7 +351,8 @@ typedef struct exphil_attention_options {
   int32_t mask;   /* an exphil_attention_mask */
   int32_t window; /* with EXPHIL_ATTENTION_MASK_WINDOW: keys seen, >= 1 */
   int32_t layout; /* an exphil_attention_layout */
-  float scale;    /* 0: 1 / sqrt(d); otherwise finite, used as given */
+  float scale;    /* 0: 1 / sqrt(d); otherwise finite, used as given (so a
+                     scale of exactly 0 cannot be asked for) */
 } exphil_attention_options;
 
 EXPHIL_API exphil_status exphil_attention_forward(

@@ -1,0 +1,248 @@
+// The attention planner: every plan for a supported shape takes 1, 2 or 4
+// warps per block with a shared-memory footprint within kAttnMaxSharedBytes,
+// small problems shrink their blocks to fill the GPU, forced warps are
+// honoured where memory allows, the sizes the kernels cannot run are
+// reported, and the backward's workspace is B * Hq * T floats.
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "attention/attention_config.h"
+#include "attention/attention_launch.h"
+
+using namespace exphil::kernels;
+using exphil::DType;
+using exphil::dtype_size;
+
+namespace {
+
+constexpr int kH100SMs = 132;
+constexpr auto kForward = AttentionDirection::forward;
+constexpr auto kBackward = AttentionDirection::backward;
+constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr int kHeadDims[] = {32, 64, 96, 128};
+constexpr auto kMaxShared = static_cast<std::size_t>(kAttnMaxSharedBytes);
+
+AttentionShape shape(int64_t b, int64_t hq, int64_t hkv, int64_t t, int64_t s, int d) {
+  AttentionShape x;
+  x.batch = b;
+  x.q_heads = hq;
+  x.kv_heads = hkv;
+  x.q_len = t;
+  x.kv_len = s;
+  x.head_dim = d;
+  return x;
+}
+
+bool valid_warps(int w) { return w == 1 || w == 2 || w == 4; }
+
+void check_fits(AttentionDirection direction, const AttentionPlan& plan, const AttentionShape& s,
+                DType dtype) {
+  const std::size_t elem = dtype_size(dtype);
+  const bool backward = direction == kBackward;
+  INFO((backward ? "backward " : "forward ")
+       << exphil::dtype_name(dtype) << " B " << s.batch << " Hq " << s.q_heads << " Hkv "
+       << s.kv_heads << " T " << s.q_len << " S " << s.kv_len << " d " << s.head_dim
+       << ": warps forward " << plan.forward_warps << " dq " << plan.dq_warps << " dkdv "
+       << plan.dkdv_warps);
+  CHECK(attention_unsupported(direction, plan, s, dtype) == nullptr);
+  CHECK(valid_warps(plan.forward_warps));
+  CHECK(attention_forward_shared_bytes(elem, s.head_dim, plan.forward_warps) <= kMaxShared);
+  if (backward) {
+    CHECK(valid_warps(plan.dq_warps));
+    CHECK(valid_warps(plan.dkdv_warps));
+    CHECK(attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps) <= kMaxShared);
+    CHECK(attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps) <= kMaxShared);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attention plans take 1, 2 or 4 warps within the shared-memory limit", "[plan]") {
+  const AttentionShape shapes[] = {
+      shape(1, 8, 8, 32, 32, 0),      shape(32, 8, 8, 256, 256, 0),
+      shape(1, 1, 1, 1, 1, 0),        shape(2, 4, 2, 5, 7, 0),
+      shape(1, 32, 4, 4096, 4096, 0), shape(3, 6, 1, 100, 37, 0)};
+  for (DType dtype : kDtypes)
+    for (int d : kHeadDims)
+      for (auto direction : {kForward, kBackward})
+        for (AttentionShape s : shapes)
+          for (int sm_count : {1, kH100SMs, 1024})
+            for (int forced : {0, 1, 2, 4, 3, -1}) {
+              s.head_dim = d;
+              INFO("SMs " << sm_count << " forced " << forced);
+              check_fits(direction, plan_attention(direction, s, dtype, sm_count, forced), s,
+                         dtype);
+            }
+}
+
+TEST_CASE("attention plans fill the GPU for short sequences and use 4 warps for long ones",
+          "[plan]") {
+  for (DType dtype : kDtypes) {
+    INFO(exphil::dtype_name(dtype));
+    // B1 h8 T32: 8 (batch, head) pairs of 32 rows make 8 blocks of 4 warps;
+    // one warp per block makes 16.
+    const AttentionShape small = shape(1, 8, 8, 32, 32, 32);
+    CHECK(plan_attention(kForward, small, dtype, kH100SMs, 0).forward_warps == 1);
+    const AttentionPlan small_bwd = plan_attention(kBackward, small, dtype, kH100SMs, 0);
+    CHECK(small_bwd.dq_warps == 1);
+    CHECK(small_bwd.dkdv_warps == 1);
+    // On a GPU of 8 SMs the 8 blocks of 4 warps suffice.
+    CHECK(plan_attention(kForward, small, dtype, 8, 0).forward_warps == 4);
+    // B1 h8 T64 on 16 SMs: 8 blocks at 4 warps, 16 at 2.
+    CHECK(plan_attention(kForward, shape(1, 8, 8, 64, 64, 32), dtype, 16, 0).forward_warps == 2);
+    // B32 h8 T256: 256 pairs, 1024 blocks of 4 warps.
+    const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
+    CHECK(plan_attention(kForward, large, dtype, kH100SMs, 0).forward_warps == 4);
+    const AttentionPlan large_bwd = plan_attention(kBackward, large, dtype, kH100SMs, 0);
+    CHECK(large_bwd.forward_warps == 4);
+    CHECK(large_bwd.dq_warps == 4);
+    CHECK(large_bwd.dkdv_warps == 4);
+  }
+  // The dK/dV kernel counts its blocks over the key heads and S: with one key
+  // head and S = 32 it shrinks while the dQ kernel over 32 query heads and
+  // T = 1024 does not.
+  const AttentionPlan gqa =
+      plan_attention(kBackward, shape(1, 32, 1, 1024, 32, 64), DType::bf16, kH100SMs, 0);
+  CHECK(gqa.dq_warps == 4);
+  CHECK(gqa.dkdv_warps == 1);
+}
+
+TEST_CASE("attention plans honour forced warps where shared memory allows", "[plan]") {
+  // Shapes that want 1 warp per block and 4: the forced count overrides both.
+  const AttentionShape small = shape(1, 8, 8, 32, 32, 64);
+  const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
+  for (DType dtype : kDtypes)
+    for (int forced : {1, 2, 4})
+      for (const AttentionShape& s : {small, large}) {
+        INFO(exphil::dtype_name(dtype) << " forced " << forced << " B " << s.batch);
+        const std::size_t elem = dtype_size(dtype);
+        // At d = 64 every kernel's 4-warp block fits.
+        REQUIRE(attention_forward_shared_bytes(elem, 64, 4) <= kMaxShared);
+        REQUIRE(attention_dq_shared_bytes(elem, 64, 4) <= kMaxShared);
+        REQUIRE(attention_dkdv_shared_bytes(elem, 64, 4) <= kMaxShared);
+        const AttentionPlan fwd = plan_attention(kForward, s, dtype, kH100SMs, forced);
+        CHECK(fwd.forward_warps == forced);
+        const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kH100SMs, forced);
+        CHECK(bwd.forward_warps == forced);
+        CHECK(bwd.dq_warps == forced);
+        CHECK(bwd.dkdv_warps == forced);
+      }
+  // Anything but 1, 2 or 4 means "choose".
+  for (int forced : {3, 8, -1}) {
+    const AttentionShape small32 = shape(1, 8, 8, 32, 32, 32);
+    INFO("forced " << forced);
+    CHECK(plan_attention(kForward, small32, DType::f16, kH100SMs, forced).forward_warps == 1);
+    CHECK(plan_attention(kForward, large, DType::f16, kH100SMs, forced).forward_warps == 4);
+  }
+}
+
+namespace {
+
+// The most warps, halving from `wanted`, whose block fits the limit.
+int fitting_warps(int wanted, std::size_t (*bytes)(std::size_t, int, int), std::size_t elem,
+                  int d) {
+  int w = wanted;
+  while (w > 1 && bytes(elem, d, w) > kMaxShared) w /= 2;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("attention plans shrink blocks whose shared memory is over the limit", "[plan]") {
+  // f32 at d = 128: the dQ and dK/dV kernels' 4-warp blocks do not fit, their
+  // 2-warp blocks and the forward's 4-warp blocks do.
+  REQUIRE(attention_dq_shared_bytes(4, 128, 4) > kMaxShared);
+  REQUIRE(attention_dq_shared_bytes(4, 128, 2) <= kMaxShared);
+  REQUIRE(attention_dkdv_shared_bytes(4, 128, 4) > kMaxShared);
+  REQUIRE(attention_dkdv_shared_bytes(4, 128, 2) <= kMaxShared);
+  REQUIRE(attention_forward_shared_bytes(4, 128, 4) <= kMaxShared);
+  const AttentionShape large = shape(32, 8, 8, 256, 256, 128);
+  for (int forced : {4, 0}) {
+    INFO("forced " << forced);
+    const AttentionPlan plan = plan_attention(kBackward, large, DType::f32, kH100SMs, forced);
+    CHECK(plan.forward_warps == 4);
+    CHECK(plan.dq_warps == 2);
+    CHECK(plan.dkdv_warps == 2);
+    CHECK(attention_unsupported(kBackward, plan, large, DType::f32) == nullptr);
+  }
+  // Every dtype and width: a forced (or, on a shape that fills the GPU at 4
+  // warps, a chosen) count is kept where it fits and halved until it does.
+  for (DType dtype : kDtypes)
+    for (int d : kHeadDims)
+      for (int forced : {0, 1, 2, 4}) {
+        const AttentionShape s = shape(32, 8, 8, 256, 256, d);
+        const std::size_t elem = dtype_size(dtype);
+        const int wanted = forced == 0 ? 4 : forced;
+        INFO(exphil::dtype_name(dtype) << " d " << d << " forced " << forced);
+        const AttentionPlan plan = plan_attention(kBackward, s, dtype, kH100SMs, forced);
+        CHECK(plan.forward_warps == fitting_warps(wanted, attention_forward_shared_bytes, elem, d));
+        CHECK(plan.dq_warps == fitting_warps(wanted, attention_dq_shared_bytes, elem, d));
+        CHECK(plan.dkdv_warps == fitting_warps(wanted, attention_dkdv_shared_bytes, elem, d));
+      }
+  // A hand-made plan over the limit is reported, not run.
+  AttentionPlan over;
+  over.dq_warps = 4;
+  over.dkdv_warps = 4;
+  const char* why = attention_unsupported(kBackward, over, large, DType::f32);
+  REQUIRE(why != nullptr);
+  CHECK_THAT(std::string(why), Catch::Matchers::Contains("shared memory"));
+}
+
+TEST_CASE("attention planner reports the sizes the kernels cannot run", "[plan]") {
+  const auto why = [](AttentionDirection direction, const AttentionShape& s) -> std::string {
+    const AttentionPlan plan = plan_attention(direction, s, DType::f16, kH100SMs, 0);
+    const char* reason = attention_unsupported(direction, plan, s, DType::f16);
+    return reason ? reason : "";
+  };
+  using Catch::Matchers::Contains;
+  for (auto direction : {kForward, kBackward}) {
+    INFO((direction == kForward ? "forward" : "backward"));
+    for (int d : {48, 256, 16, 0, 129}) {
+      INFO("d " << d);
+      CHECK_THAT(why(direction, shape(1, 1, 1, 8, 8, d)), Contains("head width"));
+    }
+    CHECK_THAT(why(direction, shape(65536, 1, 1, 8, 8, 64)), Contains("B is over 65535"));
+    CHECK_THAT(why(direction, shape(1, 65536, 1, 8, 8, 64)), Contains("Hq is over 65535"));
+    CHECK_THAT(why(direction, shape(1, 65536, 65536, 8, 8, 64)), Contains("Hq is over 65535"));
+    const int64_t past_grid_x = int64_t{kAttnRowsPerWarp} * 2147483648LL;
+    CHECK_THAT(why(direction, shape(1, 1, 1, past_grid_x, 8, 64)), Contains("T or S"));
+    CHECK_THAT(why(direction, shape(1, 1, 1, 8, past_grid_x, 64)), Contains("T or S"));
+    // The largest B and Hq the grid takes.
+    CHECK(why(direction, shape(65535, 1, 1, 8, 8, 64)).empty());
+    CHECK(why(direction, shape(1, 65535, 5, 8, 8, 64)).empty());
+  }
+}
+
+TEST_CASE("attention workspace: B * Hq * T floats for the backward, none for the forward",
+          "[plan]") {
+  for (DType dtype : kDtypes)
+    for (int d : kHeadDims) {
+      // T != S and Hq != Hkv, so that only the query side can match.
+      const AttentionShape s = shape(3, 8, 2, 100, 37, d);
+      INFO(exphil::dtype_name(dtype) << " d " << d);
+      const AttentionPlan fwd = plan_attention(kForward, s, dtype, kH100SMs, 0);
+      CHECK(fwd.ws_floats == 0);
+      CHECK(attention_workspace_bytes(fwd) == 0);
+      const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kH100SMs, 0);
+      CHECK(bwd.ws_floats == 3 * 8 * 100);
+      CHECK(attention_workspace_bytes(bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
+    }
+}
+
+TEST_CASE("attention backward launches one kernel per gradient kernel it needs", "[plan]") {
+  AttentionBackwardParams p;
+  int dummy = 0;
+  CHECK(attention_backward_kernel_count(p) == 0);
+  p.d_grad_q = &dummy;
+  CHECK(attention_backward_kernel_count(p) == 2);  // rowsum(dO * O), dQ
+  p.d_grad_k = &dummy;
+  CHECK(attention_backward_kernel_count(p) == 3);  // and dK/dV
+  p.d_grad_q = nullptr;
+  CHECK(attention_backward_kernel_count(p) == 2);
+  p.d_grad_k = nullptr;
+  p.d_grad_v = &dummy;
+  CHECK(attention_backward_kernel_count(p) == 2);
+}
