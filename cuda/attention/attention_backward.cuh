@@ -4,7 +4,8 @@
 // saved lse, dP = dO V^T and Di = rowsum(dO * O):
 //   dV = P^T dO,  dS = P * (dP - Di),  dQ = scale dS K,  dK = scale dS^T Q.
 // Three kernels, none with atomics, so every sum has one fixed order:
-//   1. attention_rowdot_kernel: Di for every query row (a warp per row).
+//   1. attention_rowdot_kernel: Di for every query row (a 16-byte vector of
+//      O and dO per thread).
 //   2. attention_dkdv_kernel: a block takes 16 key rows per warp of one
 //      (batch, key head) and walks, for each query head of its group in
 //      turn, the query rows that can see its keys, in tiles of
@@ -37,32 +38,71 @@ __device__ __forceinline__ float lse_base2(float lse) {
 }
 }  // namespace attn
 
-// rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c], a warp per row.
+namespace attn {
+// Threads that share one row in the rowdot kernel: one 16-byte vector each,
+// rounded up to a power of two so that the row's threads reduce by
+// butterfly shuffles within an aligned group of lanes.
+template <class Elem, int kD>
+__host__ __device__ constexpr int rowdot_threads() {
+  constexpr int vectors = kD * static_cast<int>(sizeof(Elem)) / 16;
+  int n = 1;
+  while (n < vectors) n *= 2;
+  return n;
+}
+
+// dot(a, b) of two 16-byte vectors of Elem, in f32.
+template <class Elem>
+__device__ __forceinline__ float vector_dot(const uint4& a, const uint4& b) {
+  constexpr int kVec = 16 / sizeof(Elem);
+  const Elem* x = reinterpret_cast<const Elem*>(&a);
+  const Elem* y = reinterpret_cast<const Elem*>(&b);
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) sum = fmaf(to_float(x[i]), to_float(y[i]), sum);
+  return sum;
+}
+}  // namespace attn
+
+// rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c]: rowdot_threads()
+// threads per row, each with one 16-byte vector of O and of dO.
 template <class Elem, int kD>
 __global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot) {
+  using namespace attn;
+  constexpr int kPerRow = rowdot_threads<Elem, kD>();
+  constexpr int kVec = 16 / sizeof(Elem);
   const AttentionProblem& pr = p.problem;
   const int64_t rows = pr.shape.batch * pr.shape.q_heads * pr.shape.q_len;
-  const int lane = threadIdx.x % 32;
+  const int part = threadIdx.x % kPerRow;
+  // Warp-uniform loop bounds: every lane reaches the shuffles.
+  constexpr int kRowsPerWarp = 32 / kPerRow;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-       r < rows; r += warps) {
-    const int64_t i = r % pr.shape.q_len;
-    const int64_t bh = r / pr.shape.q_len;
-    const int64_t b = bh / pr.shape.q_heads, h = bh % pr.shape.q_heads;
-    const int64_t offset = b * pr.q_strides.batch + h * pr.q_strides.head + i * pr.q_strides.row;
-    const Elem* o = static_cast<const Elem*>(p.d_o) + offset;
-    const Elem* d_o = static_cast<const Elem*>(p.d_grad_o) + offset;
+  for (int64_t base = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) *
+                      kRowsPerWarp;
+       base < rows; base += warps * kRowsPerWarp) {
+    const int64_t r = base + (threadIdx.x % 32) / kPerRow;
     float sum = 0.0f;
+    if (r < rows && part * kVec < kD) {
+      const int64_t i = r % pr.shape.q_len;
+      const int64_t bh = r / pr.shape.q_len;
+      const int64_t b = bh / pr.shape.q_heads, h = bh % pr.shape.q_heads;
+      const int64_t offset = b * pr.q_strides.batch + h * pr.q_strides.head + i * pr.q_strides.row;
+      const uint4 o =
+          __ldg(reinterpret_cast<const uint4*>(static_cast<const Elem*>(p.d_o) + offset) + part);
+      const uint4 d_o =
+          __ldg(reinterpret_cast<const uint4*>(static_cast<const Elem*>(p.d_grad_o) + offset) + part);
+      sum = vector_dot<Elem>(o, d_o);
+    }
 #pragma unroll
-    for (int c = lane; c < kD; c += 32) sum = fmaf(to_float(o[c]), to_float(d_o[c]), sum);
-#pragma unroll
-    for (int step = 16; step > 0; step /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, step);
-    if (lane == 0) d_rowdot[r] = sum;
+    for (int step = kPerRow / 2; step > 0; step /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, step);
+    if (r < rows && part == 0) d_rowdot[r] = sum;
   }
 }
 
+// Up to d = 64 the accumulators fit 128 registers, which lets four blocks
+// share an SM.
 template <class Elem, int kD>
-__global__ void __launch_bounds__(kAttnMaxWarps * 32)
+__global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
     attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
   using namespace attn;
   constexpr int kQT = attention_query_tile(sizeof(Elem), kD);

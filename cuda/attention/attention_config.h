@@ -33,9 +33,10 @@ EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {
 }
 
 // Query rows per step of the dK/dV kernel's loop: its registers hold dK and
-// dV (d floats per thread) plus two 16 x tile score fragments.
-EXPHIL_ATTN_HD constexpr int attention_query_tile(std::size_t elem_bytes, int head_dim) {
-  return (elem_bytes == 4 || head_dim >= 128) ? 32 : 64;
+// dV (d floats per thread) plus two 16 x tile score fragments, so a narrow
+// tile leaves room for more resident warps.
+EXPHIL_ATTN_HD constexpr int attention_query_tile(std::size_t /*elem_bytes*/, int /*head_dim*/) {
+  return 32;
 }
 
 // Elements per padded shared-memory row of head width d.

@@ -17,7 +17,7 @@ namespace exphil::kernels {
 namespace attn_launch {
 
 constexpr int kRowdotThreads = 256;
-constexpr int64_t kMaxRowdotBlocks = 4096;
+constexpr int64_t kMaxRowdotBlocks = 8192;
 
 inline unsigned row_blocks(int64_t len, int warps) {
   const int64_t rows = int64_t{kAttnRowsPerWarp} * warps;
@@ -65,7 +65,8 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   if (params.d_grad_q == nullptr && params.d_grad_k == nullptr && params.d_grad_v == nullptr)
     return {};
   const int64_t rows = s.batch * s.q_heads * s.q_len;
-  const int64_t rowdot_blocks = (rows + kRowdotThreads / 32 - 1) / (kRowdotThreads / 32);
+  const int64_t rows_per_block = kRowdotThreads / attn::rowdot_threads<Elem, kD>();
+  const int64_t rowdot_blocks = (rows + rows_per_block - 1) / rows_per_block;
   attention_rowdot_kernel<Elem, kD>
       <<<static_cast<unsigned>(rowdot_blocks < kMaxRowdotBlocks ? rowdot_blocks : kMaxRowdotBlocks),
          kRowdotThreads, 0, stream>>>(params, d_workspace);
