@@ -5,6 +5,7 @@
 #include <erl_nif.h>
 
 #include "atoms.hpp"
+#include "attention_nifs.hpp"
 #include "buffer_nifs.hpp"
 #include "device_nifs.hpp"
 #include "resources.hpp"
@@ -77,6 +78,8 @@ ErlNifFunc nif_functions[] = {
     {"nif_liquid_backward", 5, backward<ScanOp::liquid>, kDirty},
     {"nif_selective_scan_forward", 6, selective_scan_forward_nif, kDirty},
     {"nif_selective_scan_backward", 7, selective_scan_backward_nif, kDirty},
+    {"nif_attention_forward", 4, attention_forward_nif, kDirty},
+    {"nif_attention_backward", 7, attention_backward_nif, kDirty},
 };
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "terms.hpp"
 
+#include <cfloat>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -58,6 +60,11 @@ ERL_NIF_TERM make_map(ErlNifEnv* env, std::initializer_list<std::pair<ERL_NIF_TE
     keys.push_back(k);
     values.push_back(v);
   }
+  return make_map(env, std::move(keys), std::move(values));
+}
+
+// By value: erl_nif takes the arrays as non-const.
+ERL_NIF_TERM make_map(ErlNifEnv* env, std::vector<ERL_NIF_TERM> keys, std::vector<ERL_NIF_TERM> values) {
   ERL_NIF_TERM map;
   if (!enif_make_map_from_arrays(env, keys.data(), values.data(), static_cast<unsigned>(keys.size()), &map))
     throw std::bad_alloc();
@@ -113,6 +120,15 @@ bool get_boolean(ERL_NIF_TERM term, const std::string& argument) {
   if (enif_is_identical(term, atoms().true_)) return true;
   if (enif_is_identical(term, atoms().false_)) return false;
   bad_argument(argument, "true or false", term);
+}
+
+bool get_f32_range(ErlNifEnv* env, ERL_NIF_TERM term, double& out) {
+  ErlNifSInt64 integer = 0;
+  if (enif_get_int64(env, term, &integer))
+    out = static_cast<double>(integer);
+  else if (!enif_get_double(env, term, &out))
+    return false;
+  return std::fabs(out) <= static_cast<double>(FLT_MAX);
 }
 
 DType get_type(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& argument) {

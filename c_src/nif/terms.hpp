@@ -60,6 +60,8 @@ ERL_NIF_TERM make_ok(ErlNifEnv* env, ERL_NIF_TERM value);
 ERL_NIF_TERM make_string(ErlNifEnv* env, const std::string& s);  // an Elixir string (binary)
 // A map of atom keys (or any keys) to values; throws std::bad_alloc if the VM cannot make it.
 ERL_NIF_TERM make_map(ErlNifEnv* env, std::initializer_list<std::pair<ERL_NIF_TERM, ERL_NIF_TERM>> entries);
+// The same from keys[i] => values[i] (as many of each).
+ERL_NIF_TERM make_map(ErlNifEnv* env, std::vector<ERL_NIF_TERM> keys, std::vector<ERL_NIF_TERM> values);
 
 // A failed library status as a NIF result: invalid_argument and
 // not_supported raise ArgumentError; no_device, out_of_memory, cuda_error
@@ -70,6 +72,11 @@ ERL_NIF_TERM status_result(ErlNifEnv* env, const Status& status);
 int64_t get_integer(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& argument, int64_t min,
                     int64_t max);
 bool get_boolean(ERL_NIF_TERM term, const std::string& argument);
+// An integer or float as a double that converts to a finite f32; false
+// otherwise (bignums too: erl_nif cannot convert them). For callers that
+// refuse the value in their own words: a float beyond f32's range would
+// reach the library as an infinity, reported without the value written.
+bool get_f32_range(ErlNifEnv* env, ERL_NIF_TERM term, double& out);
 
 // Nx types {:f, 32}, {:f, 16}, {:bf, 16}.
 DType get_type(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& argument);

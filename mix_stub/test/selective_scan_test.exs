@@ -66,15 +66,7 @@ defmodule ExPhil.Native.SelectiveScanReferenceTest do
       given = Enum.filter(R.selective_scan_tensors(), &p[&1])
       assert Enum.sort(Map.keys(grads)) == Enum.sort(Enum.map(given, &:"grad_#{&1}"))
 
-      eps = 1.0e-6
-      bump = fn name, k, e -> Map.update!(p, name, &List.update_at(&1, k, fn v -> v + e end)) end
-
-      for name <- given, {analytic, k} <- Enum.with_index(grads[:"grad_#{name}"]) do
-        numeric = (loss.(bump.(name, k, eps)) - loss.(bump.(name, k, -eps))) / (2 * eps)
-
-        assert abs(analytic - numeric) <= 1.0e-6 + 1.0e-5 * abs(numeric),
-               "grad_#{name}[#{k}]: #{analytic}, finite differences #{numeric}"
-      end
+      ExPhil.Native.FiniteDifferences.assert_matches(loss, p, grads, given)
     end
   end
 end

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -127,6 +128,14 @@ std::string describe(const AttentionRun& r) {
   if (!r.grad_q || !r.grad_k || !r.grad_v)
     s << " grads=" << (r.grad_q ? "q" : "") << (r.grad_k ? "k" : "") << (r.grad_v ? "v" : "");
   return s.str();
+}
+
+bool within_test_size(const AttentionRun& r) {
+  const int64_t scores = r.batch * r.q_heads * r.q_len * r.kv_len;
+  if (scores <= max_test_elements()) return true;
+  std::printf("skipped (B*Hq*T*S = %lld over EXPHIL_TEST_MAX_ELEMENTS): %s\n",
+              static_cast<long long>(scores), describe(r).c_str());
+  return false;
 }
 
 std::string AttentionCheck::report() const {

@@ -54,6 +54,12 @@ struct AttentionRun {
 
 std::string describe(const AttentionRun& run);
 
+// False, after printing the case, if its scores (B * Hq * T * S) exceed
+// EXPHIL_TEST_MAX_ELEMENTS (max_test_elements() of scan_problems.hpp): how
+// the sanitizer runs keep racecheck, which instruments every shared-memory
+// access, to the sizes it can finish.
+bool within_test_size(const AttentionRun& run);
+
 // How the harness reaches the library.
 struct AttentionRunner {
   std::string name;

@@ -1,6 +1,7 @@
 defmodule ExPhil.Native do
   @moduledoc """
-  Fused GPU recurrences on tensors in device memory, without host copies.
+  Fused GPU recurrences and attention on tensors in device memory, without
+  host copies.
 
   Every op takes tensors that already live on a CUDA device and writes its
   results to device memory. A tensor argument is one of:
@@ -26,6 +27,11 @@ defmodule ExPhil.Native do
   `selective_scan_backward/7`, has inputs of several shapes and options of
   its own (its docs say which); `:outputs`, `:sync` and `:stream` are as
   below.
+
+  Scaled dot-product attention with grouped-query heads,
+  `attention_forward/4` and `attention_backward/7`, takes `:mask`,
+  `:window`, `:layout` and `:scale` (its docs say which); `:outputs`,
+  `:sync` and `:stream` are as below.
 
   Options of the linear recurrences (keyword list or map):
 
@@ -363,4 +369,101 @@ defmodule ExPhil.Native do
           [selective_scan_backward_option()] | map()
         ) :: op_result()
   defnative selective_scan_backward(x, dt, a, b, c, grad_y, opts \\ [])
+
+  ## Attention
+
+  @typedoc """
+  Options of `attention_forward/4` and `attention_backward/7`, as a keyword
+  list or a map. `nil` stands for an absent `:window` or `:scale`.
+  """
+  @type attention_option ::
+          {:mask, :none | :causal | :window}
+          | {:window, pos_integer() | nil}
+          | {:layout, :bhtd | :bthd}
+          | {:scale, number() | nil}
+          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
+          | {:sync, boolean()}
+          | {:stream, :managed | Stream.t()}
+
+  @doc """
+  Scaled dot-product attention with grouped-query heads. For each batch row
+  `b`, query head `h` and query `i`, with `g = div(h, div(Hq, Hkv))` the
+  key/value head that `h` shares:
+
+      s[j]      = scale * dot(q[b, h, i], k[b, g, j]) + mask[i, j]
+      o[b, h, i]   = sum over j of softmax(s)[j] * v[b, g, j]
+      lse[b, h, i] = log(sum over j of exp(s[j]))
+
+  Shapes, by `:layout`:
+
+    * `:bhtd` (default): `q` `[B, Hq, T, d]`; `k`, `v` `[B, Hkv, S, d]`
+    * `:bthd`: `q` `[B, T, Hq, d]`; `k`, `v` `[B, S, Hkv, d]`
+
+  `q`, `k` and `v` share one type (`{:f, 32}`, `{:f, 16}` or `{:bf, 16}`).
+  Hq must be a multiple of Hkv (grouped-query attention; Hkv = Hq is
+  ordinary multi-head attention, Hkv = 1 multi-query). The head width d is
+  32, 64, 96 or 128; B, Hq, Hkv, T and S are any size of at least 1. Every
+  tensor's memory must be 16-byte aligned (device allocations are).
+  Softmax and every sum are f32; `{:f, 16}` and `{:bf, 16}` run on tensor
+  cores (sm_80 and later), `{:f, 32}` in exact f32.
+
+  Options:
+
+    * `:mask` - `:none` (default: every key), `:causal` or `:window`. The
+      masks are aligned to the bottom right: with T != S, query `i` stands
+      at position `i + S - T`, so `:causal` lets it see the keys
+      `j <= i + S - T`, and `:window` the last `:window` of those,
+      `i + S - T - window < j <= i + S - T`. A query that sees no key (causal
+      with T > S, say) gets `o = 0` and `lse = -inf`.
+    * `:window` - with `mask: :window` (and only then; required), the number
+      of keys each query sees, its own position included: an integer of at
+      least 1.
+    * `:layout` - `:bhtd` (default) or `:bthd`, as above.
+    * `:scale` - the factor of the scores, a nonzero number within f32's
+      range; `nil` (default): `1 / sqrt(d)`.
+    * `:outputs` - destination passing, as for every op: `:o` (required)
+      and `:lse` (optional: not written if absent). Without it, both are
+      new buffers.
+    * `:sync`, `:stream` - as for every op (see the module doc)
+
+  Outputs: `:o`, of the shape and type of `q`, and `:lse` `[B, Hq, T]`
+  `{:f, 32}` (in either layout), the log-sum-exp of each query's scores,
+  which `attention_backward/7` takes.
+
+  Bad option values and the ranks of `q` and `k` raise `ArgumentError`
+  naming the option or tensor; other shapes, types and the head width are
+  checked by the library, whose messages name the tensors as here.
+  """
+  @spec attention_forward(tensor(), tensor(), tensor(), [attention_option()] | map()) :: op_result()
+  defnative attention_forward(q, k, v, opts \\ [])
+
+  @doc """
+  Gradients of `attention_forward/4`, given its inputs `q`, `k`, `v`, its
+  outputs `o` and `lse` (from the same inputs and options), and `grad_o`
+  (shape and type of `q`), the gradient of the loss with respect to `o`.
+  The options `:mask`, `:window`, `:layout` and `:scale` must be the
+  forward's.
+
+  Options, besides those:
+
+    * `:outputs` - the gradients to write, by name: any of `:grad_q`,
+      `:grad_k`, `:grad_v`, at least one; only those are written.
+    * `:sync`, `:stream` - as for every op (see the module doc)
+
+  Outputs: `:grad_q` of the shape of `q`, `:grad_k` and `:grad_v` of the
+  shape of `k`, all of the type of `q`. Without `:outputs`, all three are
+  new buffers. `:grad_k` and `:grad_v` sum over the query heads that share
+  each key/value head. A query that sees no key contributes no gradient
+  (its `:grad_q` row is zero). Results are bitwise the same from run to run.
+  """
+  @spec attention_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [attention_option()] | map()
+        ) :: op_result()
+  defnative attention_backward(q, k, v, o, lse, grad_o, opts \\ [])
 end

@@ -1,0 +1,220 @@
+// attention_forward and attention_backward: decode, run through
+// exphil::attention_forward / _backward on the managed stream (or the
+// caller's), then wait (sync: true, the default) or return an Event
+// (sync: false). Tensor arguments, outputs:, stream:, sync: and errors are
+// those of the selective scan (selective_scan_nifs.cpp). What differs:
+//
+//   * mask:, window:, layout: and scale: become exphil::AttentionOptions.
+//     The NIF checks them itself, naming the option: the library reports a
+//     bad one as 'options', and reads a scale of 0 as "1 / sqrt(d)", which a
+//     caller writing scale: 0.0 did not mean, so a scale that is (or rounds
+//     in f32 to) zero is refused here.
+//   * Outputs the NIF allocates take their shapes from q and k: o and
+//     grad_q have q's shape, grad_k and grad_v k's (the library requires v
+//     to have it too), all of q's dtype; lse is [B, Hq, T] f32 in either
+//     layout. So the NIF checks the ranks of q and k itself; everything else
+//     about shapes and dtypes (GQA, head width, ...) is the library's.
+//   * Under outputs:, the forward needs o (lse is optional: not written if
+//     absent), and the backward any of grad_q, grad_k, grad_v (at least one).
+//     Without outputs:, the NIF makes every output.
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "atoms.hpp"
+#include "attention_nifs.hpp"
+#include "call_options.hpp"
+#include "exphil/attention.hpp"
+#include "op_call.hpp"
+#include "op_outputs.hpp"
+#include "tensor_args.hpp"
+#include "terms.hpp"
+
+namespace exphil::nif {
+
+namespace {
+
+// --- Inputs
+
+struct Inputs {
+  TensorArg q, k, v;
+  int device = 0;  // q's: the call runs there
+
+  AttentionInputs view() const {
+    AttentionInputs in;
+    in.q = &q.desc;
+    in.k = &k.desc;
+    in.v = &v.desc;
+    return in;
+  }
+};
+
+// q first: the call runs on q's device, and IPC handles among the other
+// tensors are opened there.
+Inputs decode_inputs(ErlNifEnv* env, const ERL_NIF_TERM argv[]) {
+  Inputs in;
+  in.q = decode_tensor(env, argv[0], "q");
+  in.device = call_device(in.q);
+  in.k = decode_tensor(env, argv[1], "k", in.device);
+  in.v = decode_tensor(env, argv[2], "v", in.device);
+  return in;
+}
+
+// The options of both directions.
+Options decode_options(ErlNifEnv* env, ERL_NIF_TERM term) {
+  return Options(env, term, {"mask", "window", "layout", "scale", "outputs", "sync", "stream"});
+}
+
+bool given(const std::optional<ERL_NIF_TERM>& term) {
+  return term && !enif_is_identical(*term, atoms().nil);
+}
+
+// An atom standing for one value of an enum option.
+template <class Enum>
+struct Choice {
+  ERL_NIF_TERM atom;
+  Enum value;
+};
+
+template <class Enum>
+Enum decode_choice(ERL_NIF_TERM term, const char* argument, const char* expected,
+                   std::initializer_list<Choice<Enum>> choices) {
+  for (const Choice<Enum>& choice : choices)
+    if (enif_is_identical(term, choice.atom)) return choice.value;
+  bad_argument(argument, expected, term);
+}
+
+// mask:, window:, layout:, scale:. nil stands for an absent window or scale.
+AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts) {
+  const Atoms& a = atoms();
+  AttentionOptions options;
+  if (auto term = opts.get("mask"))
+    options.mask = decode_choice<AttentionMask>(*term, "mask", ":none, :causal or :window",
+                                                {{a.none, AttentionMask::none},
+                                                 {a.causal, AttentionMask::causal},
+                                                 {a.window, AttentionMask::window}});
+
+  // window: only with mask: :window, where it is required. Given with
+  // another mask it would be ignored, which hides a forgotten mask: :window.
+  const auto window = opts.get("window");
+  const std::string window_range = "an integer in 1.." + std::to_string(std::numeric_limits<int32_t>::max());
+  if (options.mask == AttentionMask::window) {
+    if (!given(window))
+      throw ArgumentError{"argument 'window': expected " + window_range +
+                          " with mask: :window (the keys each query sees, its own position included), got none"};
+    ErlNifSInt64 w = 0;
+    if (!enif_get_int64(env, *window, &w) || w < 1 || w > std::numeric_limits<int32_t>::max())
+      bad_argument("window", window_range + " with mask: :window", *window);
+    options.window = static_cast<int>(w);
+  } else if (given(window)) {
+    bad_argument("window", "nil unless mask: :window", *window);
+  }
+
+  if (auto term = opts.get("layout"))
+    options.layout = decode_choice<AttentionLayout>(*term, "layout", ":bhtd ([B, H, T, d]) or :bthd ([B, T, H, d])",
+                                                    {{a.bhtd, AttentionLayout::bhtd}, {a.bthd, AttentionLayout::bthd}});
+
+  if (auto term = opts.get("scale"); given(term)) {
+    double scale = 0.0;
+    if (!get_f32_range(env, *term, scale) || static_cast<float>(scale) == 0.0f)
+      bad_argument("scale",
+                   "nil (1 / sqrt(d)) or a nonzero number within f32's range (a float or a 64-bit "
+                   "integer)",
+                   *term);
+    options.scale = static_cast<float>(scale);
+  }
+  return options;
+}
+
+// --- Outputs
+
+// The shapes of the op's tensors, from q and k. The rank checks they rest
+// on are made with or without outputs:, so that a call gets the same
+// message either way.
+struct Shapes {
+  std::vector<int64_t> query, key, lse;
+};
+
+Shapes shapes_of(const Inputs& in, AttentionLayout layout) {
+  const bool bhtd = layout == AttentionLayout::bhtd;
+  if (in.q.shape.size() != 4)
+    throw ArgumentError{std::string("argument 'q': expected rank 4 ") + (bhtd ? "[B, Hq, T, d]" : "[B, T, Hq, d]") +
+                        ", got shape " + shape_text(in.q.shape)};
+  if (in.k.shape.size() != 4)
+    throw ArgumentError{std::string("argument 'k': expected rank 4 ") +
+                        (bhtd ? "[B, Hkv, S, d]" : "[B, S, Hkv, d]") + ", got shape " + shape_text(in.k.shape)};
+  const std::vector<int64_t>& q = in.q.shape;
+  return {q, in.k.shape, {q[0], bhtd ? q[1] : q[2], bhtd ? q[2] : q[1]}};
+}
+
+}  // namespace
+
+ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return nif_entry(env, [&] {
+    using Args = AttentionForwardArgs;
+    const Atoms& a = atoms();
+    const Options opts = decode_options(env, argv[3]);
+    const Inputs in = decode_inputs(env, argv);
+    const AttentionOptions options = decode_attention_options(env, opts);
+    const Stream stream = decode_stream(env, opts);
+    const bool sync = decode_sync(opts);
+    const Shapes shapes = shapes_of(in, options.layout);
+    // name, key, slot, dtype, shape, required, exists
+    const Outputs<Args> outputs = resolve_outputs<Args>(
+        env, opts,
+        {
+            {"o", a.o, &Args::o, in.q.dtype, shapes.query, true, true},
+            {"lse", a.lse, &Args::lse, DType::f32, shapes.lse, false, true},
+        },
+        in.device);
+    return finish_call(env, argc, argv, in.device, stream, sync, outputs, {&in.q, &in.k, &in.v}, [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      outputs.bind(args);
+      return exphil::attention_forward(args, stream);
+    });
+  });
+}
+
+ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return nif_entry(env, [&] {
+    using Args = AttentionBackwardArgs;
+    const Atoms& a = atoms();
+    const Options opts = decode_options(env, argv[6]);
+    const Inputs in = decode_inputs(env, argv);
+    const TensorArg o = decode_tensor(env, argv[3], "o", in.device);
+    const TensorArg lse = decode_tensor(env, argv[4], "lse", in.device);
+    const TensorArg grad_o = decode_tensor(env, argv[5], "grad_o", in.device);
+    const AttentionOptions options = decode_attention_options(env, opts);
+    const Stream stream = decode_stream(env, opts);
+    const bool sync = decode_sync(opts);
+    const Shapes shapes = shapes_of(in, options.layout);
+    const DType dtype = in.q.dtype;
+    // name, key, slot, dtype, shape, required, exists
+    const Outputs<Args> outputs = resolve_outputs<Args>(
+        env, opts,
+        {
+            {"grad_q", a.grad_q, &Args::grad_q, dtype, shapes.query, false, true},
+            {"grad_k", a.grad_k, &Args::grad_k, dtype, shapes.key, false, true},
+            {"grad_v", a.grad_v, &Args::grad_v, dtype, shapes.key, false, true},
+        },
+        in.device);
+    const std::vector<const TensorArg*> inputs = {&in.q, &in.k, &in.v, &o, &lse, &grad_o};
+    return finish_call(env, argc, argv, in.device, stream, sync, outputs, inputs, [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      args.o = &o.desc;
+      args.lse = &lse.desc;
+      args.grad_o = &grad_o.desc;
+      outputs.bind(args);
+      return exphil::attention_backward(args, stream);
+    });
+  });
+}
+
+}  // namespace exphil::nif
