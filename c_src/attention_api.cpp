@@ -22,7 +22,7 @@ using kernels::AttentionDirection;
 // LaunchResult.
 template <class Launch>
 Status run(AttentionDirection direction, const runtime::AttentionCall& call, DType dtype,
-           Stream requested_stream, const AttentionLaunchOptions* options, int kernels,
+           Stream requested_stream, const AttentionLaunchOptions* options, int kernel_count,
            Launch&& launch) {
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
@@ -37,7 +37,8 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
   }
 
   // A backward with no gradient output launches nothing and needs nothing.
-  const std::size_t workspace_bytes = kernels ? kernels::attention_workspace_bytes(plan) : 0;
+  const std::size_t workspace_bytes =
+      kernel_count ? kernels::attention_workspace_bytes(plan) : 0;
   void* d_workspace = nullptr;
   EXPHIL_RETURN_IF_ERROR(
       context.allocate_workspace(workspace_bytes, &d_workspace, "attention workspace"));
@@ -54,7 +55,7 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
         kernels::kAttnRowsPerWarp * (fwd ? plan.forward_warps : plan.dq_warps);
     info.key_rows_per_block = fwd ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
     info.key_tile = kernels::attention_key_tile(dtype_size(dtype));
-    info.kernels = kernels;
+    info.kernels = kernel_count;
   }
   return {};
 }

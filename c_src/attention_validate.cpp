@@ -67,7 +67,7 @@ class AttentionChecker {
               arg("q") + "head width d = " + std::to_string(t->shape[3]) +
                   "; the kernels support d = 32, 64, 96 and 128"};
     s.head_dim = static_cast<int>(t->shape[3]);
-    return accept("q", t, false, data);
+    return accept_sized("q", t, bytes, false, data);
   }
 
   Status k(const Tensor* t, const void*& data) {
@@ -91,7 +91,7 @@ class AttentionChecker {
                   std::to_string(hkv)};
     s.kv_heads = hkv;
     s.kv_len = len;
-    return accept("k", t, false, data);
+    return accept_sized("k", t, bytes, false, data);
   }
 
   // A tensor shaped as q (Rows::query) or k (Rows::key), of q's dtype.
@@ -173,6 +173,13 @@ class AttentionChecker {
   Status accept(const char* name, const Tensor* t, bool output, const void*& data) {
     std::size_t bytes = 0;
     EXPHIL_RETURN_IF_ERROR(check_extent(name, *t, bytes));
+    return accept_sized(name, t, bytes, output, data);
+  }
+
+  // accept() for a tensor whose extent was already checked (q and k, whose
+  // dimensions are read before they are accepted).
+  Status accept_sized(const char* name, const Tensor* t, std::size_t bytes, bool output,
+                      const void*& data) {
     if (reinterpret_cast<uintptr_t>(t->data) % kVectorBytes != 0)
       return {StatusCode::invalid_argument,
               arg(name) + "data pointer " + pointer_string(t->data) +

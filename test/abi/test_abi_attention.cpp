@@ -12,6 +12,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "abi_expectations.hpp"
 #include "device_buffer.hpp"
 #include "exphil/exphil.h"
 
@@ -29,15 +30,9 @@ struct FakeAttention {
   static constexpr int64_t kB = 2, kHq = 4, kHkv = 2, kT = 5, kS = 7, kD = 32;
 
   explicit FakeAttention(int32_t dtype = EXPHIL_F32, int32_t layout = EXPHIL_ATTENTION_BHTD) {
-    uintptr_t next = uintptr_t{1} << 32;
+    exphil::test::FakeAddresses fake;
     const auto make = [&](exphil_tensor& t, int32_t type, std::initializer_list<int64_t> shape) {
-      t = exphil_tensor{};
-      t.data = reinterpret_cast<void*>(next);
-      next += uintptr_t{1} << 20;
-      t.dtype = type;
-      t.rank = static_cast<int32_t>(shape.size());
-      int i = 0;
-      for (int64_t d : shape) t.shape[i++] = d;
+      fake.fill(t, type, shape);
     };
     const bool bhtd = layout == EXPHIL_ATTENTION_BHTD;
     for (exphil_tensor* t : {&q, &o, &grad_o, &grad_q}) {
@@ -84,17 +79,9 @@ struct FakeAttention {
 constexpr int32_t kLayouts[] = {EXPHIL_ATTENTION_BHTD, EXPHIL_ATTENTION_BTHD};
 constexpr int32_t kDtypes[] = {EXPHIL_F32, EXPHIL_F16, EXPHIL_BF16};
 
-bool have_gpu() { return exphil::test::gpu_available(nullptr); }
-
-// `status` is `expected` and the message reads "attention <direction>:
-// argument '<argument>': ..." and contains `detail`.
 void expect_rejected(exphil_status status, exphil_status expected, const char* direction,
                      const std::string& argument, const std::string& detail) {
-  INFO("message: " << exphil_last_error());
-  CHECK(exphil_status_name(status) == std::string(exphil_status_name(expected)));
-  CHECK_THAT(exphil_last_error(), StartsWith(std::string("attention ") + direction + ": "));
-  CHECK_THAT(exphil_last_error(), Contains("argument '" + argument + "'"));
-  CHECK_THAT(exphil_last_error(), Contains(detail));
+  exphil::test::expect_rejected("attention", status, expected, direction, argument, detail);
 }
 
 void expect_invalid_forward(const FakeAttention& f, const std::string& argument,
@@ -114,18 +101,8 @@ void expect_invalid_both(const FakeAttention& f, const std::string& argument,
   expect_invalid_backward(f, argument, detail);
 }
 
-// Structurally valid: the call gets past every check before the device one,
-// which then fails on the fake addresses (or for want of a device).
 void expect_past_validation(exphil_status status, const char* direction) {
-  INFO("message: " << exphil_last_error());
-  CHECK_THAT(exphil_last_error(), StartsWith(std::string("attention ") + direction + ": "));
-  if (have_gpu()) {
-    CHECK(status == EXPHIL_ERROR_INVALID_ARGUMENT);
-    CHECK_THAT(exphil_last_error(), Contains("expected device memory"));
-  } else {
-    CHECK(status == EXPHIL_ERROR_NO_DEVICE);
-    CHECK_THAT(exphil_last_error(), Contains("no CUDA device"));
-  }
+  exphil::test::expect_past_validation("attention", status, direction);
 }
 
 void expect_past_validation(const FakeAttention& f) {

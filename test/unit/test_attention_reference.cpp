@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attention_reference.hpp"
+#include "finite_difference.hpp"
 #include "scan_problems.hpp"
 
 using exphil::DType;
@@ -125,13 +126,9 @@ class GradientCheck {
   void check(const char* name, std::vector<double>& input, const std::vector<double>& analytic) {
     REQUIRE(analytic.size() == input.size());
     for (std::size_t i = 0; i < input.size(); ++i) {
-      const double numeric = finite_difference(input[i]);
+      const double numeric = exphil::test::central_difference(input[i], [&] { return loss(); });
       INFO(name << "[" << i << "]: analytic " << analytic[i] << ", finite difference " << numeric);
-      // As the scan references': the central difference is off by O(eps^2)
-      // truncation plus about 1e-16 |L| / eps rounding, near 1e-10 for these
-      // losses of order 1, while a wrong term is off by a sizeable fraction
-      // of the gradient.
-      CHECK(std::fabs(analytic[i] - numeric) <= 1e-6 + 1e-5 * std::fabs(numeric));
+      CHECK(exphil::test::matches_central_difference(analytic[i], numeric));
     }
   }
 
@@ -141,18 +138,6 @@ class GradientCheck {
     double l = 0.0;
     for (std::size_t i = 0; i < w_o_.size(); ++i) l += w_o_[i] * r.o[i];
     return l;
-  }
-
-  // dL/dv, v an element of the problem.
-  double finite_difference(double& v) const {
-    const double saved = v;
-    const double eps = 1e-6 * std::fmax(1.0, std::fabs(saved));
-    v = saved + eps;
-    const double up = loss();
-    v = saved - eps;
-    const double down = loss();
-    v = saved;
-    return (up - down) / (2 * eps);
   }
 
   AttentionProblem& p_;

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "finite_difference.hpp"
 #include "scan_problems.hpp"
 #include "scan_reference.hpp"
 
@@ -25,22 +26,15 @@ double loss(const ScanProblem& p, const std::vector<double>& w_y, const std::vec
   return l;
 }
 
-// Central difference of the loss with respect to v[i] (a reference into p).
+// Central difference of the loss with respect to v (an element of p).
 double finite_difference(ScanProblem& p, double& v, const std::vector<double>& w_y,
                          const std::vector<double>& w_f) {
-  const double saved = v;
-  const double eps = 1e-6 * std::fmax(1.0, std::fabs(saved));
-  v = saved + eps;
-  const double up = loss(p, w_y, w_f);
-  v = saved - eps;
-  const double down = loss(p, w_y, w_f);
-  v = saved;
-  return (up - down) / (2 * eps);
+  return exphil::test::central_difference(v, [&] { return loss(p, w_y, w_f); });
 }
 
 void check_close(double analytic, double numeric, const char* what, std::size_t i) {
   INFO(what << "[" << i << "]: analytic " << analytic << ", finite difference " << numeric);
-  CHECK(std::fabs(analytic - numeric) <= 1e-6 + 1e-5 * std::fabs(numeric));
+  CHECK(exphil::test::matches_central_difference(analytic, numeric));
 }
 
 void check_gradients(ScanOp op, exphil::test::ShapeCase shape, bool with_h0, bool with_grad_final) {
