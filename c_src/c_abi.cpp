@@ -157,6 +157,20 @@ exphil_status exphil_synchronize(int device) {
   return c_call([&] { return exphil::synchronize(device); });
 }
 
+exphil_status exphil_device_alloc(int device, size_t bytes, void** ptr) {
+  return c_call([&] {
+    if (!ptr)
+      return exphil::Status(exphil::StatusCode::invalid_argument,
+                            "exphil_device_alloc: argument 'ptr' is NULL");
+    *ptr = nullptr;
+    return exphil::device_alloc(device, bytes, *ptr);
+  });
+}
+
+exphil_status exphil_device_free(void* ptr) {
+  return c_call([&] { return exphil::device_free(ptr); });
+}
+
 exphil_status exphil_linear_scan_forward(const exphil_tensor* a, const exphil_tensor* b,
                                          const exphil_tensor* h0, const exphil_tensor* y,
                                          const exphil_tensor* h_final, exphil_stream stream) {

@@ -1,7 +1,13 @@
-// exphil::version, device_count, managed_stream, synchronize.
+// exphil::version, device_count, managed_stream, synchronize, device_alloc,
+// device_free.
+#include <string>
+
 #include "api_guard.hpp"
+#include "cuda_status.hpp"
 #include "device_registry.hpp"
 #include "exphil/runtime.hpp"
+#include "format.hpp"
+#include "pointer_query.hpp"
 
 namespace exphil {
 
@@ -25,6 +31,52 @@ Status managed_stream(int device, Stream& stream) noexcept {
 Status synchronize(int device) noexcept {
   return runtime::guarded("synchronize", [&] {
     return runtime::DeviceRegistry::instance().synchronize(device);
+  });
+}
+
+Status device_alloc(int device, std::size_t bytes, void*& ptr) noexcept {
+  return runtime::guarded("device_alloc", [&] {
+    ptr = nullptr;
+    if (bytes == 0)
+      return Status(StatusCode::invalid_argument,
+                    "device_alloc: argument 'bytes' must be > 0, got 0");
+    auto& registry = runtime::DeviceRegistry::instance();
+    EXPHIL_RETURN_IF_ERROR(registry.require_device(device));
+    runtime::ScopedDevice scoped;
+    EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
+    void* data = nullptr;
+    const cudaError_t e = cudaMalloc(&data, bytes);
+    if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMalloc");
+    ptr = data;
+    return Status();
+  });
+}
+
+Status device_free(void* ptr) noexcept {
+  return runtime::guarded("device_free", [&] {
+    if (!ptr) return Status();
+    int count = 0;
+    EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().device_count(count));
+    // Only a whole allocation of device memory may be freed: anything else
+    // (an interior pointer, host memory) is the caller's bug, and handing it
+    // to cudaFree could free memory someone else owns.
+    runtime::PointerInfo info;
+    EXPHIL_RETURN_IF_ERROR(runtime::query_pointer(ptr, info));
+    if (info.kind != runtime::PointerInfo::Kind::device ||
+        info.range_begin != reinterpret_cast<uintptr_t>(ptr))
+      return Status(StatusCode::invalid_argument,
+                    std::string("device_free: argument 'ptr' must be an address returned by "
+                                "device_alloc, got ") +
+                        runtime::pointer_string(ptr) + " (" +
+                        runtime::pointer_kind_name(info.kind) +
+                        (info.kind == runtime::PointerInfo::Kind::device
+                             ? ", not the start of its allocation)"
+                             : ")"));
+    runtime::ScopedDevice scoped;
+    EXPHIL_RETURN_IF_ERROR(scoped.enter(info.device));
+    const cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) return runtime::cuda_status(e, "cudaFree");
+    return Status();
   });
 }
 

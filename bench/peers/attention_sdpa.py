@@ -64,11 +64,11 @@ rtol * |ref|), max|ref| over the compared tensor's finite entries; the
 max|err| / max|ref| and, in parentheses, the worst err / tol (<= 1 passes). Reference lse entries of -inf (query rows that see no key) must be -inf
 exactly, and such rows must have o == 0 and grad_q == 0 exactly.
 
-Dependencies: Python 3.8+, torch with CUDA. Nothing else.
+Dependencies: Python 3.8+, torch with CUDA, and the shared ctypes binding
+bench/peers/exphil_ctypes.py (beside this file). Nothing else.
 """
 
 import argparse
-import ctypes
 import itertools
 import json
 import math
@@ -93,127 +93,39 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_LIB = REPO_ROOT / "build-gpu" / "c_src" / "libexphil.so"
 
 # ---------------------------------------------------------------------------
-# The C ABI (include/exphil/exphil.h)
+# The C ABI (include/exphil/exphil.h), through the shared binding
+# bench/peers/exphil_ctypes.py
 # ---------------------------------------------------------------------------
-EXPHIL_OK = 0
-EXPHIL_MAX_RANK = 8
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import exphil_ctypes as xc  # noqa: E402
+from exphil_ctypes import (  # noqa: E402,F401  (re-exported for other scripts)
+    EXPHIL_MAX_RANK, EXPHIL_OK, AttentionOptions, ExphilError, ExphilTensor,
+)
+
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 MASK_CODE = {"none": 0, "causal": 1, "window": 2}
 LAYOUT_CODE = {"BHTD": 0, "BTHD": 1}
 
-
-class ExphilTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("dtype", ctypes.c_int32),
-        ("rank", ctypes.c_int32),
-        ("shape", ctypes.c_int64 * EXPHIL_MAX_RANK),
-    ]
+describe_tensor = xc.torch_desc  # an exphil_tensor over a contiguous CUDA torch tensor
+current_stream_handle = xc.torch_current_stream  # torch's current stream; never 0
 
 
-class AttentionOptions(ctypes.Structure):
-    _fields_ = [
-        ("mask", ctypes.c_int32),
-        ("window", ctypes.c_int32),
-        ("layout", ctypes.c_int32),
-        ("scale", ctypes.c_float),
-    ]
-
-
-class ExphilError(RuntimeError):
-    pass
-
-
-def describe_tensor(t):
-    """An exphil_tensor over a contiguous CUDA torch tensor (t must outlive it)."""
-    if not t.is_cuda or not t.is_contiguous():
-        raise ValueError("exphil tensors must be contiguous CUDA tensors")
-    if t.dim() > EXPHIL_MAX_RANK:
-        raise ValueError("rank > 8")
-    shape = (ctypes.c_int64 * EXPHIL_MAX_RANK)(*(list(t.shape) + [0] * (EXPHIL_MAX_RANK - t.dim())))
-    return ExphilTensor(ctypes.c_void_p(t.data_ptr()), DTYPE_CODE[t.dtype], t.dim(), shape)
-
-
-def current_stream_handle():
-    """torch's current cudaStream_t. It must not be 0: a NULL stream means the
-    library's own non-blocking stream, not torch's legacy default stream."""
-    handle = torch.cuda.current_stream().cuda_stream
-    if handle == 0:
-        raise RuntimeError("run on a non-default torch stream (with torch.cuda.stream(...))")
-    return ctypes.c_void_p(handle)
-
-
-class Exphil:
-    """ctypes binding of the attention part of libexphil.so."""
-
-    def __init__(self, path):
-        self.path = str(path)
-        self.lib = ctypes.CDLL(self.path)
-        lib = self.lib
-        for name in ("exphil_version", "exphil_last_error", "exphil_status_name",
-                     "exphil_attention_forward", "exphil_attention_backward"):
-            if not hasattr(lib, name):
-                raise ExphilError(f"{self.path} does not export {name}")
-        lib.exphil_version.restype = ctypes.c_char_p
-        lib.exphil_version.argtypes = []
-        lib.exphil_last_error.restype = ctypes.c_char_p
-        lib.exphil_last_error.argtypes = []
-        lib.exphil_status_name.restype = ctypes.c_char_p
-        lib.exphil_status_name.argtypes = [ctypes.c_int]
-        pt = ctypes.POINTER(ExphilTensor)
-        po = ctypes.POINTER(AttentionOptions)
-        lib.exphil_attention_forward.restype = ctypes.c_int
-        lib.exphil_attention_forward.argtypes = [pt, pt, pt, po, pt, pt, ctypes.c_void_p]
-        lib.exphil_attention_backward.restype = ctypes.c_int
-        lib.exphil_attention_backward.argtypes = [pt, pt, pt, pt, pt, pt, po, pt, pt, pt, ctypes.c_void_p]
-
-    def version(self):
-        return self.lib.exphil_version().decode()
-
-    def _raise(self, status, what):
-        name = self.lib.exphil_status_name(status).decode()
-        msg = self.lib.exphil_last_error().decode(errors="replace")
-        raise ExphilError(f"{what}: {name} ({status}): {msg}")
+class Exphil(xc.Exphil):
+    """The shared binding plus the attention helpers this script uses."""
 
     def bind_forward(self, q, k, v, options, o, lse):
         """A no-argument callable running the forward on torch's current
         stream (read at call time, so it can be captured in a CUDA graph).
         lse may be None."""
-        keep = (q, k, v, o, lse)  # the tensors must outlive the descriptors
-        dq, dk, dv, do = (describe_tensor(t) for t in (q, k, v, o))
-        dl = describe_tensor(lse) if lse is not None else None
-        opts = options
-        fn = self.lib.exphil_attention_forward
-        pdl = ctypes.byref(dl) if dl is not None else None
-
-        def run():
-            _ = keep
-            status = fn(ctypes.byref(dq), ctypes.byref(dk), ctypes.byref(dv), ctypes.byref(opts),
-                        ctypes.byref(do), pdl, current_stream_handle())
-            if status != EXPHIL_OK:
-                self._raise(status, "exphil_attention_forward")
-
-        return run
+        return self.bind("attention_forward", q=q, k=k, v=v, options=options, o=o, lse=lse,
+                         stream=current_stream_handle)
 
     def bind_backward(self, q, k, v, o, lse, grad_o, options, grad_q, grad_k, grad_v):
         """Like bind_forward, for the backward; grad_* may be None."""
-        keep = (q, k, v, o, lse, grad_o, grad_q, grad_k, grad_v)
-        ins = [describe_tensor(t) for t in (q, k, v, o, lse, grad_o)]
-        outs = [describe_tensor(t) if t is not None else None for t in (grad_q, grad_k, grad_v)]
-        pins = [ctypes.byref(d) for d in ins]
-        pouts = [ctypes.byref(d) if d is not None else None for d in outs]
-        opts = options
-        fn = self.lib.exphil_attention_backward
-
-        def run():
-            _ = (keep, ins, outs)
-            status = fn(pins[0], pins[1], pins[2], pins[3], pins[4], pins[5], ctypes.byref(opts),
-                        pouts[0], pouts[1], pouts[2], current_stream_handle())
-            if status != EXPHIL_OK:
-                self._raise(status, "exphil_attention_backward")
-
-        return run
+        return self.bind("attention_backward", q=q, k=k, v=v, o=o, lse=lse, grad_o=grad_o,
+                         options=options, grad_q=grad_q, grad_k=grad_k, grad_v=grad_v,
+                         stream=current_stream_handle)
 
 
 def make_options(mask, window, layout, scale):

@@ -61,6 +61,7 @@
 #ifndef EXPHIL_EXPHIL_H
 #define EXPHIL_EXPHIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "exphil/version.h"
@@ -134,6 +135,17 @@ EXPHIL_API exphil_status exphil_device_count(int* count);
  * EXPHIL_ERROR_INVALID_ARGUMENT for a device index out of range and the
  * error of any failed kernel found on the stream. */
 EXPHIL_API exphil_status exphil_synchronize(int device);
+
+/* Device memory owned by the library, for callers with no allocator of their
+ * own (an FFI that wants somewhere to put tensors): cudaMalloc on `device`,
+ * so 256-byte aligned; *ptr receives the address (NULL on failure). bytes
+ * must be > 0; ptr must not be NULL. */
+EXPHIL_API exphil_status exphil_device_alloc(int device, size_t bytes, void** ptr);
+
+/* Frees memory from exphil_device_alloc; NULL is a no-op. Any other address
+ * (an interior pointer, host memory) is EXPHIL_ERROR_INVALID_ARGUMENT. Like
+ * cudaFree, it first waits for the work on the owning device. */
+EXPHIL_API exphil_status exphil_device_free(void* ptr);
 
 /* ---------------------------------------------------------------------------
  * linear_scan: h_t = a_t * h_{t-1} + b_t

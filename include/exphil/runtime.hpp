@@ -1,6 +1,8 @@
 // Library-wide calls: version, devices, the managed streams.
 #pragma once
 
+#include <cstddef>
+
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
 
@@ -17,5 +19,14 @@ Status managed_stream(int device, Stream& stream) noexcept;
 
 // Waits for the managed stream of `device`; ok at once if it never existed.
 Status synchronize(int device) noexcept;
+
+// Device memory owned by the library, for callers with no allocator of their
+// own (an FFI that wants the library to hold its buffers): cudaMalloc on
+// `device`, so 256-byte aligned. `bytes` must be > 0.
+Status device_alloc(int device, std::size_t bytes, void*& ptr) noexcept;
+
+// Frees memory from device_alloc (nullptr: nothing to do). Like cudaFree it
+// waits for the work on the owning device to finish first.
+Status device_free(void* ptr) noexcept;
 
 }  // namespace exphil

@@ -3,6 +3,7 @@
 // memory rejected by name, managed memory and caller streams accepted.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -120,3 +121,28 @@ TEST_CASE("memory that is not on the device is rejected by name", "[gpu][abi]") 
   CHECK(cudaFree(device) == cudaSuccess);
   CHECK(cudaFree(device_out) == cudaSuccess);
 }
+
+TEST_CASE("device memory from the library is usable and freed only whole", "[gpu][abi]") {
+  void* p = nullptr;
+  REQUIRE(exphil_device_alloc(0, 1000, &p) == EXPHIL_OK);
+  REQUIRE(p != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(p) % 256 == 0);
+  cudaPointerAttributes attr{};
+  REQUIRE(cudaPointerGetAttributes(&attr, p) == cudaSuccess);
+  CHECK(attr.type == cudaMemoryTypeDevice);
+  CHECK(attr.device == 0);
+  REQUIRE(cudaMemset(p, 0x5a, 1000) == cudaSuccess);
+  unsigned char back[1000];
+  REQUIRE(cudaMemcpy(back, p, sizeof back, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(back[0] == 0x5a);
+  CHECK(back[999] == 0x5a);
+
+  CHECK(exphil_device_free(static_cast<char*>(p) + 16) == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("not the start of its allocation"));
+  int on_host = 0;
+  CHECK(exphil_device_free(&on_host) == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("argument 'ptr'"));
+
+  CHECK(exphil_device_free(p) == EXPHIL_OK);
+}
+

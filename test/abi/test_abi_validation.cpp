@@ -248,6 +248,25 @@ TEST_CASE("the library's own calls report versions, statuses and devices", "[abi
   CHECK(std::strlen(exphil_last_error()) > 0);
 }
 
+TEST_CASE("device memory calls reject bad arguments by name", "[abi]") {
+  CHECK(exphil_device_alloc(0, 64, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("argument 'ptr' is NULL"));
+
+  void* p = reinterpret_cast<void*>(0x1);
+  CHECK(exphil_device_alloc(0, 0, &p) == EXPHIL_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(exphil_last_error(), Contains("argument 'bytes' must be > 0, got 0"));
+  CHECK(p == nullptr);
+
+  CHECK(exphil_device_free(nullptr) == EXPHIL_OK);
+
+  int count = 0;
+  REQUIRE(exphil_device_count(&count) == EXPHIL_OK);
+  p = reinterpret_cast<void*>(0x1);
+  const exphil_status s = exphil_device_alloc(count + 3, 64, &p);
+  CHECK(s == (count == 0 ? EXPHIL_ERROR_NO_DEVICE : EXPHIL_ERROR_INVALID_ARGUMENT));
+  CHECK(p == nullptr);
+}
+
 TEST_CASE("the last error is per thread", "[abi]") {
   FakeScan a(ScanOp::min_gru);
   a.xp[0] = nullptr;

@@ -1,0 +1,52 @@
+// How every handler is bound: XLA's CUDA stream first, then its buffers in the
+// contract's order (operands, then results), then its attributes. The
+// bindings give XLA the exact operand and result counts, so a call with the
+// wrong number fails in decoding with XLA's own message.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <utility>
+
+#include "xla/ffi/api/ffi.h"
+
+namespace exphil::xla_ffi {
+
+namespace ffi = ::xla::ffi;
+
+// The stream XLA runs the call on; the ops enqueue on it and never wait.
+using CudaStream = ffi::PlatformStream<cudaStream_t>;
+
+// `binding` followed by `operands` buffer arguments and `results` buffer
+// results, all ffi::AnyBuffer (the element type is checked in BufferViews).
+// Every step returns the binding the last .Arg or .Ret made: a Binding can
+// only be moved by the FFI library itself.
+template <int operands, int results, class Binding>
+auto with_buffers(Binding&& binding) {
+  static_assert(operands > 0 || results > 0, "a handler without buffers");
+  if constexpr (operands > 0) {
+    if constexpr (operands == 1 && results == 0)
+      return std::move(binding).template Arg<ffi::AnyBuffer>();
+    else
+      return with_buffers<operands - 1, results>(
+          std::move(binding).template Arg<ffi::AnyBuffer>());
+  } else if constexpr (results == 1) {
+    return std::move(binding).template Ret<ffi::AnyBuffer>();
+  } else {
+    return with_buffers<0, results - 1>(std::move(binding).template Ret<ffi::AnyBuffer>());
+  }
+}
+
+// A binding on XLA's stream with the given buffers; chain .Attr<T>(name) for
+// attributes.
+template <int operands, int results>
+auto stream_and_buffers() {
+  return with_buffers<operands, results>(ffi::Ffi::Bind().Ctx<CudaStream>());
+}
+
+// The buffer behind an operand or a result, for handlers that take their
+// buffers as one pack.
+inline ffi::AnyBuffer buffer_of(ffi::AnyBuffer operand) { return operand; }
+inline ffi::AnyBuffer buffer_of(ffi::Result<ffi::AnyBuffer> result) { return *result; }
+
+}  // namespace exphil::xla_ffi

@@ -1,0 +1,141 @@
+/*
+ * libexphil_xla_ffi.so: the ops of exphil.h as typed XLA FFI handlers for the
+ * CUDA platform, and a way to register them with an XLA runtime that is
+ * already loaded in the process (EXLA's), with no link-time XLA dependency.
+ *
+ * This header needs no XLA headers: the handler types are declared by tag
+ * only (struct XLA_FFI_CallFrame, struct XLA_FFI_Error of xla/ffi/api/c_api.h).
+ *
+ * ---------------------------------------------------------------------------
+ * Custom-call contract (JAX: jax.ffi.ffi_call; EXLA: stablehlo.custom_call
+ * with api_version 4). Every target name is also the exported symbol of its
+ * handler. Operands and results are dense row-major device buffers in the
+ * order listed; shapes, dtypes and semantics are those of exphil.h. Work is
+ * enqueued on the stream XLA gives the call and is never waited for.
+ *
+ * Scans, op in {linear_scan, min_gru, min_lstm, liquid}, with the inputs
+ *   linear_scan: a, b          min_gru: gate, candidate
+ *   min_lstm:    forget, input, candidate          liquid: tau, target
+ * each [B, T, H]; sequence dtype f32, bf16 or f16 (one per call); each state
+ * tensor [B, H] f32 or the sequence dtype. No attributes.
+ *   exphil_<op>_fwd  operands: inputs..., h0 [B, H] (always present; pass
+ *                    zeros for a zero initial state)
+ *                    results:  y [B, T, H], h_final [B, H]
+ *   exphil_<op>_bwd  operands: inputs..., h0, y (the forward's), grad_y
+ *                    [B, T, H], grad_h_final [B, H]
+ *                    results:  grad of each input [B, T, H]..., grad_h0 [B, H]
+ *
+ * Selective scan (exphil.h, "selective_scan"). Attributes: softplus (bool),
+ * clamp (bool), dt_min (f32), dt_max (f32); from JAX np.bool_ and np.float32.
+ * dt_bias [D], D [D], z [B, T, D] and h0 [B, D, N] are optional: an operand
+ * with zero elements (e.g. shape [0]) is absent.
+ *   exphil_selective_scan_fwd  operands: x, dt, A, B, C, dt_bias, D, z, h0
+ *                              results:  y [B, T, D] (dtype of x),
+ *                                        h_final [B, D, N] f32
+ *   exphil_selective_scan_bwd  operands: x, dt, A, B, C, dt_bias, D, z, h0,
+ *                                        grad_y [B, T, D], grad_h_final
+ *                                        [B, D, N] f32 (zero elements: no
+ *                                        gradient into the final state)
+ *                              results:  grad_x, grad_dt, grad_A, grad_B,
+ *                                        grad_C, grad_dt_bias, grad_D,
+ *                                        grad_z, grad_h0
+ *   The gradient of a present input has that input's shape; the gradient of
+ *   an absent one must have zero elements (it is not written).
+ *
+ * Attention (exphil.h, "attention"). Attributes: mask (i32: 0 none, 1
+ * causal, 2 window), window (i32), layout (i32: 0 BHTD, 1 BTHD), scale (f32,
+ * 0 means 1 / sqrt(d)); from JAX np.int32 and np.float32.
+ *   exphil_attention_fwd  operands: q, k, v
+ *                         results:  o (the shape of q), lse [B, Hq, T] f32
+ *   exphil_attention_bwd  operands: q, k, v, o, lse, grad_o
+ *                         results:  grad_q, grad_k, grad_v
+ *
+ * Errors. A failing handler returns an XLA error whose message starts with
+ * the target name, then the library's message. Codes: invalid argument for
+ * bad shapes, dtypes or options (including an operand of an element type
+ * other than f32, bf16 and f16); unimplemented for sizes the kernels cannot
+ * run; resource exhausted for a failed allocation; unavailable without a
+ * CUDA device; internal for CUDA failures and library bugs.
+ *
+ * The handlers declare no command-buffer (CUDA graph) compatibility, so
+ * XLA runs them on its stream between the graphs of the ops around them.
+ * Declaring it was tried (bench/RESULTS.md, issue 7): XLA records a custom
+ * call by stream capture into a child graph, and a child graph may hold no
+ * memory-allocation node, which is what the library's stream-ordered
+ * temporary memory (long sequences, the backward passes) becomes under
+ * capture: "Failed to create a child graph node" at T = 512.
+ */
+#ifndef EXPHIL_XLA_FFI_H
+#define EXPHIL_XLA_FFI_H
+
+#include <stddef.h>
+
+#include "exphil/exphil.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The types of xla/ffi/api/c_api.h, by tag. */
+struct XLA_FFI_CallFrame;
+struct XLA_FFI_Error;
+
+/* The same function type as XLA_FFI_Handler. */
+typedef struct XLA_FFI_Error* exphil_xla_ffi_handler(struct XLA_FFI_CallFrame* call_frame);
+
+EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_gru_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_gru_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_liquid_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_liquid_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_attention_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_attention_bwd(struct XLA_FFI_CallFrame* call_frame);
+
+/* One custom-call target: its name (equal to the handler's symbol) and its
+ * execute-stage handler. */
+typedef struct exphil_xla_ffi_target {
+  const char* name;
+  exphil_xla_ffi_handler* handler;
+} exphil_xla_ffi_target;
+
+/* Every target of this library, in static storage; writes their number to
+ * *count (count may be NULL). */
+EXPHIL_API const exphil_xla_ffi_target* exphil_xla_ffi_targets(size_t* count);
+
+/* Registers every target, platform "CUDA", execute stage only, with the XLA
+ * runtime in the already-loaded shared library `xla_library_path` (a path,
+ * or a name as dlopen takes it; the library that defines
+ * xla::ffi::GetXlaFfiApi(), e.g. EXLA's libxla_extension.so). It is looked up
+ * with RTLD_NOLOAD: never loaded here, and a library not already in the
+ * process is an error.
+ *
+ * Returns EXPHIL_OK, or
+ *   EXPHIL_ERROR_INVALID_ARGUMENT  xla_library_path is NULL, names no library
+ *                                  loaded in this process, or that library
+ *                                  does not define xla::ffi::GetXlaFfiApi();
+ *   EXPHIL_ERROR_NOT_SUPPORTED     the runtime's API is NULL, of another
+ *                                  major version or too small, or it refused
+ *                                  a registration (the message names the
+ *                                  target and carries the runtime's reason);
+ *   EXPHIL_ERROR_INTERNAL          out of host memory (or an exception out
+ *                                  of the runtime).
+ * On failure, the message is written to `error` (at most error_size bytes,
+ * NUL included, truncated to fit; nothing is written when error is NULL or
+ * error_size is 0); on success `error` is left as it is. Targets registered
+ * before a refused one stay registered. Registering again is harmless: XLA
+ * accepts a repeated registration of the same handlers. Thread-safe as far as
+ * the runtime's registry is.
+ */
+EXPHIL_API exphil_status exphil_xla_ffi_register(const char* xla_library_path, char* error,
+                                                 size_t error_size);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* EXPHIL_XLA_FFI_H */

@@ -1,0 +1,769 @@
+#!/usr/bin/env python3
+"""Checks the XLA FFI targets of libexphil_xla_ffi.so from JAX (issue 7).
+
+What
+----
+Registers every target by pointer (bench/peers/exphil_jax.py: ctypes.CDLL,
+then jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(fn),
+platform="CUDA")) and, inside jax.jit, runs each op forward and backward
+(jax.vjp with random cotangents) through the custom_vjp wrappers, comparing
+with the pure-JAX references of bench/peers/jax_reference.py evaluated in
+float64 (jax_enable_x64) on the same inputs, rounded to the case's dtype
+first so that both sides see identical values. Sections, each independent
+(a failure is reported and the rest still runs):
+
+  scans      linear_scan, min_gru, min_lstm, liquid x f32/bf16/f16: fixed
+             edge shapes (T = 1, H = 1, odd H, H not a multiple of 4) and
+             random ones; h0 in f32 or the sequence dtype, or absent (zeros);
+             cotangents of y and of h_final; plus one jax.vmap case.
+  selective  selective_scan x f32/bf16/f16 with options off, all on, and
+             mixes (softplus, clamp, dt_bias, D, z, h0), N from 1 to 256, T
+             past the backward's shared-memory checkpoint range; half the
+             cases take a cotangent of h_final, half leave h_final unused
+             (the wrapper then passes the target a zero-element
+             grad_h_final).
+  attention  every dtype x mask (none, causal, window) x layout (BHTD,
+             BTHD) x GQA ratio (1, 2, 4), random B/H/T/S/d/window/scale,
+             plus edge cases (T = 1, S = 1, T > S under causal so that rows
+             see no key, window 1, window > S); cotangent of o only (lse
+             unused) or of both o and lse (the wrapper's extra pass).
+  errors     bad calls must raise a Python exception whose message names the
+             problem: the Python-side validation (mismatched T between gate
+             and candidate, float64 inputs) and the handlers' own checks,
+             reached with validate=False (mismatched T, float64, head width
+             48, selective-scan N = 300); after each, a good call must still
+             run and match the reference (the process survives).
+  stack      jax.grad of a scalar loss through the two-layer MinGRU stack of
+             bench/peers/stack_jax.py with the FFI scan against the same
+             stack with lax.scan (jax_reference.scan_ref), f32 and bf16:
+             every parameter gradient and the loss must agree.
+
+Tolerances
+----------
+An element passes when |ours - ref| <= tol_scale * (atol * scale + rtol *
+|ref|), over the reference's finite entries; non-finite reference entries
+(lse = -inf for rows that see no key) must match exactly and NaN in ours
+always fails. (atol, rtol) by the output's own dtype:
+
+    scans, selective scan    f32 (1e-4, 1e-4)   f16 (5e-3, 5e-3)   bf16 (3e-2, 2e-2)
+    attention o              f32 (1e-4, 1e-4)   f16 (5e-3, 5e-3)   bf16 (1e-2, 1e-2)
+    attention lse (f32)      f32 (1e-5, 1e-5)   f16 (1e-3, 1e-3)   bf16 (2e-3, 2e-3)
+    attention gradients      f32 (2e-4, 2e-4)   f16 (1e-2, 1e-2)   bf16 (2e-2, 2e-2)
+    stack (loss, gradients)  f32 (1e-4, 1e-4)                      bf16 (3e-2, 2e-2)
+
+scale: scans: y and h_final share max(|y_ref|, |h_final_ref|), the input
+gradients and grad_h0 share the largest reference gradient of the call (the
+backward rebuilds its states from y, rounded to the dtype, so its error is
+relative to the states and gradients, not to each element). Selective scan
+and stack: each tensor's own max|ref| (f32 outputs of a half-precision call
+owe f32 accuracy: every state and sum is f32 and the reference shares the
+rounded inputs). Attention: o and lse their own max|ref|; gradients
+max(max|ref|, |scale| max|dO| max|V| max(|Q|, |K|)) (plus |scale| max|g_lse|
+max(|Q|, |K|) with an lse cotangent), the size of their terms, since a
+gradient can cancel to zero (S = 1). For f16 outputs the scale is at least
+2^-24 / atol (subnormal spacing). Each case prints max err / tol (<= 1
+passes) for its worst tensor.
+
+Run (GPU machine, jax with the CUDA plugin; build the library first):
+
+    python3 test/xla_ffi/check_jax_ffi.py [--lib PATH] [--seed N] [--quick]
+        [--only SUBSTRING] [--sections scans,selective,attention,errors,stack]
+        [--tol-scale X]
+
+The seed is printed; --seed repeats a run (case names and shapes depend
+only on it). Exit status 0 only if every case passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import jax
+
+jax.config.update("jax_enable_x64", True)  # the references run in float64
+
+import jax.numpy as jnp  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO_ROOT / "bench" / "peers"))
+
+import exphil_jax as ex  # noqa: E402
+import jax_reference as ref  # noqa: E402
+import stack_jax  # noqa: E402
+
+F64 = jnp.float64
+DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
+DTYPE_KEY = {jnp.dtype(v): k for k, v in DTYPES.items()}
+
+SCAN_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (3e-2, 2e-2)}
+ATTN_TOL = {
+    "f32": {"o": (1e-4, 1e-4), "lse": (1e-5, 1e-5), "grad": (2e-4, 2e-4)},
+    "f16": {"o": (5e-3, 5e-3), "lse": (1e-3, 1e-3), "grad": (1e-2, 1e-2)},
+    "bf16": {"o": (1e-2, 1e-2), "lse": (2e-3, 2e-3), "grad": (2e-2, 2e-2)},
+}
+
+
+# ---------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------
+def key_of(dtype):
+    return DTYPE_KEY[jnp.dtype(dtype)]
+
+
+def np_round(a, dtype):
+    """Rounds a float64 numpy array to dtype; returns float64 numpy."""
+    return np.asarray(a, np.float64).astype(np.dtype(dtype)).astype(np.float64)
+
+
+def dev(a, dtype):
+    """A device array of dtype from float64 numpy values (rounded)."""
+    return jnp.asarray(np.asarray(a, np.float64).astype(np.dtype(dtype)))
+
+
+def up(x):
+    """Exact float64 copy of a device array (for the reference)."""
+    return None if x is None else jnp.asarray(x).astype(F64)
+
+
+def to_np(x):
+    x = jnp.asarray(x)
+    if x.dtype in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+        x = x.astype(jnp.float32)
+    return np.asarray(x).astype(np.float64)
+
+
+def amax(x):
+    a = to_np(x)
+    a = a[np.isfinite(a)]
+    return float(np.max(np.abs(a))) if a.size else 0.0
+
+
+class Metric:
+    def __init__(self, name, ok, ratio, rel, note=""):
+        self.name, self.ok, self.ratio, self.rel, self.note = name, ok, ratio, rel, note
+
+    def __str__(self):
+        s = f"{self.name} {self.rel:.1e} ({self.ratio:.2g})"
+        return s + (f" [{self.note}]" if self.note else "")
+
+
+def compare(name, ours, reference, tol, dtype, scale=None, tol_scale=1.0):
+    """|ours - ref| <= tol_scale * (atol * scale + rtol * |ref|). tol is
+    (atol, rtol); dtype the output's dtype (f16 raises the scale to the
+    subnormal spacing); scale defaults to max|ref| over finite entries."""
+    atol, rtol = tol
+    a, r = to_np(ours), to_np(reference)
+    if a.shape != r.shape:
+        return Metric(name, False, math.inf, math.inf, f"shape {a.shape} vs reference {r.shape}")
+    fin = np.isfinite(r)
+    nonfinite_bad = int(np.sum(~fin & ~(a == r)))
+    rf = np.where(fin, r, 0.0)
+    af = np.where(fin, a, 0.0)
+    mag = float(np.max(np.abs(rf))) if rf.size else 0.0
+    if scale is not None:
+        mag = max(mag, float(scale))
+    if jnp.dtype(dtype) == jnp.dtype(jnp.float16):
+        mag = max(mag, 2.0 ** -24 / atol)
+    err = np.abs(af - rf)
+    tolv = tol_scale * (atol * mag + rtol * np.abs(rf))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(tolv > 0, err / np.maximum(tolv, 1e-300), np.where(err > 0, np.inf, 0.0))
+    nan_bad = int(np.sum(np.isnan(a)))
+    bad = int(np.sum(fin & ~(err <= tolv))) + nonfinite_bad + nan_bad
+    worst = float(np.max(ratio)) if ratio.size else 0.0
+    if nan_bad:
+        worst = math.nan
+    max_err = float(np.max(err)) if err.size else 0.0
+    rel = max_err / mag if mag > 0 else (0.0 if max_err == 0 else math.inf)
+    note = []
+    if nonfinite_bad:
+        note.append(f"{nonfinite_bad} non-finite mismatches")
+    if nan_bad:
+        note.append(f"{nan_bad} NaN")
+    if bad:
+        note.append(f"{bad}/{a.size} out of tolerance")
+    return Metric(name, bad == 0, worst, rel, ", ".join(note))
+
+
+def summarize(metrics):
+    ok = all(m.ok for m in metrics)
+    worst = max(metrics, key=lambda m: (math.inf if math.isnan(m.ratio) else m.ratio))
+    bad = [str(m) for m in metrics if not m.ok]
+    detail = f"worst {worst.name} err/tol {worst.ratio:.2g}"
+    if bad:
+        detail += "; FAILED: " + "; ".join(bad)
+    return ok, detail
+
+
+class Runner:
+    def __init__(self, args):
+        self.args = args
+        self.results = []  # (section, name, ok, detail, seconds)
+
+    def case(self, section, name, fn):
+        if self.args.only and self.args.only not in name:
+            return None
+        t0 = time.perf_counter()
+        try:
+            ok, detail = fn()
+        except Exception as e:  # noqa: BLE001 - a failing case is reported, the rest runs
+            ok, detail = False, f"{type(e).__name__}: {first_line(str(e))}"
+            if self.args.verbose:
+                traceback.print_exc()
+        dt = time.perf_counter() - t0
+        self.results.append((section, name, ok, detail, dt))
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail} ({dt:.1f} s)", flush=True)
+        return ok
+
+
+def first_line(s, limit=400):
+    s = s.strip().splitlines()[0] if s.strip() else s
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+# ---------------------------------------------------------------------------
+# Scans
+# ---------------------------------------------------------------------------
+def scan_inputs(op, rng, shape, dtype):
+    b, t, h = shape
+    n = rng.standard_normal
+    if op == "linear_scan":
+        a = rng.uniform(0.5, 1.0, shape) * np.where(rng.random(shape) < 0.1, -1.0, 1.0)
+        vals = [a, n(shape)]
+    elif op == "min_gru":
+        vals = [2.0 * n(shape), n(shape)]
+    elif op == "min_lstm":
+        vals = [2.0 * n(shape), 2.0 * n(shape), n(shape)]
+    elif op == "liquid":
+        vals = [rng.uniform(0.5, 5.0, shape), n(shape)]
+    else:
+        raise AssertionError(op)
+    return [dev(v, dtype) for v in vals]
+
+
+def check_scan_case(op, dtype, shape, h0_kind, seed, tol_scale, vmap=False):
+    """h0_kind: 'f32', 'seq' (the sequence dtype) or 'none' (public scan's zeros)."""
+    rng = np.random.default_rng(seed)
+    b, t, h = shape
+    inputs = tuple(scan_inputs(op, rng, shape, dtype))
+    state_dtype = jnp.float32 if h0_kind in ("f32", "none") else dtype
+    h0 = None if h0_kind == "none" else dev(rng.standard_normal((b, h)), state_dtype)
+    gy = dev(rng.standard_normal(shape), dtype)
+    ghf = dev(rng.standard_normal((b, h)), state_dtype)
+
+    if h0 is None:
+        def ours_fn(inputs, gy, ghf):
+            (y, hf), vjp = jax.vjp(lambda i: ex.scan(op, i), inputs)
+            (gi,) = vjp((gy, ghf))
+            return y, hf, gi, None
+
+        def ref_fn(inputs, gy, ghf):
+            (y, hf), vjp = jax.vjp(lambda i: ref.scan_ref(op, i, None), inputs)
+            (gi,) = vjp((gy, ghf))
+            return y, hf, gi, None
+        args_ours, args_ref = (inputs, gy, ghf), (tuple(up(x) for x in inputs), up(gy), up(ghf))
+    else:
+        def ours_fn(inputs, h0, gy, ghf):
+            (y, hf), vjp = jax.vjp(lambda i, s: ex.scan(op, i, s), inputs, h0)
+            gi, gh0 = vjp((gy, ghf))
+            return y, hf, gi, gh0
+
+        def ref_fn(inputs, h0, gy, ghf):
+            (y, hf), vjp = jax.vjp(lambda i, s: ref.scan_ref(op, i, s), inputs, h0)
+            gi, gh0 = vjp((gy, ghf))
+            return y, hf, gi, gh0
+        args_ours = (inputs, h0, gy, ghf)
+        args_ref = (tuple(up(x) for x in inputs), up(h0), up(gy), up(ghf))
+
+    if vmap:
+        # two independent problems stacked on a new leading axis
+        ours_call = jax.jit(jax.vmap(ours_fn))
+        ref_call = jax.jit(jax.vmap(ref_fn))
+        args_ours = jax.tree_util.tree_map(lambda x: jnp.stack([x, x[::-1]]), args_ours)
+        args_ref = jax.tree_util.tree_map(lambda x: jnp.stack([x, x[::-1]]), args_ref)
+    else:
+        ours_call, ref_call = jax.jit(ours_fn), jax.jit(ref_fn)
+
+    y, hf, gi, gh0 = jax.block_until_ready(ours_call(*args_ours))
+    ry, rhf, rgi, rgh0 = jax.block_until_ready(ref_call(*args_ref))
+
+    names = ref.SCAN_OPS[op]
+    state_scale = max(amax(ry), amax(rhf))
+    grads_ref = list(rgi) + ([rgh0] if rgh0 is not None else [])
+    grad_scale = max(amax(g) for g in grads_ref)
+    k = key_of(dtype)
+    ks = key_of(state_dtype)
+    m = [compare("y", y, ry, SCAN_TOL[k], dtype, state_scale, tol_scale),
+         compare("h_final", hf, rhf, SCAN_TOL[ks], state_dtype, state_scale, tol_scale)]
+    for n_, g, rg in zip(names, gi, rgi):
+        m.append(compare(f"grad_{n_}", g, rg, SCAN_TOL[k], dtype, grad_scale, tol_scale))
+    if gh0 is not None:
+        m.append(compare("grad_h0", gh0, rgh0, SCAN_TOL[ks], state_dtype, grad_scale, tol_scale))
+    # dtypes of what the wrapper returns
+    if jnp.dtype(y.dtype) != jnp.dtype(dtype) or jnp.dtype(hf.dtype) != jnp.dtype(state_dtype):
+        m.append(Metric("dtypes", False, math.inf, math.inf,
+                        f"y {y.dtype} (want {jnp.dtype(dtype)}), h_final {hf.dtype} "
+                        f"(want {jnp.dtype(state_dtype)})"))
+    return summarize(m)
+
+
+def section_scans(runner, args):
+    rng = np.random.default_rng([args.seed, 1])
+    fixed = [(1, 1, 1), (2, 5, 3), (1, 64, 256)] if args.quick else \
+        [(1, 1, 1), (1, 1, 8), (2, 5, 3), (3, 33, 4), (1, 300, 17), (2, 128, 256), (1, 1000, 64)]
+    n_random = 1 if args.quick else 2
+    kinds = ("f32", "seq", "none")
+    idx = 0
+    for op in ref.SCAN_OPS:
+        for dn in args.dtypes:
+            shapes = list(fixed) + [
+                (int(rng.integers(1, 5)), int(rng.integers(1, 600)), int(rng.integers(1, 300)))
+                for _ in range(n_random)]
+            for shape in shapes:
+                h0_kind = kinds[idx % 3]
+                seed = int(rng.integers(0, 2 ** 31))
+                idx += 1
+                name = f"scan {op} {dn} B{shape[0]} T{shape[1]} H{shape[2]} h0={h0_kind}"
+                runner.case("scans", name, lambda op=op, dn=dn, shape=shape, h0_kind=h0_kind, seed=seed:
+                            check_scan_case(op, DTYPES[dn], shape, h0_kind, seed, args.tol_scale))
+    seed = int(rng.integers(0, 2 ** 31))
+    runner.case("scans", "scan min_gru f32 vmap x2 B2 T40 H12 h0=f32",
+                lambda: check_scan_case("min_gru", jnp.float32, (2, 40, 12), "f32", seed,
+                                        args.tol_scale, vmap=True))
+
+
+# ---------------------------------------------------------------------------
+# Selective scan
+# ---------------------------------------------------------------------------
+SS_OPTION_SETS = [
+    dict(softplus=False, clamp=None, dt_bias=False, D=False, z=False, h0=False),
+    dict(softplus=True, clamp=(1e-3, 0.1), dt_bias=True, D=True, z=True, h0=True),
+    dict(softplus=True, clamp=None, dt_bias=True, D=True, z=False, h0=False),
+    dict(softplus=False, clamp=(5e-3, 5e-2), dt_bias=False, D=False, z=True, h0=True),
+]
+
+
+def _softplus64(u):
+    return np.where(u > 0, u + np.log1p(np.exp(-np.abs(u))), np.log1p(np.exp(np.minimum(u, 0))))
+
+
+def keep_dt_clear_of_clamp(dt, dt_bias, softplus, clamp, dtype):
+    """Moves dt (already rounded) where u = softplus?(dt + bias) lies within
+    1e-5 of a clamp edge, where the f32 kernel and the f64 reference could
+    fall on opposite sides (gradient 0 vs 1)."""
+    if clamp is None:
+        return dt
+    lo, hi = (float(np.float32(c)) for c in clamp)
+    bias = 0.0 if dt_bias is None else dt_bias[None, None, :]
+    for _ in range(16):
+        u = dt + bias
+        if softplus:
+            u = _softplus64(u)
+        near = (np.abs(u - lo) < 1e-5) | (np.abs(u - hi) < 1e-5)
+        if not near.any():
+            return dt
+        dt = np.where(near, np_round(dt + 1.0 / 64, dtype), dt)
+    raise RuntimeError("keep_dt_clear_of_clamp: dt does not move")
+
+
+def check_selective_case(dtype, shape, opts, with_h_final_ct, seed, tol_scale):
+    rng = np.random.default_rng(seed)
+    b, t, d, n = shape
+    nrm = rng.standard_normal
+    softplus, clamp = opts["softplus"], opts["clamp"]
+    x = np_round(nrm((b, t, d)), dtype)
+    if softplus:
+        dt = np_round(rng.normal(-2.5, 1.0, (b, t, d)), dtype)
+        dt_bias = np_round(rng.normal(0.0, 0.3, d), jnp.float32) if opts["dt_bias"] else None
+    else:
+        dt = np_round(rng.uniform(1e-3, 0.1, (b, t, d)), dtype)
+        dt_bias = np_round(rng.uniform(0.0, 0.02, d), jnp.float32) if opts["dt_bias"] else None
+    dt = keep_dt_clear_of_clamp(dt, dt_bias, softplus, clamp, dtype)
+    A = np_round(-np.exp(rng.uniform(math.log(0.5), math.log(8.0), (d, n))), jnp.float32)
+    Bm = np_round(nrm((b, t, n)), dtype)
+    Cm = np_round(nrm((b, t, n)), dtype)
+    Dv = np_round(nrm(d), jnp.float32) if opts["D"] else None
+    z = np_round(nrm((b, t, d)), dtype) if opts["z"] else None
+    h0 = np_round(nrm((b, d, n)), jnp.float32) if opts["h0"] else None
+    gy = np_round(nrm((b, t, d)), dtype)
+    ghf = np_round(nrm((b, d, n)), jnp.float32)
+
+    f32 = jnp.float32
+    diff_names = ["x", "dt", "A", "B", "C"]
+    diff_vals = [dev(x, dtype), dev(dt, dtype), dev(A, f32), dev(Bm, dtype), dev(Cm, dtype)]
+    optional = [("dt_bias", dt_bias, f32), ("D", Dv, f32), ("z", z, dtype), ("h0", h0, f32)]
+    for nm, v, dt_ in optional:
+        if v is not None:
+            diff_names.append(nm)
+            diff_vals.append(dev(v, dt_))
+    diff_vals = tuple(diff_vals)
+
+    def build(fn, vals):
+        kw = dict(zip(diff_names, vals))
+        return fn(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"], dt_bias=kw.get("dt_bias"),
+                  D=kw.get("D"), z=kw.get("z"), h0=kw.get("h0"), softplus=softplus, clamp=clamp)
+
+    def make(fn):
+        if with_h_final_ct:
+            def run(vals, gy, ghf):
+                out, vjp = jax.vjp(lambda *v: build(fn, v), *vals)
+                return out, vjp((gy, ghf))
+        else:
+            def run(vals, gy, ghf):
+                out, vjp = jax.vjp(lambda *v: build(fn, v)[0], *vals)
+                return (out, None), vjp(gy)
+        return jax.jit(run)
+
+    (y, hf), grads = jax.block_until_ready(
+        make(ex.selective_scan)(diff_vals, dev(gy, dtype), dev(ghf, f32)))
+    (ry, rhf), rgrads = jax.block_until_ready(
+        make(ref.selective_scan_ref)(tuple(up(v) for v in diff_vals), up(dev(gy, dtype)),
+                                     up(dev(ghf, f32))))
+    k = key_of(dtype)
+    m = [compare("y", y, ry, SCAN_TOL[k], dtype, None, tol_scale)]
+    if with_h_final_ct:
+        m.append(compare("h_final", hf, rhf, SCAN_TOL["f32"], f32, None, tol_scale))
+    for nm, g, rg, v in zip(diff_names, grads, rgrads, diff_vals):
+        gd = v.dtype
+        m.append(compare(f"grad_{nm}", g, rg, SCAN_TOL[key_of(gd)], gd, None, tol_scale))
+    return summarize(m)
+
+
+def section_selective(runner, args):
+    rng = np.random.default_rng([args.seed, 2])
+    shapes = [(1, 17, 8, 4), (2, 300, 33, 16)] if args.quick else \
+        [(1, 1, 1, 1), (1, 17, 8, 4), (2, 300, 33, 16), (2, 64, 64, 64), (1, 700, 5, 16),
+         (1, 40, 3, 256)]
+    case = 0
+    for dn in args.dtypes:
+        for oi, opts in enumerate(SS_OPTION_SETS):
+            picks = [shapes[(oi + case) % len(shapes)]]
+            if not args.quick:
+                picks.append((int(rng.integers(1, 3)), int(rng.integers(1, 400)),
+                              int(rng.integers(1, 80)), int(rng.choice([1, 3, 8, 16, 32, 64]))))
+            for shape in picks:
+                with_hf = case % 2 == 0
+                seed = int(rng.integers(0, 2 ** 31))
+                case += 1
+                on = [k for k in ("softplus", "dt_bias", "D", "z", "h0") if opts[k]]
+                if opts["clamp"]:
+                    on.append(f"clamp{tuple(opts['clamp'])}")
+                name = (f"selective {dn} B{shape[0]} T{shape[1]} D{shape[2]} N{shape[3]} "
+                        f"[{','.join(on) or 'plain'}] ct_h_final={'yes' if with_hf else 'no'}")
+                runner.case("selective", name,
+                            lambda dn=dn, shape=shape, opts=opts, with_hf=with_hf, seed=seed:
+                            check_selective_case(DTYPES[dn], shape, opts, with_hf, seed,
+                                                 args.tol_scale))
+
+
+# ---------------------------------------------------------------------------
+# Attention
+# ---------------------------------------------------------------------------
+def check_attention_case(dtype, spec, seed, tol_scale):
+    """spec: B, Hkv, gqa, T, S, d, mask, window, layout, scale, lse_ct."""
+    rng = np.random.default_rng(seed)
+    B, Hkv, gqa, T, S, d = (spec[k] for k in ("B", "Hkv", "gqa", "T", "S", "d"))
+    Hq = Hkv * gqa
+    mask, window, layout, scale, lse_ct = (spec[k] for k in ("mask", "window", "layout", "scale", "lse_ct"))
+    if layout == "bhtd":
+        qs, ks = (B, Hq, T, d), (B, Hkv, S, d)
+    else:
+        qs, ks = (B, T, Hq, d), (B, S, Hkv, d)
+    q, k, v = (dev(rng.standard_normal(s), dtype) for s in (qs, ks, ks))
+    go = dev(rng.standard_normal(qs), dtype)
+    gl = dev(rng.standard_normal((B, Hq, T)), jnp.float32)
+    kw = dict(mask=mask, window=window, layout=layout, scale=scale)
+
+    def make(fn):
+        if lse_ct:
+            def run(q, k, v, go, gl):
+                out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, **kw), q, k, v)
+                return out, vjp((go, gl))
+        else:
+            # lse as aux: not differentiated, so its cotangent is a symbolic
+            # zero (the wrapper's fast path)
+            def run(q, k, v, go, gl):
+                o, vjp, lse = jax.vjp(lambda q, k, v: fn(q, k, v, **kw), q, k, v, has_aux=True)
+                return (o, lse), vjp(go)
+        return jax.jit(run)
+
+    (o, lse), (gq, gk, gv) = jax.block_until_ready(make(ex.attention)(q, k, v, go, gl))
+    (ro, rlse), (rgq, rgk, rgv) = jax.block_until_ready(
+        make(ref.attention_ref)(up(q), up(k), up(v), up(go), up(gl)))
+    tol = ATTN_TOL[key_of(dtype)]
+    s = scale if scale else 1.0 / math.sqrt(d)
+    terms = abs(s) * amax(go) * amax(v) * max(amax(q), amax(k))
+    if lse_ct:
+        terms = max(terms, abs(s) * amax(gl) * max(amax(q), amax(k)))
+    m = [compare("o", o, ro, tol["o"], dtype, None, tol_scale),
+         compare("lse", lse, rlse, tol["lse"], jnp.float32, None, tol_scale),
+         compare("grad_q", gq, rgq, tol["grad"], dtype, terms, tol_scale),
+         compare("grad_k", gk, rgk, tol["grad"], dtype, terms, tol_scale),
+         compare("grad_v", gv, rgv, tol["grad"], dtype, terms, tol_scale)]
+    # rows that see no key: o and grad_q exactly zero, lse -inf (compare checks lse)
+    vis = np.asarray(ref.attention_visibility(T, S, mask, window))
+    empty = ~vis.any(axis=1)
+    n_empty = int(empty.sum())
+    if n_empty:
+        ax = 2 if layout == "bhtd" else 1
+        o_e = np.take(to_np(o), np.nonzero(empty)[0], axis=ax)
+        gq_e = np.take(to_np(gq), np.nonzero(empty)[0], axis=ax)
+        zero = bool(np.all(o_e == 0) and np.all(gq_e == 0))
+        m.append(Metric("empty rows", zero, 0.0 if zero else math.inf, 0.0,
+                        "" if zero else "o or grad_q not exactly 0 on rows that see no key"))
+    ok, detail = summarize(m)
+    if n_empty:
+        detail += f"; {n_empty} empty rows"
+    return ok, detail
+
+
+def attention_specs(args):
+    rng = np.random.default_rng([args.seed, 3])
+    specs = []
+
+    def rand_spec(dn, mask, layout, gqa):
+        B = int(rng.integers(1, 3))
+        Hkv = int(rng.integers(1, 3))
+        d = int(rng.choice(ex.HEAD_WIDTHS))
+        S = int(rng.integers(1, 161))
+        # T <= S mostly; T > S now and then under masks (rows with no key)
+        T = int(rng.integers(1, S + 1)) if (mask == "none" or rng.random() < 0.8) else \
+            int(rng.integers(S + 1, S + 40))
+        if mask == "none" and rng.random() < 0.5:
+            T = int(rng.integers(1, 161))
+        window = int(rng.integers(1, S + 4)) if mask == "window" else 0
+        scale = None if rng.random() < 0.7 else float(rng.uniform(0.05, 0.3))
+        return dict(dn=dn, B=B, Hkv=Hkv, gqa=gqa, T=T, S=S, d=d, mask=mask, window=window,
+                    layout=layout, scale=scale, lse_ct=bool(rng.random() < 0.4),
+                    seed=int(rng.integers(0, 2 ** 31)))
+
+    for dn in args.dtypes:
+        for mask in ("none", "causal", "window"):
+            for layout in ("bhtd", "bthd"):
+                ratios = [int(rng.choice([1, 2, 4]))] if args.quick else [1, 2, 4]
+                for gqa in ratios:
+                    specs.append(rand_spec(dn, mask, layout, gqa))
+        edge = [
+            dict(B=1, Hkv=1, gqa=1, T=1, S=1, d=64, mask="none", window=0, layout="bhtd"),
+            dict(B=1, Hkv=2, gqa=2, T=1, S=37, d=32, mask="causal", window=0, layout="bthd"),
+            dict(B=2, Hkv=1, gqa=4, T=50, S=20, d=128, mask="causal", window=0, layout="bhtd"),
+            dict(B=1, Hkv=1, gqa=1, T=33, S=33, d=96, mask="window", window=1, layout="bthd"),
+            dict(B=1, Hkv=1, gqa=2, T=20, S=16, d=64, mask="window", window=40, layout="bhtd"),
+        ]
+        if args.quick:
+            edge = edge[1:3]
+        for e in edge:
+            specs.append(dict(e, dn=dn, scale=None, lse_ct=True, seed=int(rng.integers(0, 2 ** 31))))
+    return specs
+
+
+def section_attention(runner, args):
+    for sp in attention_specs(args):
+        name = (f"attention {sp['dn']} {sp['mask']}"
+                + (f"(w={sp['window']})" if sp["mask"] == "window" else "")
+                + f" {sp['layout'].upper()} B{sp['B']} Hq{sp['Hkv'] * sp['gqa']}/Hkv{sp['Hkv']} "
+                f"T{sp['T']} S{sp['S']} d{sp['d']}"
+                + (f" scale={sp['scale']:.3f}" if sp["scale"] else "")
+                + (" ct=o,lse" if sp["lse_ct"] else " ct=o"))
+        runner.case("attention", name, lambda sp=sp: check_attention_case(
+            DTYPES[sp["dn"]], sp, sp["seed"], args.tol_scale))
+
+
+# ---------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------
+def expect_error(fn, keywords, what):
+    """Runs fn (which must raise); passes when the message contains one of
+    keywords (case-insensitive)."""
+    try:
+        out = fn()
+        jax.block_until_ready(out)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        low = msg.lower()
+        hit = [kw for kw in keywords if kw.lower() in low]
+        one = first_line(msg, 300)
+        if hit:
+            return True, f"{type(e).__name__}: {one}"
+        return False, (f"{type(e).__name__} raised but its message names none of "
+                       f"{keywords}: {one}")
+    return False, f"no exception for {what}"
+
+
+def good_call_still_works(tol_scale):
+    """A fresh jit of a good call after errors: must run and match."""
+    return check_scan_case("min_gru", jnp.float32, (2, 24, 12), "f32", 1234, tol_scale)
+
+
+def section_errors(runner, args):
+    f32 = jnp.float32
+    g = jnp.ones((2, 8, 4), f32)
+    c_bad = jnp.ones((2, 9, 4), f32)
+    h0 = jnp.zeros((2, 4), f32)
+    g64, c64, h064 = (jnp.ones((2, 8, 4), jnp.float64), jnp.ones((2, 8, 4), jnp.float64),
+                      jnp.zeros((2, 4), jnp.float64))
+
+    def after(fn, keywords, what):
+        def run():
+            ok, detail = expect_error(fn, keywords, what)
+            ok2, detail2 = good_call_still_works(args.tol_scale)
+            return ok and ok2, detail + ("" if ok2 else f"; good call afterwards FAILED: {detail2}")
+        return run
+
+    runner.case("errors", "error python: min_gru mismatched T (gate T8, candidate T9)",
+                after(lambda: jax.jit(lambda a, b: ex.scan("min_gru", (a, b), h0))(g, c_bad),
+                      ["candidate"], "mismatched T"))
+    runner.case("errors", "error python: min_gru float64 inputs",
+                after(lambda: jax.jit(lambda a, b: ex.scan("min_gru", (a, b)))(g64, c64),
+                      ["float64"], "float64 inputs"))
+    runner.case("errors", "error python: attention head width 48",
+                after(lambda: ex.attention(jnp.ones((1, 1, 4, 48), f32), jnp.ones((1, 1, 4, 48), f32),
+                                           jnp.ones((1, 1, 4, 48), f32)),
+                      ["48"], "d = 48"))
+    runner.case("errors", "error handler: min_gru_fwd mismatched T (validate=False)",
+                after(lambda: jax.jit(lambda a, b, s: ex.scan_fwd("min_gru", (a, b), s, validate=False))(
+                    g, c_bad, h0), ["candidate", "shape"], "mismatched T"))
+    runner.case("errors", "error handler: min_gru_fwd float64 (validate=False)",
+                after(lambda: jax.jit(lambda a, b, s: ex.scan_fwd("min_gru", (a, b), s, validate=False))(
+                    g64, c64, h064), ["dtype", "type", "f64", "float64"], "float64 inputs"))
+    runner.case("errors", "error handler: min_gru_bwd mismatched grad_y T (validate=False)",
+                after(lambda: jax.jit(lambda a, b, s, y, gy, ghf: ex.scan_bwd(
+                    "min_gru", (a, b), s, y, gy, ghf, validate=False))(
+                    g, g, h0, g, c_bad, h0), ["grad_y", "shape"], "mismatched grad_y"))
+    q48 = jnp.ones((1, 1, 4, 48), f32)
+    runner.case("errors", "error handler: attention_fwd head width 48 (validate=False)",
+                after(lambda: jax.jit(lambda q, k, v: ex.attention_fwd(q, k, v, validate=False))(
+                    q48, q48, q48), ["48", "head", "not supported"], "d = 48"))
+    x = jnp.ones((1, 4, 3), f32)
+    A300 = -jnp.ones((3, 300), f32)
+    B300 = jnp.ones((1, 4, 300), f32)
+    runner.case("errors", "error handler: selective_scan_fwd N = 300 (validate=False)",
+                after(lambda: jax.jit(lambda x, A, Bm: ex.selective_scan_fwd(
+                    x, x, A, Bm, Bm, validate=False))(x, A300, B300),
+                      ["300", "256", "not supported"], "N = 300"))
+
+
+# ---------------------------------------------------------------------------
+# Two-layer MinGRU stack: jax.grad with the FFI scan vs lax.scan
+# ---------------------------------------------------------------------------
+def check_stack(dn, seed, tol_scale, seq=32, embed=64, hidden=48):
+    dtype = DTYPES[dn]
+    params = stack_jax.init_params(seed, embed, hidden, 2, dtype)
+    x, target = stack_jax.make_inputs(seed, 2, seq, embed, hidden, dtype)
+
+    def grad_fn(scan_fn):
+        return jax.jit(jax.value_and_grad(lambda p, x, t: stack_jax.stack_loss(p, x, t, scan_fn)))
+
+    ours = jax.block_until_ready(grad_fn(stack_jax.scan_ffi)(params, x, target))
+    theirs = jax.block_until_ready(grad_fn(stack_jax.scan_lax)(params, x, target))
+    tol = stack_jax.TOL[dn]
+    leaves_o = jax.tree_util.tree_flatten_with_path(ours)[0]
+    leaves_r = jax.tree_util.tree_flatten(theirs)[0]
+    m = []
+    for (path, a), r in zip(leaves_o, leaves_r):
+        name = jax.tree_util.keystr(path) or "loss"
+        m.append(compare(name, a, r, tol, jnp.asarray(a).dtype, None, tol_scale))
+    nonzero = all(amax(a) > 0 for _, a in leaves_o)
+    if not nonzero:
+        m.append(Metric("nonzero", False, math.inf, math.inf, "a gradient is all zeros"))
+    return summarize(m)
+
+
+def section_stack(runner, args):
+    rng = np.random.default_rng([args.seed, 5])
+    for dn in [d for d in ("f32", "bf16") if d in args.dtypes]:
+        seed = int(rng.integers(0, 2 ** 31))
+        runner.case("stack", f"stack 2-layer MinGRU {dn} B2 T32 E64 H48: jax.grad FFI vs lax.scan",
+                    lambda dn=dn, seed=seed: check_stack(dn, seed, args.tol_scale))
+        seed = int(rng.integers(0, 2 ** 31))
+        runner.case("stack", f"stack 2-layer MinGRU {dn} B1 T32 E256 H256: jax.grad FFI vs lax.scan",
+                    lambda dn=dn, seed=seed: check_stack(dn, seed, args.tol_scale, 32, 256, 256))
+
+
+# ---------------------------------------------------------------------------
+SECTIONS = {
+    "scans": section_scans,
+    "selective": section_selective,
+    "attention": section_attention,
+    "errors": section_errors,
+    "stack": section_stack,
+}
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description="XLA FFI targets vs JAX references",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", default=None, help="libexphil_xla_ffi.so (default $EXPHIL_XLA_FFI_LIB, "
+                   "else build-gpu/c_src/xla_ffi/libexphil_xla_ffi.so)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--quick", action="store_true", help="fewer shapes per op")
+    p.add_argument("--only", default=None, help="run only cases whose name contains this")
+    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--dtypes", default="f32,bf16,f16")
+    p.add_argument("--tol-scale", type=float, default=1.0)
+    p.add_argument("--verbose", action="store_true", help="tracebacks of failing cases")
+    args = p.parse_args(argv)
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = [s for s in sections if s not in SECTIONS] + [d for d in args.dtypes if d not in DTYPES]
+    if unknown:
+        p.error(f"unknown sections/dtypes: {unknown}")
+
+    devs = jax.devices()
+    print(f"check_jax_ffi: seed {args.seed} (--seed {args.seed} repeats this run); jax {jax.__version__}, "
+          f"python {platform.python_version()}, device {devs[0].platform}:{devs[0].device_kind}")
+    runner = Runner(args)
+    load_ok = True
+    try:
+        lib = ex.load(args.lib)
+        print(f"registered {len(ex.registered_targets())} targets from {ex.loaded_path()} "
+              f"(by pointer: {type(lib).__name__})")
+        if ex.missing_targets():
+            print(f"MISSING targets: {', '.join(ex.missing_targets())}")
+            runner.results.append(("load", "load: every target exported", False,
+                                   f"missing {list(ex.missing_targets())}", 0.0))
+        if devs[0].platform != "gpu":
+            print("note: the default JAX device is not a GPU; the targets are registered for CUDA only")
+    except Exception as e:  # noqa: BLE001
+        load_ok = False
+        print(f"FAIL load: {type(e).__name__}: {e}")
+        runner.results.append(("load", "load", False, str(e), 0.0))
+
+    if load_ok:
+        for s in sections:
+            print(f"\n== {s} ==", flush=True)
+            try:
+                SECTIONS[s](runner, args)
+            except Exception as e:  # noqa: BLE001 - a broken section must not stop the others
+                print(f"FAIL section {s}: {type(e).__name__}: {e}")
+                traceback.print_exc()
+                runner.results.append((s, f"section {s}", False, str(e), 0.0))
+
+    print("\n== summary ==")
+    by = {}
+    for section, _, ok, _, _ in runner.results:
+        n_pass, n_all = by.get(section, (0, 0))
+        by[section] = (n_pass + int(ok), n_all + 1)
+    for section, (n_pass, n_all) in by.items():
+        print(f"{section:10} {n_pass}/{n_all} passed")
+    failed = [(s, n, d) for s, n, ok, d, _ in runner.results if not ok]
+    total = len(runner.results)
+    print(f"total {total - len(failed)}/{total} passed (seed {args.seed})")
+    for s, n, d in failed:
+        print(f"  FAILED {n}: {d}")
+    return 0 if (not failed and total > 0) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
