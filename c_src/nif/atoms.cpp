@@ -23,6 +23,7 @@ void make_atoms(ErlNifEnv* env) {
   a.false_ = mk("false");
   a.nil = mk("nil");
   a.no_cuda_device = mk("no_cuda_device");
+  a.xla_ffi_registration = mk("xla_ffi_registration");
   a.out_of_memory = mk("out_of_memory");
   a.cuda_error = mk("cuda_error");
   a.already_freed = mk("already_freed");

@@ -10,6 +10,7 @@ struct Atoms {
   ERL_NIF_TERM ok, error, true_, false_, nil;
   // error reasons
   ERL_NIF_TERM no_cuda_device, out_of_memory, cuda_error, already_freed, internal;
+  ERL_NIF_TERM xla_ffi_registration;
   // exceptions and structs
   ERL_NIF_TERM struct_, exception, message, argument_error, buffer_module, event_module, stream_module;
   // pointers, types, buffers

@@ -12,6 +12,7 @@
 #include "scan_nifs.hpp"
 #include "selective_scan_nifs.hpp"
 #include "terms.hpp"
+#include "xla_ffi_nifs.hpp"
 
 namespace exphil::nif {
 namespace {
@@ -68,6 +69,7 @@ ErlNifFunc nif_functions[] = {
     {"nif_export_ipc", 1, export_ipc_nif, kDirty},
     {"nif_import_ipc", 4, import_ipc_nif, kDirty},
     {"nif_open_ipc_handles", 0, open_ipc_handles_nif, 0},
+    {"nif_register_xla_ffi", 2, register_xla_ffi_nif, kDirty},
     {"nif_linear_scan_forward", 3, forward<ScanOp::linear_scan>, kDirty},
     {"nif_linear_scan_backward", 5, backward<ScanOp::linear_scan>, kDirty},
     {"nif_min_gru_forward", 3, forward<ScanOp::min_gru>, kDirty},

@@ -14,7 +14,8 @@ defmodule ExPhil.Native.LoadTest do
           linear_scan_forward: 3, linear_scan_backward: 5, min_gru_forward: 3,
           min_gru_backward: 5, min_lstm_forward: 4, min_lstm_backward: 6,
           liquid_forward: 3, liquid_backward: 5,
-          selective_scan_forward: 6, selective_scan_backward: 7
+          selective_scan_forward: 6, selective_scan_backward: 7,
+          attention_forward: 4, attention_backward: 7, register_xla_ffi: 2
         ] do
       assert function_exported?(ExPhil.Native, name, arity), "#{name}/#{arity}"
       assert function_exported?(ExPhil.Native, :"nif_#{name}", arity), "nif_#{name}/#{arity}"

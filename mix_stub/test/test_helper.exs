@@ -14,3 +14,10 @@ case ExPhil.Native.device_count() do
     IO.puts("ExPhil.Native: no usable CUDA device (#{reason}); tests tagged :gpu are excluded")
     ExUnit.start(exclude: [:gpu])
 end
+
+# Tests tagged :xla_ffi need libexphil_xla_ffi.so, which is built only where
+# XLA's FFI headers are found; without it they are excluded, and reported so.
+if ExPhil.Native.XlaFfiLibrary.path() == nil do
+  IO.puts("ExPhil.Native: libexphil_xla_ffi.so not built (no XLA FFI headers); tests tagged :xla_ffi are excluded")
+  ExUnit.configure(exclude: Keyword.get(ExUnit.configuration(), :exclude, []) ++ [:xla_ffi])
+end

@@ -93,6 +93,7 @@ defmodule ExPhil.Native do
           | :out_of_memory
           | {:cuda_error, atom(), String.t()}
           | {:internal, String.t()}
+          | {:xla_ffi_registration, String.t()}
 
   @typedoc "Outputs by name: the tensors given in `:outputs`, or new buffers."
   @type outputs :: %{optional(atom()) => tensor()}
@@ -466,4 +467,28 @@ defmodule ExPhil.Native do
           [attention_option()] | map()
         ) :: op_result()
   defnative attention_backward(q, k, v, o, lse, grad_o, opts \\ [])
+
+  ## In-graph (XLA FFI)
+
+  @doc """
+  Registers every op's XLA FFI handler (`libexphil_xla_ffi.so`, built where
+  XLA's FFI headers are; see the README) with the XLA runtime that EXLA has
+  loaded in this VM, so that an `EXLA.CustomCall` inside a compiled graph can
+  call them (target names such as `"exphil_min_gru_fwd"`; the contract is in
+  `include/exphil/xla_ffi.h`). Call it once, after EXLA has started and
+  before the first compilation that uses the targets.
+
+  `handler_library` is the path of `libexphil_xla_ffi.so`; `xla_library` the
+  path of EXLA's `libxla_extension.so` as it was loaded. The XLA library is
+  only looked up, never loaded: one not already in the VM is an error, as is
+  a handler library built against another XLA FFI version. The handler
+  library stays loaded for the life of the VM. Registering twice is
+  harmless.
+
+  Returns `:ok` or `{:error, {:xla_ffi_registration, message}}` naming the
+  reason. Untested against a live EXLA (no EXLA build was at hand); its
+  failure paths and the registration itself are tested.
+  """
+  @spec register_xla_ffi(Path.t(), Path.t()) :: :ok | {:error, reason()}
+  defnative register_xla_ffi(handler_library, xla_library)
 end
