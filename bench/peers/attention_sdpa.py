@@ -74,7 +74,6 @@ import json
 import math
 import os
 import random
-import statistics
 import sys
 import time
 import warnings
@@ -101,6 +100,8 @@ import exphil_ctypes as xc  # noqa: E402
 from exphil_ctypes import (  # noqa: E402,F401  (re-exported for other scripts)
     EXPHIL_MAX_RANK, EXPHIL_OK, AttentionOptions, ExphilError, ExphilTensor,
 )
+import peer_util as pu  # noqa: E402
+from peer_util import measure  # noqa: E402
 
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -227,39 +228,12 @@ TOLERANCES = {
 
 
 def compare(ours, ref, rtol, atol_rel, tol_scale, mag_floor=0.0):
-    """|ours - ref| <= tol_scale * (atol_rel * mag + rtol * |ref|) on the
-    reference's finite entries, mag = max(max|ref|, mag_floor); its
-    non-finite entries (-inf lse) must match exactly. NaN in ours always
-    fails. mag_floor gives a gradient that cancels to exactly zero (every
-    row sees one key: dS = P (dP - D) = 0) the scale of its terms, which is
-    what its rounding error is relative to."""
-    ours = ours.detach().to(torch.float64)
-    fin = torch.isfinite(ref)
-    nonfinite_bad = int((~fin & ~(ours == ref)).sum().item())
-    r = torch.where(fin, ref, torch.zeros_like(ref))
-    a = torch.where(fin, ours, torch.zeros_like(ours))
-    mag = max(float(r.abs().max().item()) if r.numel() else 0.0, mag_floor)
-    err = (a - r).abs()
-    tol = tol_scale * (atol_rel * mag + rtol * r.abs())
-    bad = ~(err <= tol) & fin
-    n_bad = int(bad.sum().item()) + nonfinite_bad
-    ratio = torch.where(tol > 0, err / tol.clamp_min(1e-300),
-                        torch.where(err > 0, torch.full_like(err, math.inf), torch.zeros_like(err)))
-    ratio = torch.where(torch.isnan(err), torch.full_like(err, math.nan), ratio)
-    max_err = float(err.max().item()) if err.numel() else 0.0
-    worst = float(ratio.max().item()) if ratio.numel() else 0.0
-    if torch.isnan(err).any():
-        max_err = worst = math.nan
-    return {
-        "ok": n_bad == 0,
-        "max_abs_err": max_err,
-        "max_ref": mag,
-        "rel_err": max_err / mag if mag > 0 else (0.0 if max_err == 0 else math.inf),
-        "worst_ratio": worst,  # max err / tol; <= 1 passes
-        "bad": n_bad,
-        "nonfinite_mismatch": nonfinite_bad,
-        "numel": ours.numel(),
-    }
+    """|ours - ref| <= tol_scale * (atol_rel * mag + rtol * |ref|), as
+    peer_util.compare (mag = max(max|ref|, mag_floor); the reference's -inf
+    lse must be matched exactly). mag_floor gives a gradient that cancels to
+    exactly zero (every row sees one key: dS = P (dP - D) = 0) the scale of
+    its terms, which is what its rounding error is relative to."""
+    return pu.compare(ours, ref, tol_scale * rtol, tol_scale * atol_rel, mag_floor)
 
 
 def fill_nan(shape, dtype, device):
@@ -409,7 +383,7 @@ def make_inputs(B, Hq, Hkv, T, S, d, layout, dtype, device, gen):
 
 
 def fmt_metric(m):
-    return f"{m['rel_err']:.1e}({m['worst_ratio']:.2f})"
+    return f"{m['rel_err']:.1e}({m['worst']:.2f})"
 
 
 def run_check(lib, args, seed, device):
@@ -462,73 +436,6 @@ def run_check(lib, args, seed, device):
           + (f"; rerun with --seed {seed}" if failures else ""))
     print()
     return results, failures
-
-
-# ---------------------------------------------------------------------------
-# Timing
-# ---------------------------------------------------------------------------
-def _time_loop(run, reps, min_ms, max_n=100000):
-    """Median microseconds per run() over reps measurements, each n back-to-back
-    calls between two CUDA events with n chosen so one measurement >= min_ms."""
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    n = 1
-    while True:
-        start.record()
-        for _ in range(n):
-            run()
-        end.record()
-        end.synchronize()
-        ms = start.elapsed_time(end)
-        if ms >= min_ms or n >= max_n:
-            break
-        n = min(max_n, max(2 * n, int(n * min_ms * 1.2 / max(ms, 1e-3)) + 1))
-    samples = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(n):
-            run()
-        end.record()
-        end.synchronize()
-        samples.append(start.elapsed_time(end) * 1000.0 / n)
-    return statistics.median(samples), n
-
-
-def measure(fn, reps, min_ms, warmup=3):
-    """Times fn (no arguments, enqueues GPU work on the current stream).
-    Returns dict: us (graph replay if capture worked, else eager), method,
-    eager_us, graph_us, copies, graph_error."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    eager_us, eager_n = _time_loop(fn, reps, min_ms)
-    res = {"eager_us": eager_us, "eager_n": eager_n, "graph_us": None, "copies": 0,
-           "graph_error": None}
-    copies = int(max(1, min(20, math.ceil(2000.0 / max(eager_us, 1e-3)))))
-    graph = None
-    try:
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(copies):
-                fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        graph_us, graph_n = _time_loop(graph.replay, reps, min_ms)
-        res.update(graph_us=graph_us / copies, graph_n=graph_n, copies=copies)
-    except Exception as e:  # capture refused or invalidated: keep the eager figure
-        res["graph_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-        try:
-            torch.cuda.synchronize()
-        except Exception:
-            pass
-    finally:
-        del graph
-        torch.cuda.empty_cache()
-    if res["graph_us"] is not None:
-        res.update(us=res["graph_us"], method="graph")
-    else:
-        res.update(us=eager_us, method="eager")
-    return res
 
 
 # ---------------------------------------------------------------------------

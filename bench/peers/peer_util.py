@@ -1,8 +1,10 @@
 """Small helpers shared by the peer scripts: element-wise comparison with
-tolerances, independent sections that report and go on, JSON cleanup, and
-wall-clock timing of jitted JAX functions.
+tolerances, independent sections that report and go on, JSON cleanup,
+wall-clock timing of jitted JAX functions, and CUDA-event / graph-replay
+timing of torch work.
 
-numpy is imported at module load; jax only inside time_jax.
+numpy is imported at module load; jax only inside time_jax, torch only
+inside the torch timing.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import numpy as np
 # ---------------------------------------------------------------------------
 def to_f64(x):
     """Any array (jax, numpy, ml_dtypes bfloat16, torch CPU/GPU) -> float64 numpy."""
-    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch
-        x = x.detach().float().cpu().numpy()
+    if hasattr(x, "detach") and hasattr(x, "cpu"):  # torch: f64 keeps a float64 reference exact
+        x = x.detach().double().cpu().numpy()
     return np.asarray(x).astype(np.float64)
 
 
@@ -185,3 +187,74 @@ def time_jax(fn, args, reps=20, min_ms=1.0, max_n=100000):
         samples.append((time.perf_counter() - t0) * 1e6 / n)
     del out
     return {"us": statistics.median(samples), "n": n, "method": "wall"}
+
+
+# ---------------------------------------------------------------------------
+# Timing of torch work (CUDA events; graph replay where capture works)
+# ---------------------------------------------------------------------------
+def _time_loop(run, reps, min_ms, max_n=100000):
+    """Median microseconds per run() over reps measurements, each n back-to-back
+    calls between two CUDA events with n chosen so one measurement >= min_ms."""
+    import torch
+
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    n = 1
+    while True:
+        start.record()
+        for _ in range(n):
+            run()
+        end.record()
+        end.synchronize()
+        ms = start.elapsed_time(end)
+        if ms >= min_ms or n >= max_n:
+            break
+        n = min(max_n, max(2 * n, int(n * min_ms * 1.2 / max(ms, 1e-3)) + 1))
+    samples = []
+    for _ in range(reps):
+        start.record()
+        for _ in range(n):
+            run()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1000.0 / n)
+    return statistics.median(samples), n
+
+
+def measure(fn, reps, min_ms, warmup=3):
+    """Times fn (no arguments, enqueues GPU work on the current stream).
+    Returns dict: us (graph replay if capture worked, else eager), method,
+    eager_us, graph_us, copies, graph_error."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    eager_us, eager_n = _time_loop(fn, reps, min_ms)
+    res = {"eager_us": eager_us, "eager_n": eager_n, "graph_us": None, "copies": 0,
+           "graph_error": None}
+    copies = int(max(1, min(20, math.ceil(2000.0 / max(eager_us, 1e-3)))))
+    graph = None
+    try:
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(copies):
+                fn()
+        graph.replay()
+        torch.cuda.synchronize()
+        graph_us, graph_n = _time_loop(graph.replay, reps, min_ms)
+        res.update(graph_us=graph_us / copies, graph_n=graph_n, copies=copies)
+    except Exception as e:  # capture refused or invalidated: keep the eager figure
+        res["graph_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        try:
+            torch.cuda.synchronize()
+        except Exception:
+            pass
+    finally:
+        del graph
+        torch.cuda.empty_cache()
+    if res["graph_us"] is not None:
+        res.update(us=res["graph_us"], method="graph")
+    else:
+        res.update(us=eager_us, method="eager")
+    return res

@@ -74,7 +74,6 @@ import jax.numpy as jnp  # noqa: E402
 import exphil_ctypes as xc  # noqa: E402
 import jax_reference as ref  # noqa: E402
 import peer_util as pu  # noqa: E402
-from attention_sdpa import measure  # noqa: E402  (CUDA-graph / eager timing of torch work)
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
@@ -191,7 +190,7 @@ def time_torch(fn, args):
         torch.cuda.empty_cache()
         return {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
     try:
-        return measure(fn, args.reps, args.min_ms)
+        return pu.measure(fn, args.reps, args.min_ms)
     except Exception as e:
         return {"error": f"{type(e).__name__}: {str(e).strip()[:200]}"}
 

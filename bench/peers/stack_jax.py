@@ -100,6 +100,7 @@ from jax import lax  # noqa: E402
 
 import exphil_jax  # noqa: E402
 import jax_reference  # noqa: E402
+import peer_util as pu  # noqa: E402
 
 FRAME_BUDGET_US = 1e6 / 60.0
 ISSUE7_TARGET_US = 100.0
@@ -205,8 +206,8 @@ def make_fns(scan_fn):
 # Comparison
 # ---------------------------------------------------------------------------
 def compare_trees(ours, ref, dtype_name, tol_scale=1.0):
-    """Per leaf: max|a - b| / (atol * max|b| + rtol * |b|) (<= 1 passes).
-    Returns (ok, worst_ratio, worst_leaf)."""
+    """Per leaf, peer_util.compare: |a - b| <= atol * max|b| + rtol * |b|
+    (scaled by tol_scale). Returns (ok, worst_ratio, worst_leaf)."""
     atol, rtol = TOL[dtype_name]
     leaves_o, tree_o = jax.tree_util.tree_flatten(ours)
     leaves_r, tree_r = jax.tree_util.tree_flatten(ref)
@@ -215,21 +216,13 @@ def compare_trees(ours, ref, dtype_name, tol_scale=1.0):
     paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(ref)[0]]
     worst, where, ok = 0.0, "", True
     for path, a, b in zip(paths, leaves_o, leaves_r):
-        a = np.asarray(jnp.asarray(a, jnp.float32), np.float64)
-        b = np.asarray(jnp.asarray(b, jnp.float32), np.float64)
-        if a.shape != b.shape:
-            return False, math.inf, f"{path}: shape {a.shape} vs {b.shape}"
-        if not np.all(np.isfinite(a)):
-            return False, math.inf, f"{path}: non-finite values"
-        mag = float(np.max(np.abs(b))) if b.size else 0.0
-        tol = tol_scale * (atol * mag + rtol * np.abs(b))
-        err = np.abs(a - b)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(tol > 0, err / np.maximum(tol, 1e-300), np.where(err > 0, np.inf, 0.0))
-        r = float(np.max(ratio)) if ratio.size else 0.0
+        m = pu.compare(a, b, tol_scale * rtol, tol_scale * atol)
+        if m.get("error"):
+            return False, math.inf, f"{path}: {m['error']}"
+        r = m["worst"] if not math.isnan(m["worst"]) else math.inf
         if r > worst:
             worst, where = r, path or "(root)"
-        ok &= r <= 1.0
+        ok &= m["ok"]
     return ok, worst, where
 
 

@@ -98,6 +98,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench" / "peers"))
 
 import exphil_jax as ex  # noqa: E402
 import jax_reference as ref  # noqa: E402
+import peer_util as pu  # noqa: E402
 import stack_jax  # noqa: E402
 
 F64 = jnp.float64
@@ -157,41 +158,23 @@ class Metric:
 
 
 def compare(name, ours, reference, tol, dtype, scale=None, tol_scale=1.0):
-    """|ours - ref| <= tol_scale * (atol * scale + rtol * |ref|). tol is
-    (atol, rtol); dtype the output's dtype (f16 raises the scale to the
-    subnormal spacing); scale defaults to max|ref| over finite entries."""
+    """|ours - ref| <= tol_scale * (atol * scale + rtol * |ref|), through
+    peer_util.compare. tol is (atol, rtol); dtype the output's dtype (f16
+    raises the scale to the subnormal spacing); scale defaults to max|ref|
+    over finite entries."""
     atol, rtol = tol
-    a, r = to_np(ours), to_np(reference)
-    if a.shape != r.shape:
-        return Metric(name, False, math.inf, math.inf, f"shape {a.shape} vs reference {r.shape}")
-    fin = np.isfinite(r)
-    nonfinite_bad = int(np.sum(~fin & ~(a == r)))
-    rf = np.where(fin, r, 0.0)
-    af = np.where(fin, a, 0.0)
-    mag = float(np.max(np.abs(rf))) if rf.size else 0.0
-    if scale is not None:
-        mag = max(mag, float(scale))
+    floor = 0.0 if scale is None else float(scale)
     if jnp.dtype(dtype) == jnp.dtype(jnp.float16):
-        mag = max(mag, 2.0 ** -24 / atol)
-    err = np.abs(af - rf)
-    tolv = tol_scale * (atol * mag + rtol * np.abs(rf))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(tolv > 0, err / np.maximum(tolv, 1e-300), np.where(err > 0, np.inf, 0.0))
-    nan_bad = int(np.sum(np.isnan(a)))
-    bad = int(np.sum(fin & ~(err <= tolv))) + nonfinite_bad + nan_bad
-    worst = float(np.max(ratio)) if ratio.size else 0.0
-    if nan_bad:
-        worst = math.nan
-    max_err = float(np.max(err)) if err.size else 0.0
-    rel = max_err / mag if mag > 0 else (0.0 if max_err == 0 else math.inf)
+        floor = max(floor, 2.0 ** -24 / atol)
+    m = pu.compare(to_np(ours), to_np(reference), tol_scale * rtol, tol_scale * atol, floor)
+    if m.get("error"):
+        return Metric(name, False, math.inf, math.inf, m["error"])
     note = []
-    if nonfinite_bad:
-        note.append(f"{nonfinite_bad} non-finite mismatches")
-    if nan_bad:
-        note.append(f"{nan_bad} NaN")
-    if bad:
-        note.append(f"{bad}/{a.size} out of tolerance")
-    return Metric(name, bad == 0, worst, rel, ", ".join(note))
+    if m["nonfinite_mismatch"]:
+        note.append(f"{m['nonfinite_mismatch']} non-finite mismatches")
+    if m["bad"]:
+        note.append(f"{m['bad']}/{m['numel']} out of tolerance")
+    return Metric(name, m["ok"], m["worst"], m["rel_err"], ", ".join(note))
 
 
 def summarize(metrics):
