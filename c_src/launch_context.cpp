@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "capture_workspace.hpp"
 #include "cuda_status.hpp"
 #include "device_placement.hpp"
 
@@ -17,11 +18,7 @@ Status LaunchContext::prepare(const CallTensors& tensors, Stream requested) {
 Status LaunchContext::allocate_workspace(std::size_t bytes, void** out, const char* what) const {
   *out = nullptr;
   if (bytes == 0) return {};
-  if (capturing_) {
-    const cudaError_t e = cudaMallocAsync(out, bytes, stream_);
-    if (e != cudaSuccess) return cuda_status(e, (std::string("cudaMallocAsync (") + what + ")").c_str());
-    return {};
-  }
+  if (capturing_) return capture_workspace(device_, stream_, bytes, out, what);
   cudaMemPool_t pool = nullptr;
   EXPHIL_RETURN_IF_ERROR(DeviceRegistry::instance().workspace_pool(device_, pool));
   const cudaError_t e = cudaMallocFromPoolAsync(out, bytes, pool, stream_);
@@ -31,7 +28,7 @@ Status LaunchContext::allocate_workspace(std::size_t bytes, void** out, const ch
 }
 
 Status LaunchContext::free_workspace(void* p, const char* what, bool report) const {
-  if (!p) return {};
+  if (!p || capturing_) return {};  // a captured block belongs to the graph
   const cudaError_t e = cudaFreeAsync(p, stream_);
   if (report && e != cudaSuccess)
     return cuda_status(e, (std::string("cudaFreeAsync (") + what + ")").c_str());

@@ -25,12 +25,13 @@ class LaunchContext {
   int sm_count() const noexcept { return sm_count_; }
 
   // `bytes` of device memory ordered on the stream: from the library's pool
-  // normally; while the stream is captured, from cudaMallocAsync, which the
-  // graph turns into its own allocation node (creating a pool is refused
-  // during capture). Null for 0 bytes. `what` names it in errors.
+  // normally; while the stream is captured, a block that the graph owns
+  // (capture_workspace.hpp), so that the graph holds no allocation node and
+  // can be nested in another. Null for 0 bytes. `what` names it in errors.
   Status allocate_workspace(std::size_t bytes, void** out, const char* what) const;
-  // Enqueues the release; after a failed launch only the launch's error is
-  // reported, so pass `report` = false then.
+  // Enqueues the release (nothing to do for a captured block, which goes
+  // back when its graph does); after a failed launch only the launch's error
+  // is reported, so pass `report` = false then.
   Status free_workspace(void* p, const char* what, bool report) const;
 
  private:

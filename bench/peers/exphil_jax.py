@@ -30,12 +30,12 @@ Semantics, shapes and dtypes are those of include/exphil/exphil.h:
   the op's sequence inputs, all ``[B, T, H]`` of one dtype (f32, bf16 or
   f16): linear_scan (a, b), min_gru (gate, candidate), min_lstm (forget,
   input, candidate), liquid (tau > 0, target). ``h0`` is ``[B, H]`` in f32 or
-  the sequence dtype; None means a zero initial state (an f32 zeros array is
-  passed: the targets always take h0). ``y`` has the sequence dtype,
+  the sequence dtype; None means a zero initial state (the targets get a
+  zero-element array, so no zeros are filled). ``y`` has the sequence dtype,
   ``h_final`` the dtype of ``h0`` (f32 when h0 is None). Gradients flow to
-  every input and to h0, from the cotangents of both y and h_final (the
-  scan targets always take grad_h_final; a zero one is passed when h_final
-  is unused).
+  every input and to h0, from the cotangents of both y and h_final; a
+  cotangent of h_final that JAX knows to be zero (h_final unused) is passed
+  as a zero-element array, which the backward skips.
 * ``selective_scan(x, dt, A, B, C, dt_bias=None, D=None, z=None, h0=None,
   softplus=False, clamp=None) -> (y, h_final)``: x, dt, z ``[B, T, D]`` and
   B, C ``[B, T, N]`` in one sequence dtype; A ``[D, N]``, dt_bias and D
@@ -313,65 +313,82 @@ def _validate_scan(op, inputs, h0, where=None):
 # ---------------------------------------------------------------------------
 # Scans
 # ---------------------------------------------------------------------------
-def scan_fwd(op, inputs, h0, validate=True):
-    """Raw forward target: (y, h_final). h0 is required here ([B, H])."""
-    if validate:
-        if h0 is None:
-            raise ValueError(f"{op} forward: scan_fwd needs h0 (use scan() for a zero state)")
-        _validate_scan(op, inputs, h0)
+def scan_fwd(op, inputs, h0=None, validate=True):
+    """Raw forward target: (y, h_final). h0 None (or zero-element) is a zero
+    initial state, passed to the target as a zero-element array; h_final is
+    then f32, otherwise h0's dtype."""
     inputs = tuple(inputs)
+    if _is_absent(h0):
+        h0 = None
+    if validate:
+        _validate_scan(op, inputs, h0)
     first = inputs[0]
-    out = (_sds(first.shape, first.dtype), _sds(h0.shape, h0.dtype))
-    y, h_final = _call(f"exphil_{op}_fwd", out, *inputs, h0)
+    b, _, h = _shape(first)
+    state_dtype = F32 if h0 is None else h0.dtype
+    out = (_sds(first.shape, first.dtype), _sds((b, h), state_dtype))
+    y, h_final = _call(f"exphil_{op}_fwd", out, *inputs, _empty(F32) if h0 is None else h0)
     return y, h_final
 
 
 def scan_bwd(op, inputs, h0, y, grad_y, grad_h_final, validate=True):
-    """Raw backward target: (grad of each input..., grad_h0)."""
+    """Raw backward target: (grad of each input..., grad_h0). h0 None (or
+    zero-element) as in scan_fwd: grad_h0 is then a zero-element f32 array.
+    grad_h_final None (or zero-element): no gradient into the final state."""
     inputs = tuple(inputs)
+    h0 = None if _is_absent(h0) else h0
+    grad_h_final = None if _is_absent(grad_h_final) else grad_h_final
+    first = inputs[0]
     if validate:
         where = f"{op} backward"
-        if h0 is None:
-            raise ValueError(f"{where}: scan_bwd needs h0")
         _validate_scan(op, inputs, h0, where)
-        first = inputs[0]
         _check_same(where, "y", y, SCAN_OPS[op][0], first, "[B, T, H]")
         _check_same(where, "grad_y", grad_y, SCAN_OPS[op][0], first, "[B, T, H]")
-        _check_shape(where, "grad_h_final", grad_h_final, _shape(h0), "[B, H]")
-    out = tuple(_sds(x.shape, x.dtype) for x in inputs) + (_sds(h0.shape, h0.dtype),)
-    grads = _call(f"exphil_{op}_bwd", out, *inputs, h0, y, grad_y, grad_h_final)
+        if grad_h_final is not None:
+            b, _, h = _shape(first)
+            _check_shape(where, "grad_h_final", grad_h_final, (b, h), "[B, H] of the inputs")
+    grad_h0 = _sds((0,), F32) if h0 is None else _sds(h0.shape, h0.dtype)
+    out = tuple(_sds(x.shape, x.dtype) for x in inputs) + (grad_h0,)
+    grads = _call(f"exphil_{op}_bwd", out, *inputs, _empty(F32) if h0 is None else h0, y, grad_y,
+                  _empty(F32) if grad_h_final is None else grad_h_final)
     return tuple(grads)
 
 
 @functools.lru_cache(maxsize=None)
 def _scan_vjp(op):
+    # h0 travels as an array, zero-element when absent (as the targets take
+    # it), so one custom_vjp serves both; its gradient is then zero-element
+    # too, matching the primal.
     @jax.custom_vjp
     def f(inputs, h0):
         return scan_fwd(op, inputs, h0, validate=False)
 
     def f_fwd(inputs, h0):
+        # symbolic_zeros=True: each argument arrives as a CustomVJPPrimal
+        inputs = tuple(x.value for x in inputs)
+        h0 = h0.value
         y, h_final = scan_fwd(op, inputs, h0, validate=False)
         return (y, h_final), (inputs, h0, y)
 
     def f_bwd(res, cts):
         inputs, h0, y = res
         grad_y, grad_h_final = cts
-        grads = scan_bwd(op, inputs, h0, y, grad_y.astype(y.dtype),
-                         grad_h_final.astype(h0.dtype), validate=False)
+        if _is_symbolic_zero(grad_y):
+            grad_y = jnp.zeros(y.shape, y.dtype)
+        if _is_symbolic_zero(grad_h_final):
+            grad_h_final = None  # absent: no gradient into the final state, nothing to fill
+        else:
+            grad_h_final = grad_h_final.astype(F32 if _is_absent(h0) else h0.dtype)
+        grads = scan_bwd(op, inputs, h0, y, grad_y.astype(y.dtype), grad_h_final, validate=False)
         return tuple(grads[:-1]), grads[-1]
 
-    f.defvjp(f_fwd, f_bwd)
+    f.defvjp(f_fwd, f_bwd, symbolic_zeros=True)
     return f
 
 
 def scan(op, inputs, h0=None):
     """Differentiable fused scan: (y [B, T, H], h_final [B, H])."""
     _validate_scan(op, inputs, h0)
-    inputs = tuple(inputs)
-    if h0 is None:
-        b, _, h = _shape(inputs[0])
-        h0 = jnp.zeros((b, h), F32)
-    return _scan_vjp(op)(inputs, h0)
+    return _scan_vjp(op)(tuple(inputs), _empty(F32) if h0 is None else h0)
 
 
 def linear_scan(a, b, h0=None):
@@ -690,9 +707,81 @@ def attention(q, k, v, mask="none", window=0, layout="bhtd", scale=None):
     return _attention_vjp(mask_c, window, layout_c, scale_key)(q, k, v)
 
 
+# ---------------------------------------------------------------------------
+# Where XLA put the targets
+# ---------------------------------------------------------------------------
+# XLA forms its command buffers (CUDA graphs) on the thunk sequence, after
+# HLO optimization, so the optimized HLO does not show them; its dumps do.
+# Run with XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_module_re=NAME" (NAME
+# matching the jitted function's module, jit_<function name>) to get them.
+def placement_dump_flags(dump_dir, module_re):
+    """The XLA_FLAGS entries that make XLA dump what command_buffer_placement
+    reads, for the modules matching module_re only."""
+    return f"--xla_dump_to={dump_dir} --xla_dump_hlo_module_re={module_re}"
+
+
+def _latest_dump(dump_dir, module, suffix):
+    files = sorted(Path(dump_dir).glob(f"module_*.{module}.*{suffix}"))
+    files = [f for f in files if f.name.endswith(suffix)]
+    if not files:
+        raise FileNotFoundError(f"no XLA dump *{module}*{suffix} in {dump_dir} (were the "
+                                f"placement_dump_flags in XLA_FLAGS when JAX started?)")
+    return files[-1]  # module ids grow with each compilation
+
+
+def command_buffer_placement(dump_dir, module, targets):
+    """{target: [(instruction, inside a command buffer?)...]} for the last
+    compiled module named `module` (e.g. "jit_probe") in an XLA dump: each
+    custom call to one of `targets`, and whether XLA runs it as a command
+    of a command buffer (traced into a CUDA graph) or as a thunk of its own
+    between graphs. A target XLA does not call is absent from the result."""
+    hlo = _latest_dump(dump_dir, module, "gpu_after_optimizations.txt").read_text()
+    instr_target = {}
+    for line in hlo.splitlines():
+        line = line.strip()
+        if "custom_call_target=" not in line or " = " not in line:
+            continue
+        name = line.split(" = ", 1)[0].split()[-1].lstrip("%")
+        target = line.split('custom_call_target="', 1)[1].split('"', 1)[0]
+        if target in targets:
+            instr_target[name] = target
+    # thunk id -> HLO instruction (the thunk's profile annotation)
+    thunk_instr, block = {}, {}
+    for line in _latest_dump(dump_dir, module, "thunk_metadata.txt").read_text().splitlines():
+        line = line.strip()
+        if line.startswith("thunk_metadata {"):
+            block = {}
+        elif line.startswith("profile_annotation:"):
+            block["annotation"] = line.split(":", 1)[1].strip().strip('"')
+        elif line.startswith("thunk_id:"):
+            block["id"] = int(line.split(":", 1)[1])
+        elif line.startswith("thunk_kind:"):
+            thunk_instr[block.get("id", 0)] = block.get("annotation", "")
+    # nesting: "NNN: kKind ..." lines, indented under the thunk that holds them
+    placement = {}
+    enclosing = []  # (indent, kind) of the thunks above the current line
+    for line in _latest_dump(dump_dir, module, "thunk_sequence_after_thunk_passes.txt") \
+            .read_text().splitlines():
+        head = line.lstrip()
+        indent = len(line) - len(head)
+        parts = head.split(None, 2)
+        if len(parts) < 2 or not parts[0].rstrip(":").isdigit():
+            continue
+        while enclosing and enclosing[-1][0] >= indent:
+            enclosing.pop()
+        thunk_id, kind = int(parts[0].rstrip(":")), parts[1]
+        instr = thunk_instr.get(thunk_id, "")
+        if kind == "kCustomCall" and instr in instr_target:
+            inside = any(k == "kCommandBuffer" for _, k in enclosing)
+            placement.setdefault(instr_target[instr], []).append((instr, inside))
+        enclosing.append((indent, kind))
+    return placement
+
+
 __all__ = [
     "DEFAULT_LIB", "SCAN_OPS", "TARGETS", "load", "loaded_path", "registered_targets",
     "missing_targets", "scan", "linear_scan", "min_gru", "min_lstm", "liquid",
     "selective_scan", "attention", "scan_fwd", "scan_bwd", "selective_scan_fwd",
-    "selective_scan_bwd", "attention_fwd", "attention_bwd",
+    "selective_scan_bwd", "attention_fwd", "attention_bwd", "placement_dump_flags",
+    "command_buffer_placement",
 ]

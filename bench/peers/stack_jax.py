@@ -47,6 +47,10 @@ the timings still run.
   load) hits them alike. Single-call latencies on these machines vary from
   run to run by tens of microseconds (host-side wake-up after the wait):
   compare figures from one run, and look at p10 as well as the median.
+* bounds (inference only, timed in the same rounds): "noscan", the stack
+  with the scan replaced by y = cand (every other op kept), and "floor", a
+  jit of one elementwise op on the same arguments: what XLA and JAX cost
+  per call before any scan runs.
 * pipelined: --calls (100) calls dispatched back to back, then one block;
   wall time / calls, median over --pipe-reps repetitions. The gap to the
   latency is the per-call synchronisation and host round trip; what
@@ -68,8 +72,13 @@ the timings still run.
 
 Run (GPU machine with jax + the CUDA plugin; build the FFI library first):
 
-    python3 bench/peers/stack_jax.py [--quick] [--json out.json]
+    python3 bench/peers/stack_jax.py [--quick] [--json out.json] [--placement]
            [--lib build-gpu/c_src/xla_ffi/libexphil_xla_ffi.so]
+
+--placement has XLA dump the FFI stack's modules and reports whether the
+scans are commands of XLA's command buffers (CUDA graphs); the FFI variant's
+scan passes no h0 (a zero state costs no fill) and, in training, no
+gradient of the unused final state.
 
 Exit status 0 only if every section ran and every agreement check passed.
 """
@@ -84,6 +93,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -162,8 +172,7 @@ def dense(u, w, b):
 
 
 def scan_ffi(gate, cand):
-    b, _, h = gate.shape
-    y, _ = exphil_jax.scan("min_gru", (gate, cand), jnp.zeros((b, h), jnp.float32))
+    y, _ = exphil_jax.scan("min_gru", (gate, cand))  # h0 = 0: nothing to fill
     return y
 
 
@@ -177,8 +186,16 @@ def scan_assoc(gate, cand):
     return y
 
 
+def scan_none(gate, cand):
+    return cand
+
+
 VARIANTS = {"ffi": scan_ffi, "scan": scan_lax, "assoc": scan_assoc}
 REFERENCE_VARIANT = "scan"
+# Timed beside the inference variants, as bounds: what the stack costs with
+# no scan at all (y = cand), and what any jitted call of one elementwise op
+# costs (dispatch, launch and the wait), on the same arguments.
+BOUNDS = {"noscan": "stack without the scan", "floor": "one-op jit"}
 
 
 def stack_forward(params, x, scan_fn):
@@ -196,10 +213,16 @@ def stack_loss(params, x, target, scan_fn):
     return 0.5 * jnp.mean(jnp.square(out - target.astype(jnp.float32)))
 
 
-def make_fns(scan_fn):
-    fwd = jax.jit(lambda p, x: stack_forward(p, x, scan_fn))
-    train = jax.jit(jax.value_and_grad(lambda p, x, t: stack_loss(p, x, t, scan_fn)))
-    return fwd, train
+def make_fns(scan_fn, name="stack"):
+    """(inference, training step), jitted; named so that XLA's modules are
+    jit_stack_<name>_inference and jit_stack_<name>_train."""
+    def inference(p, x):
+        return stack_forward(p, x, scan_fn)
+
+    def train(p, x, t):
+        return jax.value_and_grad(lambda p, x, t: stack_loss(p, x, t, scan_fn))(p, x, t)
+    inference.__name__, train.__name__ = f"stack_{name}_inference", f"stack_{name}_train"
+    return jax.jit(inference), jax.jit(train)
 
 
 # ---------------------------------------------------------------------------
@@ -371,6 +394,21 @@ def verify(params, x, target, dtype_name, modes, fns, tol_scale):
     return out, all_ok
 
 
+def report_placement(dn, results):
+    """With --placement: whether XLA made the FFI scans commands of its
+    command buffers (CUDA graphs) or runs them as thunks between graphs."""
+    dump = os.environ.get("EXPHIL_STACK_DUMP")
+    if not dump:
+        return
+    for mode in ("inference", "train"):
+        targets = ["exphil_min_gru_fwd"] + (["exphil_min_gru_bwd"] if mode == "train" else [])
+        placement = exphil_jax.command_buffer_placement(dump, f"jit_stack_ffi_{mode}", targets)
+        inside = all(t in placement and all(i for _, i in placement[t]) for t in targets)
+        results["placement"][f"{dn} {mode}"] = {"in_command_buffers": inside, "calls": placement}
+        print(f"{dn} {mode}: FFI scans {'inside' if inside else 'NOT all inside'} XLA's command buffers "
+              f"{placement}")
+
+
 def section_main_table(args, results, failures):
     print(f"\n== Stack B{args.batch} T{args.seq} E{args.embed} H{args.hidden} "
           f"layers {args.layers}: latency per call (us) ==")
@@ -383,19 +421,24 @@ def section_main_table(args, results, failures):
         try:
             params = init_params(args.seed, args.embed, args.hidden, args.layers, dtype)
             x, target = make_inputs(args.seed, args.batch, args.seq, args.embed, args.hidden, dtype)
-            fns = {v: make_fns(f) for v, f in VARIANTS.items()}
+            fns = {v: make_fns(f, v) for v, f in VARIANTS.items()}
             checks, ok = verify(params, x, target, dn, ("inference", "train"), fns, args.tol_scale)
             if not ok:
                 failures.append(f"{dn}: variants disagree: {checks}")
+            report_placement(dn, results)
+            bounds = {"noscan": (make_fns(scan_none, "noscan")[0], (params, x)),
+                      "floor": (jax.jit(lambda p, x: x * 2), (params, x))}
             for mode in ("inference", "train"):
                 cands = {v: ((fwd, (params, x)) if mode == "inference" else (train, (params, x, target)))
                          for v, (fwd, train) in fns.items()}
+                if mode == "inference":
+                    cands.update(bounds)
                 lats = time_latency(cands, args.reps, args.budget, args.warmup_s)
                 pipes = time_pipelined(cands, args.calls, args.pipe_reps)
-                for v in fns:
+                for v in cands:
                     lat, pipe = lats[v], pipes[v]
                     chk = checks[mode].get(v)
-                    chk_s = "ref" if chk is None else (
+                    chk_s = BOUNDS[v] if v in BOUNDS else "ref" if chk is None else (
                         f"{'ok' if chk['ok'] else 'FAIL'} ({chk['worst_ratio']:.2g})")
                     row = {"dtype": dn, "mode": mode, "variant": v,
                            "median_us": us(lat["median_s"]), "p10_us": us(lat["p10_s"]),
@@ -480,7 +523,7 @@ def section_sweep(args, results, failures):
     print("-" * len(header))
     dtype = jnp.float32
     params = init_params(args.seed, args.embed, args.hidden, args.layers, dtype)
-    fns = {v: make_fns(f) for v, f in VARIANTS.items()}
+    fns = {v: make_fns(f, v) for v, f in VARIANTS.items()}
     for t in args.sweep:
         try:
             x, target = make_inputs(args.seed, args.batch, t, args.embed, args.hidden, dtype)
@@ -536,6 +579,9 @@ def parse_args(argv=None):
     p.add_argument("--no-sweep", action="store_true")
     p.add_argument("--tol-scale", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--placement", action="store_true",
+                   help="dump the FFI stack's XLA modules and report whether the scans run inside "
+                        "XLA's command buffers (CUDA graphs)")
     a = p.parse_args(argv)
     a.dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     bad = [d for d in a.dtypes if d not in DTYPES]
@@ -558,11 +604,19 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     failures = []
+    if args.placement:
+        # Read when JAX creates its GPU backend, below.
+        dump = tempfile.mkdtemp(prefix="exphil_stack_dump_")
+        os.environ["EXPHIL_STACK_DUMP"] = dump
+        os.environ["XLA_FLAGS"] = " ".join(
+            [os.environ.get("XLA_FLAGS", ""), exphil_jax.placement_dump_flags(dump, "jit_stack_ffi_.*")]).strip()
     dev = jax.devices()[0]
     print(f"stack_jax: jax {jax.__version__}, device {dev.platform}:{dev.device_kind}, "
-          f"python {platform.python_version()}, seed {args.seed}")
+          f"python {platform.python_version()}, seed {args.seed}, "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     results = {"config": {k: v for k, v in vars(args).items()},
                "jax": jax.__version__, "device": dev.device_kind, "platform": dev.platform,
+               "xla_flags": os.environ.get("XLA_FLAGS", ""), "placement": {},
                "table": [], "kernel_share": [], "targets": [], "sweep": [], "failures": failures}
     try:
         exphil_jax.load(args.lib)

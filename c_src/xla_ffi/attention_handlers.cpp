@@ -91,7 +91,7 @@ XLA_FFI_Error* exphil_attention_fwd(XLA_FFI_CallFrame* call_frame) {
     // Built on first use and kept for the life of the process, as XLA's own
     // handler macros do.
     static const auto* const handler =
-        xf::with_attention_attributes(xf::stream_and_buffers<3, 2>()).To(xf::forward).release();
+        xf::with_attention_attributes(xf::stream_and_buffers<3, 2>()).To(xf::forward, xf::kHandlerTraits).release();
     return handler->Call(f);
   });
 }
@@ -99,7 +99,7 @@ XLA_FFI_Error* exphil_attention_fwd(XLA_FFI_CallFrame* call_frame) {
 XLA_FFI_Error* exphil_attention_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::guarded_call(xf::kBackwardTarget, call_frame, [](XLA_FFI_CallFrame* f) {
     static const auto* const handler =
-        xf::with_attention_attributes(xf::stream_and_buffers<6, 3>()).To(xf::backward).release();
+        xf::with_attention_attributes(xf::stream_and_buffers<6, 3>()).To(xf::backward, xf::kHandlerTraits).release();
     return handler->Call(f);
   });
 }

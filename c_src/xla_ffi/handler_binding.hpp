@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <initializer_list>
 #include <utility>
 
 #include "xla/ffi/api/ffi.h"
@@ -16,6 +17,15 @@ namespace ffi = ::xla::ffi;
 
 // The stream XLA runs the call on; the ops enqueue on it and never wait.
 using CudaStream = ffi::PlatformStream<cudaStream_t>;
+
+// Every handler may be traced into XLA's command buffers (CUDA graphs): a
+// call launches the same kernels for the same shapes and attributes, and
+// under capture the library's workspace is a block the graph owns, never an
+// allocation node (c_src/capture_workspace.hpp), so XLA can nest the trace
+// as a child graph. Given with every .To(), which XLA reads back through its
+// metadata query, and again at registration (registration.cpp).
+inline constexpr std::initializer_list<ffi::Traits> kHandlerTraits = {
+    ffi::Traits::kCmdBufferCompatible};
 
 // `binding` followed by `operands` buffer arguments and `results` buffer
 // results, all ffi::AnyBuffer (the element type is checked in BufferViews).

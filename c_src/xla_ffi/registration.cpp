@@ -120,12 +120,12 @@ exphil_status register_all(const char* path, std::string& message) {
     args.extension_start = nullptr;
     args.name = XLA_FFI_ByteSpan{targets[i].name, std::strlen(targets[i].name)};
     args.platform = XLA_FFI_ByteSpan{kPlatform, std::strlen(kPlatform)};
-    // Execute stage only, and no traits: not command-buffer compatible
-    // (include/exphil/xla_ffi.h says why).
+    // Execute stage only; command-buffer compatible, as the handlers' own
+    // metadata says (handler_binding.hpp).
     args.bundle = XLA_FFI_Handler_Bundle{/*instantiate=*/nullptr, /*prepare=*/nullptr,
                                          /*initialize=*/nullptr, targets[i].handler,
                                          /*record=*/nullptr};
-    args.traits = 0;
+    args.traits = XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE;
     if (XLA_FFI_Error* refused = api->XLA_FFI_Handler_Register(&args)) {
       message = std::string(kWhere) + "the XLA runtime in " + path + " refused " +
                 targets[i].name + " (platform " + kPlatform + "): " + take_message(api, refused);

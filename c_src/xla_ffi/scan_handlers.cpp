@@ -34,7 +34,7 @@ constexpr const char* scan_target(ScanOp op, Direction direction) {
 // against the library's scan_input_count in the handlers).
 constexpr int scan_inputs(ScanOp op) { return op == ScanOp::min_lstm ? 3 : 2; }
 
-// buffers: inputs..., h0, y, h_final.
+// buffers: inputs..., h0 (zero elements: a zero initial state), y, h_final.
 ffi::Error scan_forward_call(ScanOp op, cudaStream_t stream,
                              std::initializer_list<ffi::AnyBuffer> buffers) {
   const char* target = scan_target(op, Direction::forward);
@@ -46,7 +46,7 @@ ffi::Error scan_forward_call(ScanOp op, cudaStream_t stream,
   ScanForwardArgs args;
   args.op = op;
   for (int i = 0; i < n; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
-  args.h0 = views.operand("h0", b[n]);
+  args.h0 = views.optional_operand("h0", b[n]);
   args.y = views.result("y", b[n + 1]);
   args.h_final = views.result("h_final", b[n + 2]);
   if (!views.ok()) return views.error();
@@ -54,7 +54,8 @@ ffi::Error scan_forward_call(ScanOp op, cudaStream_t stream,
 }
 
 // buffers: inputs..., h0, y, grad_y, grad_h_final, grad of each input...,
-// grad_h0.
+// grad_h0. h0 and grad_h_final may have zero elements (a zero initial state;
+// no gradient into the final state), and grad_h0 must then be empty too.
 ffi::Error scan_backward_call(ScanOp op, cudaStream_t stream,
                               std::initializer_list<ffi::AnyBuffer> buffers) {
   const char* target = scan_target(op, Direction::backward);
@@ -66,13 +67,13 @@ ffi::Error scan_backward_call(ScanOp op, cudaStream_t stream,
   ScanBackwardArgs args;
   args.op = op;
   for (int i = 0; i < n; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
-  args.h0 = views.operand("h0", b[n]);
+  args.h0 = views.optional_operand("h0", b[n]);
   args.y = views.operand("y", b[n + 1]);
   args.grad_y = views.operand("grad_y", b[n + 2]);
-  args.grad_h_final = views.operand("grad_h_final", b[n + 3]);
+  args.grad_h_final = views.optional_operand("grad_h_final", b[n + 3]);
   for (int i = 0; i < n; ++i)
     args.grad_inputs[i] = views.result(scan_grad_input_name(op, i), b[n + 4 + i]);
-  args.grad_h0 = views.result("grad_h0", b[2 * n + 4]);
+  args.grad_h0 = views.optional_gradient("grad_h0", b[2 * n + 4], "h0", args.h0);
   if (!views.ok()) return views.error();
   return to_ffi_error(target, scan_backward(args, stream));
 }
@@ -86,7 +87,7 @@ XLA_FFI_Error* scan_forward_handler(XLA_FFI_CallFrame* frame) noexcept {
         stream_and_buffers<scan_inputs(op) + 1, 2>()
             .To([](cudaStream_t stream, auto... buffers) {
               return scan_forward_call(op, stream, {buffer_of(buffers)...});
-            })
+            }, kHandlerTraits)
             .release();
     return handler->Call(f);
   });
@@ -99,7 +100,7 @@ XLA_FFI_Error* scan_backward_handler(XLA_FFI_CallFrame* frame) noexcept {
         stream_and_buffers<scan_inputs(op) + 4, scan_inputs(op) + 1>()
             .To([](cudaStream_t stream, auto... buffers) {
               return scan_backward_call(op, stream, {buffer_of(buffers)...});
-            })
+            }, kHandlerTraits)
             .release();
     return handler->Call(f);
   });

@@ -111,7 +111,7 @@ XLA_FFI_Error* exphil_selective_scan_fwd(XLA_FFI_CallFrame* call_frame) {
     // Built on first use and kept for the life of the process, as XLA's own
     // handler macros do.
     static const auto* const handler =
-        xf::with_delta_attributes(xf::stream_and_buffers<9, 2>()).To(xf::forward).release();
+        xf::with_delta_attributes(xf::stream_and_buffers<9, 2>()).To(xf::forward, xf::kHandlerTraits).release();
     return handler->Call(f);
   });
 }
@@ -119,7 +119,7 @@ XLA_FFI_Error* exphil_selective_scan_fwd(XLA_FFI_CallFrame* call_frame) {
 XLA_FFI_Error* exphil_selective_scan_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::guarded_call(xf::kBackwardTarget, call_frame, [](XLA_FFI_CallFrame* f) {
     static const auto* const handler =
-        xf::with_delta_attributes(xf::stream_and_buffers<11, 9>()).To(xf::backward).release();
+        xf::with_delta_attributes(xf::stream_and_buffers<11, 9>()).To(xf::backward, xf::kHandlerTraits).release();
     return handler->Call(f);
   });
 }

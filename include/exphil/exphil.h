@@ -44,9 +44,17 @@
  * asynchronous: it returns once the work is enqueued. The kernels do not wait
  * for work on other streams: if the inputs are produced on another stream,
  * order the two streams first (an event, or exphil_synchronize and
- * cudaStreamSynchronize). Ops may take temporary device memory from the
- * device's default stream-ordered memory pool (cudaMallocAsync); they are
- * safe to capture in a CUDA graph.
+ * cudaStreamSynchronize). Ops may take temporary device memory, ordered on
+ * the stream, from a memory pool of the library's own (cudaMallocAsync).
+ *
+ * Graphs. Every op may be captured into a CUDA graph (any capture mode),
+ * and the graph may be nested in another as a child graph, as XLA's command
+ * buffers do. A captured op that needs temporary memory takes a block that
+ * the graph then owns (a CUDA user object): it returns to the library for
+ * reuse once every copy of the graph (clones, child-graph nodes, executable
+ * graphs) is destroyed and their launches have finished. The executable
+ * graphs instantiated from one capture share its blocks, so do not launch
+ * two of them at the same time.
  *
  * Determinism. Forward and backward results are bitwise identical from run
  * to run for the same shapes, dtypes, alignment and device model.

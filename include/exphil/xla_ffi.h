@@ -18,12 +18,15 @@
  *   min_lstm:    forget, input, candidate          liquid: tau, target
  * each [B, T, H]; sequence dtype f32, bf16 or f16 (one per call); each state
  * tensor [B, H] f32 or the sequence dtype. No attributes.
- *   exphil_<op>_fwd  operands: inputs..., h0 [B, H] (always present; pass
- *                    zeros for a zero initial state)
+ *   exphil_<op>_fwd  operands: inputs..., h0 [B, H]
  *                    results:  y [B, T, H], h_final [B, H]
  *   exphil_<op>_bwd  operands: inputs..., h0, y (the forward's), grad_y
  *                    [B, T, H], grad_h_final [B, H]
  *                    results:  grad of each input [B, T, H]..., grad_h0 [B, H]
+ *   h0 and grad_h_final may have zero elements (e.g. shape [0]): a zero
+ *   initial state, and no gradient into the final state, at no cost (no
+ *   zeros to fill). grad_h0 then has zero elements too (it is not written).
+ *   h_final takes the dtype it is given (f32 or the sequence dtype).
  *
  * Selective scan (exphil.h, "selective_scan"). Attributes: softplus (bool),
  * clamp (bool), dt_min (f32), dt_max (f32); from JAX np.bool_ and np.float32.
@@ -57,13 +60,15 @@
  * run; resource exhausted for a failed allocation; unavailable without a
  * CUDA device; internal for CUDA failures and library bugs.
  *
- * The handlers declare no command-buffer (CUDA graph) compatibility, so
- * XLA runs them on its stream between the graphs of the ops around them.
- * Declaring it was tried (bench/RESULTS.md, issue 7): XLA records a custom
- * call by stream capture into a child graph, and a child graph may hold no
- * memory-allocation node, which is what the library's stream-ordered
- * temporary memory (long sequences, the backward passes) becomes under
- * capture: "Failed to create a child graph node" at T = 512.
+ * Command buffers. Every handler declares itself command-buffer compatible
+ * (in its metadata and at registration), so XLA may trace it into the CUDA
+ * graphs of its command buffers along with the ops around it. XLA records a
+ * traced call as a child graph, which may hold no memory-allocation node;
+ * under capture the library's temporary memory is therefore a block the
+ * graph owns, returned when XLA destroys the graph (exphil.h, "Graphs").
+ * The launches of one command buffer share its blocks; PJRT (JAX, EXLA)
+ * runs a device's executables on that device's one compute stream, so the
+ * launches follow each other.
  */
 #ifndef EXPHIL_XLA_FFI_H
 #define EXPHIL_XLA_FFI_H

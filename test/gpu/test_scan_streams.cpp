@@ -2,9 +2,7 @@
 // cudaStreamSynchronize alone), or the managed stream of the device.
 #include <catch2/catch.hpp>
 
-#include <functional>
 #include <initializer_list>
-#include <string>
 
 #include <cuda_runtime_api.h>
 
@@ -51,45 +49,6 @@ TEST_CASE("the managed stream is one per device, non-blocking, and synchronizabl
   REQUIRE(device_count(count).ok());
   const Status bad = synchronize(count);
   CHECK(bad.code() == StatusCode::invalid_argument);
-}
-
-namespace {
-
-// Captures each call into a CUDA graph on `stream` (thread-local mode, as
-// XLA's command buffers do), then replays it once.
-ScanRunner graph_runner(cudaStream_t stream) {
-  auto captured = [stream](const std::function<Status()>& call) -> Status {
-    if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
-      return {StatusCode::cuda_error, "cudaStreamBeginCapture failed"};
-    const Status s = call();
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    if (!s.ok()) return s;
-    if (end != cudaSuccess) return {StatusCode::cuda_error, std::string("cudaStreamEndCapture: ") + cudaGetErrorName(end)};
-    cudaGraphExec_t exec = nullptr;
-    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
-    if (e == cudaSuccess) e = cudaGraphLaunch(exec, stream);
-    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    if (e != cudaSuccess) return {StatusCode::cuda_error, std::string("graph replay: ") + cudaGetErrorName(e)};
-    return {};
-  };
-  ScanRunner r;
-  r.forward = [=](const ScanForwardArgs& a) { return captured([&] { return scan_forward(a, stream); }); };
-  r.backward = [=](const ScanBackwardArgs& a) { return captured([&] { return scan_backward(a, stream); }); };
-  r.synchronize = [] {};
-  return r;
-}
-
-}  // namespace
-
-TEST_CASE("ops can be captured into a CUDA graph and replayed", "[gpu][scan]") {
-  cudaStream_t stream = nullptr;
-  REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  // The long shape takes two passes and a workspace allocated in the graph.
-  check_every_op(graph_runner(stream), DType::f32, {ShapeCase{1, 32, 256}, ShapeCase{1, 9000, 64}});
-  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
 TEST_CASE("a caller's earlier failed CUDA call does not fail the next op", "[gpu][scan][api-error]") {

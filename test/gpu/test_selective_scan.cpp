@@ -56,12 +56,7 @@ constexpr const char* kOptionNames[kOptionCount] = {"dt_bias", "softplus", "clam
 
 SelectiveScanRun make_run(DType dtype, int64_t batch, int64_t steps, int64_t channels,
                           int64_t states, unsigned options) {
-  SelectiveScanRun r;
-  r.dtype = dtype;
-  r.problem.batch = batch;
-  r.problem.steps = steps;
-  r.problem.channels = channels;
-  r.problem.states = states;
+  SelectiveScanRun r = selective_scan_run(dtype, batch, steps, channels, states, false);
   r.problem.dt_bias = options & kBias;
   r.problem.softplus = options & kSoftplus;
   r.problem.clamp = options & kClamp;

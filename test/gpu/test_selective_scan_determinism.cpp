@@ -20,21 +20,6 @@ using namespace exphil::test;
 
 namespace {
 
-// Every optional input and option on, so that every output is written.
-SelectiveScanRun everything_on(DType dtype, int64_t batch, int64_t steps, int64_t channels,
-                               int64_t states) {
-  SelectiveScanRun r;
-  r.dtype = dtype;
-  r.problem.batch = batch;
-  r.problem.steps = steps;
-  r.problem.channels = channels;
-  r.problem.states = states;
-  r.problem.dt_bias = r.problem.softplus = r.problem.clamp = true;
-  r.problem.skip = r.problem.gate = r.problem.h0 = true;
-  r.grad_h_final = true;
-  return r;
-}
-
 std::string joined(const std::vector<std::string>& names) {
   std::string s;
   for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
@@ -75,7 +60,7 @@ TEST_CASE("selective_scan forward and backward are bitwise deterministic",
       {DType::f16, 3, 33, 5, 256, 8},     // odd width, the largest N, a one-step last chunk
   };
   for (const Case& c : cases) {
-    SelectiveScanRun run = everything_on(c.dtype, c.batch, c.steps, c.channels, c.states);
+    SelectiveScanRun run = selective_scan_run(c.dtype, c.batch, c.steps, c.channels, c.states, true);
     run.chunk_steps = c.chunk_steps;
     // Each direction twice on the same buffers (the harness compares the
     // bytes of every call with the first; poison in between makes each call
@@ -104,7 +89,7 @@ TEST_CASE("selective_scan gives the same bytes on a caller stream and on the man
   const OwnedStream stream;
   for (DType dtype : {DType::f32, DType::bf16}) {
     for (long long chunk_steps : {0LL, 16LL}) {
-      SelectiveScanRun run = everything_on(dtype, 2, 200, 32, 16);
+      SelectiveScanRun run = selective_scan_run(dtype, 2, 200, 32, 16, true);
       run.chunk_steps = chunk_steps;
       if (!within_test_size(run)) continue;
       const uint64_t seed = test_seed();

@@ -101,6 +101,20 @@ bool selective_scan_grad_applies(const SelectiveScanCase& c, SelectiveScanGrad g
   }
 }
 
+SelectiveScanRun selective_scan_run(DType dtype, int64_t batch, int64_t steps, int64_t channels,
+                                    int64_t states, bool every_option) {
+  SelectiveScanRun r;
+  r.dtype = dtype;
+  r.problem.batch = batch;
+  r.problem.steps = steps;
+  r.problem.channels = channels;
+  r.problem.states = states;
+  r.problem.dt_bias = r.problem.softplus = r.problem.clamp = every_option;
+  r.problem.skip = r.problem.gate = r.problem.h0 = every_option;
+  r.grad_h_final = every_option;
+  return r;
+}
+
 std::string describe(const SelectiveScanRun& run) {
   std::ostringstream out;
   out << dtype_name(run.dtype) << " " << describe(run.problem);

@@ -56,6 +56,12 @@ struct SelectiveScanRun {
   std::string label;  // names `adjust` in messages
 };
 
+// A run of the given dtype and shape with every optional input and option
+// on (dt_bias, softplus, clamp, D, z, h0, grad_h_final), so that every
+// output is written, or with all of them off.
+SelectiveScanRun selective_scan_run(DType dtype, int64_t batch, int64_t steps, int64_t channels,
+                                    int64_t states, bool every_option);
+
 // "f32 B2 T33 D5 N16 +bias ... +grad_h_final chunk_steps=8 [label]".
 std::string describe(const SelectiveScanRun& run);
 

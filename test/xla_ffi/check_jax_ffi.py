@@ -33,6 +33,13 @@ first so that both sides see identical values. Sections, each independent
              reached with validate=False (mismatched T, float64, head width
              48, selective-scan N = 300); after each, a good call must still
              run and match the reference (the process survives).
+  graphs     (with --graphs) where XLA put each target: for every op
+             family, forward and backward jitted at shapes that need the
+             library's temporary memory (T = 2049 scans, the selective-scan
+             backward, the attention backward), every exphil custom call
+             must be a command of one of XLA's command buffers (read from
+             XLA's dump of the thunk sequence), and the results must match
+             the reference.
   stack      jax.grad of a scalar loss through the two-layer MinGRU stack of
              bench/peers/stack_jax.py with the FFI scan against the same
              stack with lax.scan (jax_reference.scan_ref), f32 and bf16:
@@ -68,7 +75,13 @@ Run (GPU machine, jax with the CUDA plugin; build the library first):
 
     python3 test/xla_ffi/check_jax_ffi.py [--lib PATH] [--seed N] [--quick]
         [--only SUBSTRING] [--sections scans,selective,attention,errors,stack]
-        [--tol-scale X]
+        [--tol-scale X] [--graphs]
+
+--graphs adds --xla_gpu_graph_min_graph_size=1 to XLA_FLAGS before JAX
+starts its GPU backend, so that XLA traces every call, even a jit holding
+one custom call, into its command buffers (CUDA graphs), and runs the
+graphs section; every other section then checks the targets as replayed
+from those graphs.
 
 The seed is printed; --seed repeats a run (case names and shapes depend
 only on it). Exit status 0 only if every case passed.
@@ -81,6 +94,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -673,13 +687,107 @@ def section_stack(runner, args):
 
 
 # ---------------------------------------------------------------------------
+# Graphs: the targets inside XLA's command buffers
+# ---------------------------------------------------------------------------
+GRAPH_FLAG = "--xla_gpu_graph_min_graph_size=1"
+PROBE_MODULES = "jit_graph_probe_.*"
+
+
+def check_in_command_buffers(name, fn, args, targets):
+    """Compiles and runs fn as jit_graph_probe_<name>, then reads XLA's dump:
+    every custom call to `targets` must be a command of a command buffer."""
+    fn.__name__ = f"graph_probe_{name}"
+    jax.block_until_ready(jax.jit(fn)(*args))
+    placement = ex.command_buffer_placement(os.environ["EXPHIL_GRAPH_DUMP"], f"jit_graph_probe_{name}",
+                                            targets)
+    ok = all(t in placement and all(inside for _, inside in placement[t]) for t in targets)
+    detail = "; ".join(
+        f"{t}: " + (", ".join(f"{i} {'in a command buffer' if inside else 'OUTSIDE'}"
+                              for i, inside in placement[t]) if t in placement else "not called")
+        for t in targets)
+    return ok, detail
+
+
+def section_graphs(runner, args):
+    if GRAPH_FLAG not in os.environ.get("XLA_FLAGS", "") or "EXPHIL_GRAPH_DUMP" not in os.environ:
+        runner.results.append(("graphs", "graphs: XLA_FLAGS", False,
+                               f"run with --graphs (XLA_FLAGS lacks {GRAPH_FLAG} or the dump)", 0.0))
+        print("FAIL graphs: run with --graphs")
+        return
+    rng = np.random.default_rng([args.seed, 6])
+    f32 = jnp.float32
+
+    def scan_placement():
+        shape = (1, 2049, 64)
+        inputs = tuple(scan_inputs("min_gru", rng, shape, f32))
+        gy = dev(rng.standard_normal(shape), f32)
+
+        def f(inputs, gy):
+            (y, hf), vjp = jax.vjp(lambda i: ex.scan("min_gru", i), inputs)
+            return vjp((gy, jnp.zeros_like(hf)))
+        return check_in_command_buffers("min_gru", f, (inputs, gy),
+                                        ["exphil_min_gru_fwd", "exphil_min_gru_bwd"])
+
+    def selective_placement():
+        b, t, d, n = 2, 600, 64, 16
+        x, dt, z = (dev(rng.uniform(-1, 1, (b, t, d)), f32) for _ in range(3))
+        A = dev(-rng.uniform(0.01, 2, (d, n)), f32)
+        Bm, Cm = (dev(rng.uniform(-1, 1, (b, t, n)), f32) for _ in range(2))
+        gy = dev(rng.standard_normal((b, t, d)), f32)
+
+        def f(x, dt, A, Bm, Cm, z, gy):
+            # y is returned: the backward recomputes the states from the
+            # inputs, so a forward whose y went unused would be dead code.
+            y, vjp = jax.vjp(lambda *v: ex.selective_scan(*v[:5], z=v[5], softplus=True)[0],
+                             x, dt, A, Bm, Cm, z)
+            return y, vjp(gy)
+        return check_in_command_buffers("selective_scan", f, (x, dt, A, Bm, Cm, z, gy),
+                                        ["exphil_selective_scan_fwd", "exphil_selective_scan_bwd"])
+
+    def attention_placement():
+        q = dev(rng.standard_normal((1, 4, 300, 64)), jnp.bfloat16)
+        k, v = (dev(rng.standard_normal((1, 2, 300, 64)), jnp.bfloat16) for _ in range(2))
+        go = dev(rng.standard_normal((1, 4, 300, 64)), jnp.bfloat16)
+
+        def f(q, k, v, go):
+            o, vjp = jax.vjp(lambda q, k, v: ex.attention(q, k, v, mask="causal")[0], q, k, v)
+            return vjp(go)
+        return check_in_command_buffers("attention", f, (q, k, v, go),
+                                        ["exphil_attention_fwd", "exphil_attention_bwd"])
+
+    runner.case("graphs", "graphs: min_gru f32 B1 T2049 H64 fwd+bwd in XLA command buffers", scan_placement)
+    runner.case("graphs", "graphs: selective_scan f32 B2 T600 D64 N16 fwd+bwd in XLA command buffers",
+                selective_placement)
+    runner.case("graphs", "graphs: attention bf16 B1 H4/2 T300 d64 causal fwd+bwd in XLA command buffers",
+                attention_placement)
+    # The same shapes checked against the reference while replayed from the
+    # graphs (the other sections cover the rest).
+    for dn in args.dtypes:
+        seed = int(rng.integers(0, 2 ** 31))
+        runner.case("graphs", f"graphs: scan min_gru {dn} B1 T2049 H64 against the reference",
+                    lambda dn=dn, seed=seed: check_scan_case("min_gru", DTYPES[dn], (1, 2049, 64), "f32",
+                                                             seed, args.tol_scale))
+        seed = int(rng.integers(0, 2 ** 31))
+        runner.case("graphs", f"graphs: selective_scan {dn} B2 T600 D64 N16 all options against the reference",
+                    lambda dn=dn, seed=seed: check_selective_case(DTYPES[dn], (2, 600, 64, 16), SS_OPTION_SETS[1],
+                                                                  True, seed, args.tol_scale))
+        seed = int(rng.integers(0, 2 ** 31))
+        spec = dict(B=1, Hkv=2, gqa=2, T=300, S=300, d=64, mask="causal", window=0, layout="bhtd",
+                    scale=None, lse_ct=False)
+        runner.case("graphs", f"graphs: attention {dn} B1 H4/2 T300 d64 causal against the reference",
+                    lambda dn=dn, seed=seed, spec=spec: check_attention_case(DTYPES[dn], spec, seed, args.tol_scale))
+
+
+# ---------------------------------------------------------------------------
 SECTIONS = {
     "scans": section_scans,
     "selective": section_selective,
     "attention": section_attention,
     "errors": section_errors,
     "stack": section_stack,
+    "graphs": section_graphs,
 }
+DEFAULT_SECTIONS = [k for k in SECTIONS if k != "graphs"]
 
 
 def main(argv=None):
@@ -690,7 +798,10 @@ def main(argv=None):
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--quick", action="store_true", help="fewer shapes per op")
     p.add_argument("--only", default=None, help="run only cases whose name contains this")
-    p.add_argument("--sections", default=",".join(SECTIONS))
+    p.add_argument("--sections", default=None,
+                   help=f"comma-separated, of {','.join(SECTIONS)} (default: all; graphs only with --graphs)")
+    p.add_argument("--graphs", action="store_true",
+                   help=f"add {GRAPH_FLAG} to XLA_FLAGS and run the graphs section too")
     p.add_argument("--dtypes", default="f32,bf16,f16")
     p.add_argument("--tol-scale", type=float, default=1.0)
     p.add_argument("--verbose", action="store_true", help="tracebacks of failing cases")
@@ -698,14 +809,26 @@ def main(argv=None):
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if args.sections is None:
+        sections = DEFAULT_SECTIONS + (["graphs"] if args.graphs else [])
+    else:
+        sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if args.graphs:
+        # Read when JAX creates its GPU backend, which nothing has done yet.
+        # The dump (of the graphs section's probes only) shows where XLA put
+        # each call.
+        dump = tempfile.mkdtemp(prefix="exphil_graph_dump_")
+        os.environ["EXPHIL_GRAPH_DUMP"] = dump
+        os.environ["XLA_FLAGS"] = " ".join(
+            [os.environ.get("XLA_FLAGS", ""), GRAPH_FLAG, ex.placement_dump_flags(dump, PROBE_MODULES)]).strip()
     unknown = [s for s in sections if s not in SECTIONS] + [d for d in args.dtypes if d not in DTYPES]
     if unknown:
         p.error(f"unknown sections/dtypes: {unknown}")
 
     devs = jax.devices()
     print(f"check_jax_ffi: seed {args.seed} (--seed {args.seed} repeats this run); jax {jax.__version__}, "
-          f"python {platform.python_version()}, device {devs[0].platform}:{devs[0].device_kind}")
+          f"python {platform.python_version()}, device {devs[0].platform}:{devs[0].device_kind}; "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
     runner = Runner(args)
     load_ok = True
     try:

@@ -232,6 +232,47 @@ TEST_CASE("handlers: selective scan, absent optional operands and their gradient
   }
 }
 
+TEST_CASE("handlers: scans, an absent h0 and grad_h_final", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  const std::vector<int64_t> none = {0};
+
+  SECTION("forward without h0") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})  // gate, candidate
+                                 .operand(f32, none)           // h0
+                                 .result(f32, {2, 3, 4})       // y
+                                 .result(f32, {2, 4})          // h_final
+                                 .call(exphil_min_gru_fwd);
+    check_reached_library(o, "exphil_min_gru_fwd");
+  }
+  auto backward = [&](const std::vector<int64_t>& h0, const std::vector<int64_t>& grad_h_final,
+                      const std::vector<int64_t>& grad_h0) {
+    return CallFrameBuilder(api)
+        .operands(3, f32, {2, 3, 4})  // forget, input, candidate
+        .operand(f32, h0)
+        .operand(f32, {2, 3, 4})      // y
+        .operand(f32, {2, 3, 4})      // grad_y
+        .operand(f32, grad_h_final)
+        .results(3, f32, {2, 3, 4})   // grad_forget, grad_input, grad_candidate
+        .result(f32, grad_h0)
+        .call(exphil_min_lstm_bwd);
+  };
+  SECTION("backward without h0 or grad_h_final, with an empty grad_h0") {
+    check_reached_library(backward(none, none, none), "exphil_min_lstm_bwd");
+  }
+  SECTION("backward with h0 but without grad_h_final") {
+    check_reached_library(backward({2, 4}, none, {2, 4}), "exphil_min_lstm_bwd");
+  }
+  SECTION("grad_h0 must be empty when h0 is") {
+    const HandlerOutcome o = backward(none, {2, 4}, {2, 4});
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK(o.message ==
+          "exphil_min_lstm_bwd: result 'grad_h0': expected zero elements, since operand 'h0' is "
+          "absent (zero elements), got shape [2, 4]");
+  }
+}
+
 TEST_CASE("handlers: malformed buffers and attributes", "[xla_ffi]") {
   const auto api = fake_runtime().api;
   const auto f32 = XLA_FFI_DataType_F32;

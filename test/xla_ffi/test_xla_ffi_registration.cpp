@@ -84,7 +84,7 @@ TEST_CASE("register: a loaded library without xla::ffi::GetXlaFfiApi() is refuse
   dlclose(handle);
 }
 
-TEST_CASE("register: every target, platform CUDA, execute stage, no traits",
+TEST_CASE("register: every target, platform CUDA, execute stage, command-buffer compatible",
           "[xla_ffi]") {
   const FakeRuntime fake = fake_runtime();
   char error[1024] = "untouched";
@@ -107,13 +107,13 @@ TEST_CASE("register: every target, platform CUDA, execute stage, no traits",
     CHECK(r.bundle.prepare == nullptr);
     CHECK(r.bundle.initialize == nullptr);
     CHECK(r.bundle.record == nullptr);
-    CHECK(r.traits == 0u);
+    CHECK(r.traits == XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE);
     // The handler answers XLA's metadata query: built for this API version,
-    // and not claiming command-buffer (CUDA graph) compatibility.
+    // and safe to trace into a command buffer (CUDA graph).
     CHECK(r.metadata_error.empty());
     CHECK(r.metadata_version.major_version == XLA_FFI_API_MAJOR);
     CHECK(r.metadata_version.minor_version == XLA_FFI_API_MINOR);
-    CHECK(r.metadata_traits == 0u);
+    CHECK(r.metadata_traits == XLA_FFI_HANDLER_TRAITS_COMMAND_BUFFER_COMPATIBLE);
   }
   CHECK(names.size() == count);
   CHECK(fake.control->live_errors() == 0);
