@@ -39,14 +39,9 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
   // A backward with no gradient output launches nothing and needs nothing.
   const std::size_t workspace_bytes =
       kernel_count ? kernels::attention_workspace_bytes(plan) : 0;
-  void* d_workspace = nullptr;
-  EXPHIL_RETURN_IF_ERROR(
-      context.allocate_workspace(workspace_bytes, &d_workspace, "attention workspace"));
-  const kernels::LaunchResult launched =
-      launch(plan, static_cast<float*>(d_workspace), context.stream());
-  EXPHIL_RETURN_IF_ERROR(
-      context.free_workspace(d_workspace, "attention workspace", launched.ok()));
-  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
+      workspace_bytes, "attention workspace",
+      [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
 
   if (options && options->chosen) {
     AttentionLaunchInfo& info = *options->chosen;

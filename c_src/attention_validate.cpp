@@ -12,8 +12,6 @@ namespace exphil::runtime {
 
 namespace {
 
-std::string arg(const char* name) { return std::string("argument '") + name + "': "; }
-
 // The kernels move rows in 16-byte vectors.
 constexpr uintptr_t kVectorBytes = 16;
 
@@ -60,11 +58,11 @@ class AttentionChecker {
     constexpr int64_t kMaxGridYz = 65535;
     if (s.batch > kMaxGridYz || s.q_heads > kMaxGridYz)
       return {StatusCode::not_supported,
-              arg("q") + "B = " + std::to_string(s.batch) + " and Hq = " +
+              arg_prefix("q") + "B = " + std::to_string(s.batch) + " and Hq = " +
                   std::to_string(s.q_heads) + "; the kernels support B and Hq up to 65535"};
     if (t->shape[3] > 128 || !kernels::attention_head_dim_supported(static_cast<int>(t->shape[3])))
       return {StatusCode::not_supported,
-              arg("q") + "head width d = " + std::to_string(t->shape[3]) +
+              arg_prefix("q") + "head width d = " + std::to_string(t->shape[3]) +
                   "; the kernels support d = 32, 64, 96 and 128"};
     s.head_dim = static_cast<int>(t->shape[3]);
     return accept_sized("q", t, bytes, false, data);
@@ -82,11 +80,11 @@ class AttentionChecker {
                                std::to_string(s.batch) + " and d = " + std::to_string(s.head_dim) +
                                " (from 'q')";
       return {StatusCode::invalid_argument,
-              arg("k") + "expected shape " + want + ", got " + shape_string(t->shape, 4)};
+              arg_prefix("k") + "expected shape " + want + ", got " + shape_string(t->shape, 4)};
     }
     if (s.q_heads % hkv != 0)
       return {StatusCode::invalid_argument,
-              arg("k") + "expected a head count Hkv that divides Hq = " +
+              arg_prefix("k") + "expected a head count Hkv that divides Hq = " +
                   std::to_string(s.q_heads) + " (the heads of 'q'), got Hkv = " +
                   std::to_string(hkv)};
     s.kv_heads = hkv;
@@ -130,7 +128,7 @@ class AttentionChecker {
     EXPHIL_RETURN_IF_ERROR(check_shape("lse", *t, dims, "[B, Hq, T] from 'q'"));
     if (static_cast<DType>(t->dtype) != DType::f32)
       return {StatusCode::invalid_argument,
-              arg("lse") + "expected dtype f32, got " + dtype_name(static_cast<DType>(t->dtype))};
+              arg_prefix("lse") + "expected dtype f32, got " + dtype_name(static_cast<DType>(t->dtype))};
     std::size_t bytes = 0;
     EXPHIL_RETURN_IF_ERROR(check_extent("lse", *t, bytes));
     EXPHIL_RETURN_IF_ERROR(check_element_alignment("lse", *t));
@@ -165,7 +163,7 @@ class AttentionChecker {
   Status check_dtype(const char* name, const Tensor& t) const {
     const auto got = static_cast<DType>(t.dtype);
     if (got != dtype_)
-      return {StatusCode::invalid_argument, arg(name) + "expected dtype " + dtype_name(dtype_) +
+      return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype " + dtype_name(dtype_) +
                                                 " (the dtype of 'q'), got " + dtype_name(got)};
     return {};
   }
@@ -182,7 +180,7 @@ class AttentionChecker {
                       const void*& data) {
     if (reinterpret_cast<uintptr_t>(t->data) % kVectorBytes != 0)
       return {StatusCode::invalid_argument,
-              arg(name) + "data pointer " + pointer_string(t->data) +
+              arg_prefix(name) + "data pointer " + pointer_string(t->data) +
                   " is not aligned to 16 bytes (the attention kernels move rows in 16-byte "
                   "vectors; device allocations always are)"};
     EXPHIL_RETURN_IF_ERROR(call_.tensors.add(name, t->data, bytes, output));

@@ -33,13 +33,16 @@ class BlockCache {
     return *cache;
   }
 
-  // The smallest free block of `device` holding `bytes`, unlinked; null if none.
+  // The smallest free block of `device` holding `bytes` and at most twice
+  // that (a small workspace does not tie up a large block that the next
+  // large capture would then allocate again), unlinked; null if none.
   Block* take(int device, std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     Block** best = nullptr;
     for (Block** link = &free_; *link; link = &(*link)->next) {
       const Block* b = *link;
-      if (b->device == device && b->bytes >= bytes && (!best || b->bytes < (*best)->bytes))
+      if (b->device == device && b->bytes >= bytes && b->bytes <= 2 * bytes &&
+          (!best || b->bytes < (*best)->bytes))
         best = link;
     }
     if (!best) return nullptr;

@@ -46,6 +46,10 @@ Status DeviceRegistry::device_count(int& count) {
 
 Status DeviceRegistry::require_device(int device) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return require_device_locked(device);
+}
+
+Status DeviceRegistry::require_device_locked(int device) {
   EXPHIL_RETURN_IF_ERROR(count_locked());
   if (count_ == 0) return {StatusCode::no_device, "no CUDA device: " + no_device_reason_};
   if (device < 0 || device >= count_)
@@ -56,8 +60,8 @@ Status DeviceRegistry::require_device(int device) {
 }
 
 Status DeviceRegistry::sm_count(int device, int& count) {
-  EXPHIL_RETURN_IF_ERROR(require_device(device));
   std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
   Device& d = devices_[static_cast<size_t>(device)];
   if (d.sm_count == 0) {
     int sms = 0;
@@ -70,8 +74,8 @@ Status DeviceRegistry::sm_count(int device, int& count) {
 }
 
 Status DeviceRegistry::stream(int device, cudaStream_t& stream) {
-  EXPHIL_RETURN_IF_ERROR(require_device(device));
   std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
   Device& d = devices_[static_cast<size_t>(device)];
   if (!d.stream) {
     ScopedDevice scoped;
@@ -86,8 +90,8 @@ Status DeviceRegistry::stream(int device, cudaStream_t& stream) {
 }
 
 Status DeviceRegistry::workspace_pool(int device, cudaMemPool_t& pool) {
-  EXPHIL_RETURN_IF_ERROR(require_device(device));
   std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
   Device& d = devices_[static_cast<size_t>(device)];
   if (!d.pool) {
     cudaMemPoolProps props{};

@@ -41,6 +41,7 @@ class DeviceRegistry {
   };
 
   Status count_locked();  // mutex_ held
+  Status require_device_locked(int device);  // mutex_ held
 
   std::mutex mutex_;
   bool counted_ = false;

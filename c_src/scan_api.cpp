@@ -33,13 +33,9 @@ Status run_scan(kernels::ScanDirection direction, const ScanCall& call, Stream r
             "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
   }
 
-  void* d_workspace = nullptr;
-  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(
-      kernels::scan_workspace_bytes(plan, call.shape), &d_workspace, "scan workspace"));
-  const kernels::LaunchResult launched =
-      launch(plan, static_cast<float*>(d_workspace), context.stream());
-  EXPHIL_RETURN_IF_ERROR(context.free_workspace(d_workspace, "scan workspace", launched.ok()));
-  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
+      kernels::scan_workspace_bytes(plan, call.shape), "scan workspace",
+      [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
 
   if (opts.chosen) {
     opts.chosen->vector_width = plan.vector_width;

@@ -37,7 +37,7 @@ class ScanChecker {
     EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims_, shape_of.c_str()));
     if (static_cast<DType>(t->dtype) != dtype_)
       return {StatusCode::invalid_argument,
-              std::string("argument '") + name + "': expected dtype " + dtype_name(dtype_) +
+              arg_prefix(name) + "expected dtype " + dtype_name(dtype_) +
                   " (the dtype of '" + reference_name_ + "'), got " +
                   dtype_name(static_cast<DType>(t->dtype))};
     std::size_t bytes = 0;
@@ -58,7 +58,7 @@ class ScanChecker {
     const auto got = static_cast<DType>(t->dtype);
     if (got != DType::f32 && got != dtype_)
       return {StatusCode::invalid_argument,
-              std::string("argument '") + name + "': expected dtype f32 or " +
+              arg_prefix(name) + "expected dtype f32 or " +
                   dtype_name(dtype_) + " (the dtype of '" + reference_name_ + "'), got " +
                   dtype_name(got)};
     std::size_t bytes = 0;

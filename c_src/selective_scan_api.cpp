@@ -35,14 +35,9 @@ Status run(SelectiveScanDirection direction, const runtime::SelectiveScanCall& c
             "[B, T, D, N] = " + runtime::shape_string(dims, 4) + " cannot run: " + why};
   }
 
-  void* d_workspace = nullptr;
-  EXPHIL_RETURN_IF_ERROR(context.allocate_workspace(kernels::selective_scan_workspace_bytes(plan),
-                                                    &d_workspace, "selective scan workspace"));
-  const kernels::LaunchResult launched =
-      launch(plan, static_cast<float*>(d_workspace), context.stream());
-  EXPHIL_RETURN_IF_ERROR(
-      context.free_workspace(d_workspace, "selective scan workspace", launched.ok()));
-  if (!launched.ok()) return runtime::cuda_status(launched.error, launched.call);
+  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
+      kernels::selective_scan_workspace_bytes(plan), "selective scan workspace",
+      [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
 
   if (options && options->chosen) {
     SelectiveScanLaunchInfo& info = *options->chosen;

@@ -11,8 +11,6 @@ namespace exphil::runtime {
 
 namespace {
 
-std::string arg(const char* name) { return std::string("argument '") + name + "': "; }
-
 // Applies the rules argument by argument. x fixes the dtype and [B, T, D],
 // A fixes N.
 class SelectiveScanChecker {
@@ -33,14 +31,14 @@ class SelectiveScanChecker {
     EXPHIL_RETURN_IF_ERROR(check_dtype("A", *t, DType::f32, false));
     if (t->shape[0] != call_.shape.channels)
       return {StatusCode::invalid_argument,
-              arg("A") + "expected shape [D, N] with D = " + std::to_string(call_.shape.channels) +
+              arg_prefix("A") + "expected shape [D, N] with D = " + std::to_string(call_.shape.channels) +
                   " (the last dimension of 'x'), got " + shape_string(t->shape, 2)};
     call_.shape.states = t->shape[1];
     const void* p = nullptr;
     EXPHIL_RETURN_IF_ERROR(accept("A", t, false, p));
     if (call_.shape.states > kernels::kSsMaxStates)
       return {StatusCode::not_supported,
-              arg("A") + "N = " + std::to_string(call_.shape.states) +
+              arg_prefix("A") + "N = " + std::to_string(call_.shape.states) +
                   " states per channel; the kernels support N from 1 to " +
                   std::to_string(kernels::kSsMaxStates)};
     data = static_cast<const float*>(p);
@@ -113,7 +111,7 @@ class SelectiveScanChecker {
                   Layout layout, bool f32, T*& data) {
     if (t && !input_present)
       return {StatusCode::invalid_argument,
-              arg(name) + "expected NULL, since '" + input + "' is absent (no gradient to write)"};
+              arg_prefix(name) + "expected NULL, since '" + input + "' is absent (no gradient to write)"};
     return tensor(name, t, layout, f32, true, true, data);
   }
 
@@ -125,7 +123,7 @@ class SelectiveScanChecker {
     const auto got = static_cast<DType>(t.dtype);
     if (got != want)
       return {StatusCode::invalid_argument,
-              arg(name) + "expected dtype " + dtype_name(want) +
+              arg_prefix(name) + "expected dtype " + dtype_name(want) +
                   (of_x ? " (the dtype of 'x')" : "") + ", got " + dtype_name(got)};
     return {};
   }

@@ -7,16 +7,14 @@
 
 namespace exphil::runtime {
 
-namespace {
-std::string arg(const char* name) { return std::string("argument '") + name + "': "; }
-}  // namespace
+std::string arg_prefix(const char* name) { return std::string("argument '") + name + "': "; }
 
 Status check_descriptor(const char* name, const Tensor* t, int expected_rank, const char* layout) {
-  if (!t) return {StatusCode::invalid_argument, arg(name) + "the tensor descriptor is NULL"};
-  if (!t->data) return {StatusCode::invalid_argument, arg(name) + "the data pointer is NULL"};
+  if (!t) return {StatusCode::invalid_argument, arg_prefix(name) + "the tensor descriptor is NULL"};
+  if (!t->data) return {StatusCode::invalid_argument, arg_prefix(name) + "the data pointer is NULL"};
   if (!is_valid_dtype(t->dtype))
     return {StatusCode::invalid_argument,
-            arg(name) + "expected dtype f32 (" + std::to_string(EXPHIL_F32) + "), f16 (" +
+            arg_prefix(name) + "expected dtype f32 (" + std::to_string(EXPHIL_F32) + "), f16 (" +
                 std::to_string(EXPHIL_F16) + ") or bf16 (" + std::to_string(EXPHIL_BF16) +
                 "), got dtype code " + std::to_string(t->dtype)};
   if (t->rank != expected_rank) {
@@ -25,7 +23,7 @@ Status check_descriptor(const char* name, const Tensor* t, int expected_rank, co
       got += " (a descriptor holds 0 to " + std::to_string(EXPHIL_MAX_RANK) + " dimensions)";
     else
       got += " " + shape_string(t->shape, t->rank);
-    return {StatusCode::invalid_argument, arg(name) + "expected rank " +
+    return {StatusCode::invalid_argument, arg_prefix(name) + "expected rank " +
                                               std::to_string(expected_rank) + " " + layout +
                                               ", got " + got};
   }
@@ -37,7 +35,7 @@ Status check_extent(const char* name, const Tensor& t, std::size_t& bytes) {
   uint64_t total = dtype_size(dtype);
   for (int i = 0; i < t.rank; ++i) {
     if (t.shape[i] < 1)
-      return {StatusCode::invalid_argument, arg(name) + "expected every dimension >= 1, got " +
+      return {StatusCode::invalid_argument, arg_prefix(name) + "expected every dimension >= 1, got " +
                                                 shape_string(t.shape, t.rank)};
   }
   constexpr uint64_t kMaxBytes = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
@@ -45,7 +43,7 @@ Status check_extent(const char* name, const Tensor& t, std::size_t& bytes) {
     const auto d = static_cast<uint64_t>(t.shape[i]);
     if (total > kMaxBytes / d)
       return {StatusCode::invalid_argument,
-              arg(name) + "shape " + shape_string(t.shape, t.rank) + " of " + dtype_name(dtype) +
+              arg_prefix(name) + "shape " + shape_string(t.shape, t.rank) + " of " + dtype_name(dtype) +
                   " is larger than 2^63 bytes"};
     total *= d;
   }
@@ -57,7 +55,7 @@ Status check_shape(const char* name, const Tensor& t, const int64_t* expected,
                    const char* expected_desc) {
   for (int i = 0; i < t.rank; ++i) {
     if (t.shape[i] != expected[i])
-      return {StatusCode::invalid_argument, arg(name) + "expected shape " +
+      return {StatusCode::invalid_argument, arg_prefix(name) + "expected shape " +
                                                 shape_string(expected, t.rank) + " (" +
                                                 expected_desc + "), got " +
                                                 shape_string(t.shape, t.rank)};
@@ -70,7 +68,7 @@ Status check_element_alignment(const char* name, const Tensor& t) {
   const std::size_t size = dtype_size(dtype);
   if (reinterpret_cast<uintptr_t>(t.data) % size != 0)
     return {StatusCode::invalid_argument,
-            arg(name) + "data pointer " + pointer_string(t.data) + " is not aligned to " +
+            arg_prefix(name) + "data pointer " + pointer_string(t.data) + " is not aligned to " +
                 std::to_string(size) + " bytes (one " + dtype_name(dtype) + " element)"};
   return {};
 }
@@ -93,7 +91,7 @@ Status CallTensors::check_no_overlaps() const {
       const uintptr_t other_end = other_begin + items_[j].bytes;
       if (begin < other_end && other_begin < end)
         return {StatusCode::invalid_argument,
-                arg(items_[i].name) + "output memory [" + pointer_string(items_[i].data) + ", +" +
+                arg_prefix(items_[i].name) + "output memory [" + pointer_string(items_[i].data) + ", +" +
                     std::to_string(items_[i].bytes) + " bytes) overlaps argument '" +
                     items_[j].name + "' [" + pointer_string(items_[j].data) + ", +" +
                     std::to_string(items_[j].bytes) +

@@ -4,11 +4,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
 
 namespace exphil::runtime {
+
+// "argument 'name': ", the start of every message about one argument.
+std::string arg_prefix(const char* name);
 
 // Descriptor present, data non-null, dtype known, rank == expected_rank.
 // `layout` describes the expected dimensions, e.g. "[B, T, H]".
