@@ -11,8 +11,10 @@
  * batch and time for dA. Reverse order needs h_{t-1}, which this kernel
  * recomputes: a first sweep over the chunk stores the state at the start of
  * each 8-step tile in shared memory; then, tile by tile from the end, it
- * reruns the tile forward keeping each step's h_{t-1} and a_t in registers
- * (the loops are fully unrolled) and walks it backward. Memory: one fp32
+ * reruns the tile forward keeping each step's h_{t-1} in registers (the
+ * loops are fully unrolled; h_t is the next step's h_{t-1}, and the decay
+ * a_t is recomputed, which costs less than its registers) and walks it
+ * backward. Memory: one fp32
  * state per tile in shared memory, one per chunk in global memory (the
  * carry pass's checkpoints), never one per step.
  *
@@ -265,7 +267,8 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         if (need_y) s_y[(t * slices + at.slice) * kLanes + at.lane] = y;
       });
 
-      // Walk it backward.
+      // Walk it backward. h_t is the next step's h_{t-1}, or, for the
+      // sub-tile's last step, where the rerun ended (hs).
       for_steps<K, true>(sub_steps, [&](int t) {
         const int r = base + t;
         const float delta = s_delta[r * kLanes + at.lane];
@@ -278,22 +281,24 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         // gB = sum_n g B: times delta it is dx, times x the input term of
         // d delta.
         const float dx_t = delta * xv;
+        const bool last = t + 1 >= sub_steps;
+        const int next = t + 1 < K ? t + 1 : K - 1;
         float gB = 0.0f, ddelta = 0.0f;
 #pragma unroll
         for (int q = 0; q < P; ++q) {
           // The decay again rather than kept: its registers hold the next
           // stage's loads instead.
           const float a = exp2_ftz(delta * k.A2[q]);
-          const float ah = a * h_prev[t][q];
-          const float ht = fmaf(dx_t, Bn[q], ah);
+          const float ht = last ? hs[q] : h_prev[next][q];
           g[q] = fmaf(dyp, Cn[q], g[q]);
           sums[q] = g[q] * dx_t;
           sums[P + q] = dyp * ht;
           gB = fmaf(g[q], Bn[q], gB);
-          const float gah = g[q] * ah;
+          const float ga = g[q] * a;
+          const float gah = ga * h_prev[t][q];
           ddelta = fmaf(gah, k.A[q], ddelta);
           dA[q] = fmaf(gah, delta, dA[q]);
-          g[q] *= a;
+          g[q] = ga;
         }
         ddelta = fmaf(gB, xv, ddelta);
         s_dx[(t * slices + at.slice) * kLanes + at.lane] = gB * delta;
@@ -314,13 +319,12 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         if (!cursor.row_valid(j, sub_steps)) continue;
         // The sums over the block's states, in slice order.
         float y = 0.0f, dx = 0.0f, dd = 0.0f;
-#pragma unroll 4
-        for (int sl = 0; sl < slices; ++sl) {
+        for_slices(slices, [&](int sl) {
           const int e = (t * slices + sl) * kLanes + at.lane;
           if (need_y) y += s_y[e];
           dx += s_dx[e];
           dd += s_dd[e];
-        }
+        });
         const int64_t off = cursor.row_offset(sub_t0, j);
         if (!one_group) {
           const int64_t plane = s.batch * s.steps * s.channels;

@@ -183,26 +183,46 @@ struct TileCursor {
   __device__ bool row_valid(int j, int steps) const { return channel_ok && row_step(j) < steps; }
 };
 
-// Sums v(sl) over the slices in slice order: the fixed order that makes the
-// sums over a block's states reproducible.
+// Calls f(sl) for every slice in slice order: the fixed order that makes
+// the sums over a block's states reproducible. Blocks of kSsMinSlices warps
+// (N <= 16, the common case) get a loop with no trip count to test.
+template <class F>
+__device__ __forceinline__ void for_slices(int slices, F&& f) {
+  if (slices == kSsMinSlices) {
+#pragma unroll
+    for (int sl = 0; sl < kSsMinSlices; ++sl) f(sl);
+    return;
+  }
+#pragma unroll 4
+  for (int sl = 0; sl < slices; ++sl) f(sl);
+}
+
+// Sums v(sl) over the slices in slice order.
 template <class F>
 __device__ __forceinline__ float sum_slices(int slices, F&& v) {
   float sum = 0.0f;
-#pragma unroll 4
-  for (int sl = 0; sl < slices; ++sl) sum += v(sl);
+  for_slices(slices, [&](int sl) { sum += v(sl); });
   return sum;
 }
 
 // The loads keep the raw elements: converting to f32 right after a load
 // would wait for it there, and the forward's prefetch would gain nothing.
+// An absent tensor (no z, say) is absent for the whole block: one uniform
+// branch skips its rows, rather than an address and a predicated-off load
+// per row and tile.
 template <int L, int kStates, class Elem>
 __device__ __forceinline__ void load_rows(const TileCursor<L, kStates>& c, const Elem* src,
                                           int64_t t0, int steps,
                                           Elem (&out)[kRowsPerThread<L>]) {
-  const int64_t first = c.row_offset(t0, 0);
 #pragma unroll
-  for (int j = 0; j < kRowsPerThread<L>; ++j)
-    out[j] = src && c.row_valid(j, steps) ? src[first + j * c.row_stride] : Elem{};
+  for (int j = 0; j < kRowsPerThread<L>; ++j) out[j] = Elem{};
+  if (src == nullptr || !c.channel_ok) return;
+  const Elem* row = src + c.row_offset(t0, 0);
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread<L>; ++j) {
+    if (c.row_step(j) < steps) out[j] = *row;
+    row += c.row_stride;
+  }
 }
 
 template <int L, int kStates, class Elem>
