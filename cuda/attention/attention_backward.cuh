@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
         for (int e = 0; e < 4; ++e) {
           const int col = 8 * j + 2 * t + (e & 1);
           const float prob = whole || in_span(span, j, e)
-                                 ? exp2f(pt[j][e] * scale_log2 - lse_tile[col])
+                                 ? exp2_ftz(pt[j][e] * scale_log2 - lse_tile[col])
                                  : 0.0f;
           pt[j][e] = prob;
           dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T
@@ -332,7 +332,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
         for (int e = 0; e < 4; ++e) {
           const int half = e >> 1;
           const float prob = whole || in_span(span, j, e)
-                                 ? exp2f(s[j][e] * scale_log2 - row_lse[half])
+                                 ? exp2_ftz(s[j][e] * scale_log2 - row_lse[half])
                                  : 0.0f;
           dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
         }

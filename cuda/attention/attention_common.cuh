@@ -6,6 +6,7 @@
 
 #include "attention/attention_params.h"
 #include "common/dtype.cuh"
+#include "common/fast_exp2.cuh"
 
 namespace exphil::kernels::attn {
 

@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
         // A row that has seen no key yet keeps m = -inf; exponentiate against
         // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
         base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
-        const float alpha = exp2f(m[half] - base[half]);
+        const float alpha = exp2_ftz(m[half] - base[half]);
         m[half] = m_new;
         l[half] *= alpha;
 #pragma unroll
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - base[e >> 1]);
+          s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
           l[e >> 1] += s[j][e];
         }
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);

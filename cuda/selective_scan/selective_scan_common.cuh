@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include "common/dtype.cuh"
+#include "common/fast_exp2.cuh"
 #include "selective_scan/selective_scan_config.h"
 #include "selective_scan/selective_scan_params.h"
 
@@ -52,14 +53,6 @@ __device__ __forceinline__ Place locate(const SelectiveScanShape& s, const Selec
   at.t_begin = static_cast<int64_t>(at.chunk) * plan.chunk_steps;
   at.t_end = at.t_begin + plan.chunk_steps < s.steps ? at.t_begin + plan.chunk_steps : s.steps;
   return at;
-}
-
-// 2^x as one MUFU.EX2: flushing results below 2^-126 to zero is harmless
-// for a decay factor, and the plain exp2f adds denormal handling around it.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 // Calls f(t) for t = 0 .. steps-1 (forward) or steps-1 .. 0 (reverse),
