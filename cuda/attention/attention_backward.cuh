@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
   Elem* v_s = k_s + rows * kLd;
   Elem* q_s = v_s + rows * kLd;              // [kStages][kQT][kLd]
   Elem* do_s = q_s + kStages * kQT * kLd;    // [kStages][kQT][kLd]
-  float* lse_s = reinterpret_cast<float*>(do_s + kStages * kQT * kLd);  // [kStages][kQT], base 2
+  float* lse_s = reinterpret_cast<float*>(do_s + kStages * kQT * kLd);  // [kStages][kQT]
   float* dot_s = lse_s + kStages * kQT;                                  // [kStages][kQT]
   float* scratch =
       dot_s + kStages * kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
@@ -146,13 +146,13 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
     load_rows_async<Elem, kD>(do_s + stage * kQT * kLd, kLd,
                               head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + i0 * q_row, q_row,
                               kQT, T - i0);
-    const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
-    const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
-    for (int r = threadIdx.x; r < kQT; r += blockDim.x) {
-      const bool valid = i0 + r < T;
-      lse_s[stage * kQT + r] = valid ? lse_base2(lse[i0 + r]) : CUDART_INF_F;
-      dot_s[stage * kQT + r] = valid ? rowdot[i0 + r] : 0.0f;
-    }
+    // lse and rowdot travel with their rows, so that no warp waits for a
+    // plain load before the tile's products. Rows past T read 0: they are
+    // outside every key's span (in_span), as are rows whose lse is -inf
+    // (they see no key), so their P is never computed from it.
+    const int64_t stats = (b * pr.shape.q_heads + h) * T + i0;
+    load_floats_async(lse_s + stage * kQT, p.d_lse + stats, kQT, T - i0);
+    load_floats_async(dot_s + stage * kQT, d_rowdot + stats, kQT, T - i0);
   };
 
   load_rows_async<Elem, kD>(k_s, kLd, head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head) + key0 * kv_row,
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
         for (int e = 0; e < 4; ++e) {
           const int col = 8 * j + 2 * t + (e & 1);
           const float prob = whole || in_span(span, j, e)
-                                 ? exp2_ftz(pt[j][e] * scale_log2 - lse_tile[col])
+                                 ? exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2))
                                  : 0.0f;
           pt[j][e] = prob;
           dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T

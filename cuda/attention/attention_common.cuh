@@ -110,6 +110,19 @@ __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* s
   }
 }
 
+// Starts copying floats [0, n) of `src` to shared memory with 4-byte
+// cp.async, those at and past `valid` as zeros, one per thread. The caller
+// commits and waits.
+__device__ __forceinline__ void load_floats_async(float* dst, const float* src, int n,
+                                                  int64_t valid) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const bool in = i < valid;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(
+                     static_cast<uint32_t>(__cvta_generic_to_shared(dst + i))),
+                 "l"(in ? src + i : src), "r"(in ? 4 : 0));
+  }
+}
+
 // Copies rows [0, rows) of width kD from `src` (row stride in elements) to
 // shared memory (row stride ld), rows at and past `valid` as zeros, in
 // 16-byte vectors spread over the block's threads.
