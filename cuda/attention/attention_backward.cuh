@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
     // lse and rowdot travel with their rows, so that no warp waits for a
     // plain load before the tile's products. Rows past T read 0: they are
     // outside every key's span (in_span), as are rows whose lse is -inf
-    // (they see no key), so their P is never computed from it.
+    // (they see no key), so their P is 0 whatever these values are.
     const int64_t stats = (b * pr.shape.q_heads + h) * T + i0;
     load_floats_async(lse_s + stage * kQT, p.d_lse + stats, kQT, T - i0);
     load_floats_async(dot_s + stage * kQT, d_rowdot + stats, kQT, T - i0);

@@ -10,13 +10,13 @@
  * summed over n for dx and d delta, over channels for dB and dC, and over
  * batch and time for dA. Reverse order needs h_{t-1}, which this kernel
  * recomputes: a first sweep over the chunk stores the state at the start of
- * each 8-step tile in shared memory; then, tile by tile from the end, it
- * reruns the tile forward keeping each step's h_{t-1} in registers (the
- * loops are fully unrolled; h_t is the next step's h_{t-1}, and the decay
- * a_t is recomputed, which costs less than its registers) and walks it
- * backward. Memory: one fp32
- * state per tile in shared memory, one per chunk in global memory (the
- * carry pass's checkpoints), never one per step.
+ * each 16-step stage in shared memory; then, stage by stage from the end,
+ * it reruns each 8-step half of the stage, the later first, keeping every
+ * step's h_{t-1} in registers (the loops are fully unrolled; h_t is the next
+ * step's h_{t-1}, and the decay a_t is recomputed, which costs less than
+ * its registers), and walks that half backward. Memory: one fp32 state per
+ * stage in shared memory, one per chunk in global memory (the carry pass's
+ * checkpoints), never one per step.
  *
  * Layout as the forward (selective_scan_forward.cuh). Sums over the block's
  * states (dx, d delta, and y' for dz) go through shared memory; dB and dC,
