@@ -49,7 +49,7 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
     info.query_rows_per_block =
         kernels::kAttnRowsPerWarp * (fwd ? plan.forward_warps : plan.dq_warps);
     info.key_rows_per_block = fwd ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
-    info.key_tile = kernels::attention_key_tile(dtype_size(dtype));
+    info.key_tile = plan.key_tile;
     info.kernels = kernel_count;
   }
   return {};

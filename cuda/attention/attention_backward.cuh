@@ -237,11 +237,10 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
                               warp_key0, S, dv, one);
 }
 
-template <class Elem, int kD>
+template <class Elem, int kD, int kKT>
 __global__ void __launch_bounds__(kAttnMaxWarps * 32)
     attention_dq_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
   using namespace attn;
-  constexpr int kKT = attention_key_tile(sizeof(Elem));
   constexpr int kNT = kKT / 8;
   constexpr int kDT = kD / 8;
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);

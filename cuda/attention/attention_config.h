@@ -31,6 +31,14 @@ EXPHIL_ATTN_HD constexpr bool attention_head_dim_supported(int d) {
 EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {
   return elem_bytes == 4 ? 32 : 64;
 }
+// The tile a call uses: f16/bf16 calls that see at most kAttnShortKeys keys
+// (the per-frame inference shapes, S = 32) take 32-key tiles too, since a
+// 64-key tile would be half empty. A shorter tile's shared memory is
+// smaller, so plans sized with attention_key_tile() always fit.
+constexpr int kAttnShortKeys = 32;
+EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes, long long kv_len) {
+  return kv_len <= kAttnShortKeys ? 32 : attention_key_tile(elem_bytes);
+}
 
 // Query rows per step of the dK/dV kernel's loop: its registers hold dK and
 // dV (d floats per thread) plus two 16 x tile score fragments, so a narrow
@@ -66,23 +74,32 @@ EXPHIL_ATTN_HD constexpr int attention_stages(std::size_t elem_bytes) {
   return elem_bytes == 4 ? 1 : 2;
 }
 
-// Q of the block's rows, the K and V tiles of every stage, the f32 staging.
+// Q of the block's rows, the K and V tiles of every stage, the f32 staging;
+// for key tiles of kt keys (attention_key_tile(elem_bytes) when omitted).
 EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
-                                                                    int head_dim, int warps) {
-  const int kt = attention_key_tile(elem_bytes);
+                                                                    int head_dim, int warps,
+                                                                    int kt) {
   return attention_rows_bytes(elem_bytes, head_dim,
                               kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
          attention_scratch_bytes(elem_bytes, warps, kt);
+}
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
+                                                                    int head_dim, int warps) {
+  return attention_forward_shared_bytes(elem_bytes, head_dim, warps,
+                                        attention_key_tile(elem_bytes));
 }
 
 // Q and dO of the block's rows, the K and V tiles of every stage, the f32
 // staging.
 EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
-                                                               int head_dim, int warps) {
-  const int kt = attention_key_tile(elem_bytes);
+                                                               int head_dim, int warps, int kt) {
   return attention_rows_bytes(elem_bytes, head_dim,
                               2 * kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
          attention_scratch_bytes(elem_bytes, warps, kt);
+}
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
+                                                               int head_dim, int warps) {
+  return attention_dq_shared_bytes(elem_bytes, head_dim, warps, attention_key_tile(elem_bytes));
 }
 
 // K and V of the block's rows; per stage a Q tile, a dO tile, and the

@@ -2,7 +2,7 @@
 //
 // Algorithm (FlashAttention-2's loop): a block takes 16 query rows per warp
 // of one (batch, query head); its Q rows stay in shared memory while the
-// keys it can see stream through in tiles of attention_key_tile(), copied
+// keys it can see stream through in tiles of kKT keys, copied
 // with cp.async one tile ahead (f16/bf16) of the one in use: each
 // warp scores its 16 rows against the tile, folds the tile into a running
 // max and sum per row (online softmax, in base 2), rescales its output
@@ -27,11 +27,10 @@
 
 namespace exphil::kernels {
 
-template <class Elem, int kD>
+template <class Elem, int kD, int kKT>
 __global__ void __launch_bounds__(kAttnMaxWarps * 32)
     attention_forward_kernel(const AttentionForwardParams p) {
   using namespace attn;
-  constexpr int kKT = attention_key_tile(sizeof(Elem));
   constexpr int kNT = kKT / 8;  // 8-key tiles of one score fragment
   constexpr int kDT = kD / 8;   // 8-column tiles of the output
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);

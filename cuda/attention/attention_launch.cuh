@@ -38,6 +38,36 @@ inline unsigned row_blocks(int64_t len, int warps) {
       return {e_, "cudaFuncSetAttribute (" name " shared memory)"};                         \
   } while (0)
 
+template <class Elem, int kD, int kKT>
+LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& plan,
+                     cudaStream_t stream) {
+  const AttentionShape& s = params.problem.shape;
+  EXPHIL_ATTN_ALLOW_SHARED((attention_forward_kernel<Elem, kD, kKT>), "attention_forward_kernel");
+  const auto smem = attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps, kKT);
+  const dim3 grid(row_blocks(s.q_len, plan.forward_warps), static_cast<unsigned>(s.q_heads),
+                  static_cast<unsigned>(s.batch));
+  attention_forward_kernel<Elem, kD, kKT><<<grid, 32 * plan.forward_warps, smem, stream>>>(params);
+  EXPHIL_ATTN_CHECK_LAUNCH("attention_forward_kernel");
+  return {};
+}
+
+template <class Elem, int kD, int kKT>
+LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan, float* d_rowdot,
+                cudaStream_t stream) {
+  const AttentionShape& s = params.problem.shape;
+  EXPHIL_ATTN_ALLOW_SHARED((attention_dq_kernel<Elem, kD, kKT>), "attention_dq_kernel");
+  const auto smem = attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT);
+  const dim3 grid(row_blocks(s.q_len, plan.dq_warps), static_cast<unsigned>(s.q_heads),
+                  static_cast<unsigned>(s.batch));
+  attention_dq_kernel<Elem, kD, kKT><<<grid, 32 * plan.dq_warps, smem, stream>>>(params, d_rowdot);
+  EXPHIL_ATTN_CHECK_LAUNCH("attention_dq_kernel");
+  return {};
+}
+
+// f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
+template <class Elem>
+constexpr bool kHasShortTile = attention_key_tile(sizeof(Elem)) != kAttnShortKeys;
+
 }  // namespace attn_launch
 
 template <class Elem, int kD>
@@ -45,14 +75,10 @@ LaunchResult run_attention_forward(const AttentionForwardParams& params, const A
                                    cudaStream_t stream) {
   using namespace attn_launch;
   clear_stale_launch_error();
-  const AttentionShape& s = params.problem.shape;
-  EXPHIL_ATTN_ALLOW_SHARED((attention_forward_kernel<Elem, kD>), "attention_forward_kernel");
-  const auto smem = attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps);
-  const dim3 grid(row_blocks(s.q_len, plan.forward_warps), static_cast<unsigned>(s.q_heads),
-                  static_cast<unsigned>(s.batch));
-  attention_forward_kernel<Elem, kD><<<grid, 32 * plan.forward_warps, smem, stream>>>(params);
-  EXPHIL_ATTN_CHECK_LAUNCH("attention_forward_kernel");
-  return {};
+  if constexpr (kHasShortTile<Elem>) {
+    if (plan.key_tile == kAttnShortKeys) return forward<Elem, kD, kAttnShortKeys>(params, plan, stream);
+  }
+  return forward<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, stream);
 }
 
 template <class Elem, int kD>
@@ -82,12 +108,11 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
     EXPHIL_ATTN_CHECK_LAUNCH("attention_dkdv_kernel");
   }
   if (params.d_grad_q != nullptr) {
-    EXPHIL_ATTN_ALLOW_SHARED((attention_dq_kernel<Elem, kD>), "attention_dq_kernel");
-    const auto smem = attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps);
-    const dim3 grid(row_blocks(s.q_len, plan.dq_warps), static_cast<unsigned>(s.q_heads),
-                    static_cast<unsigned>(s.batch));
-    attention_dq_kernel<Elem, kD><<<grid, 32 * plan.dq_warps, smem, stream>>>(params, d_workspace);
-    EXPHIL_ATTN_CHECK_LAUNCH("attention_dq_kernel");
+    if constexpr (kHasShortTile<Elem>) {
+      if (plan.key_tile == kAttnShortKeys)
+        return dq<Elem, kD, kAttnShortKeys>(params, plan, d_workspace, stream);
+    }
+    return dq<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, d_workspace, stream);
   }
   return {};
 }

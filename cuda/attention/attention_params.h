@@ -73,6 +73,7 @@ struct AttentionPlan {
   int forward_warps = 4;  // forward kernel
   int dq_warps = 4;       // backward, dQ kernel
   int dkdv_warps = 4;     // backward, dK/dV kernel
+  int key_tile = 64;      // keys per step of the forward and dQ kernels
   int64_t ws_floats = 0;  // workspace: rowsum(dO * O) [B, Hq, T] (backward)
 };
 

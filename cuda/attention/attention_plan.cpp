@@ -41,6 +41,7 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
                              int sm_count, int forced_warps) noexcept {
   const std::size_t elem = dtype_size(dtype);
   AttentionPlan plan;
+  plan.key_tile = attention_key_tile(elem, s.kv_len);
   plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
                                     attention_forward_shared_bytes, forced_warps);
   if (direction == AttentionDirection::backward) {
@@ -67,8 +68,8 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
   const auto cap = static_cast<std::size_t>(kAttnMaxSharedBytes);
   const bool too_big =
       direction == AttentionDirection::forward
-          ? attention_forward_shared_bytes(elem, s.head_dim, plan.forward_warps) > cap
-          : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps) > cap ||
+          ? attention_forward_shared_bytes(elem, s.head_dim, plan.forward_warps, plan.key_tile) > cap
+          : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps, plan.key_tile) > cap ||
                 attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps) > cap;
   if (too_big)
     return "a block's shared memory is over the limit (internal planner error)";
