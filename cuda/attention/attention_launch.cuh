@@ -30,38 +30,49 @@ inline unsigned row_blocks(int64_t len, int warps) {
       return {e_, "launch of " what};                                    \
   } while (0)
 
-#define EXPHIL_ATTN_ALLOW_SHARED(kernel, name)                                               \
-  do {                                                                                       \
-    static std::atomic<uint64_t> allowed_{0};                                                \
-    if (const cudaError_t e_ = allow_dynamic_shared_once(kernel, kAttnMaxSharedBytes, allowed_); \
-        e_ != cudaSuccess)                                                                   \
-      return {e_, "cudaFuncSetAttribute (" name " shared memory)"};                         \
-  } while (0)
+// What a failed launch reports (static strings: LaunchResult keeps them).
+struct KernelCalls {
+  const char* shared_memory;  // raising the kernel's shared-memory limit
+  const char* launch;
+};
+
+// Launches kKernel over ceil(len / rows per block) x heads x batch blocks of
+// `warps` warps, with `smem` bytes of dynamic shared memory (the kernel's
+// limit raised on its first launch per device).
+template <auto kKernel, class... Args>
+LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, int64_t len,
+                               int64_t heads, int64_t batch, cudaStream_t stream,
+                               const Args&... args) {
+  static std::atomic<uint64_t> allowed{0};
+  if (const cudaError_t e = allow_dynamic_shared_once(kKernel, kAttnMaxSharedBytes, allowed);
+      e != cudaSuccess)
+    return {e, calls.shared_memory};
+  const dim3 grid(row_blocks(len, warps), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(batch));
+  kKernel<<<grid, 32 * warps, smem, stream>>>(args...);
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return {e, calls.launch};
+  return {};
+}
 
 template <class Elem, int kD, int kKT>
 LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& plan,
                      cudaStream_t stream) {
   const AttentionShape& s = params.problem.shape;
-  EXPHIL_ATTN_ALLOW_SHARED((attention_forward_kernel<Elem, kD, kKT>), "attention_forward_kernel");
-  const auto smem = attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps, kKT);
-  const dim3 grid(row_blocks(s.q_len, plan.forward_warps), static_cast<unsigned>(s.q_heads),
-                  static_cast<unsigned>(s.batch));
-  attention_forward_kernel<Elem, kD, kKT><<<grid, 32 * plan.forward_warps, smem, stream>>>(params);
-  EXPHIL_ATTN_CHECK_LAUNCH("attention_forward_kernel");
-  return {};
+  return launch_row_blocks<attention_forward_kernel<Elem, kD, kKT>>(
+      {"cudaFuncSetAttribute (attention_forward_kernel shared memory)",
+       "launch of attention_forward_kernel"},
+      attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps, kKT),
+      plan.forward_warps, s.q_len, s.q_heads, s.batch, stream, params);
 }
 
 template <class Elem, int kD, int kKT>
 LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan, float* d_rowdot,
                 cudaStream_t stream) {
   const AttentionShape& s = params.problem.shape;
-  EXPHIL_ATTN_ALLOW_SHARED((attention_dq_kernel<Elem, kD, kKT>), "attention_dq_kernel");
-  const auto smem = attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT);
-  const dim3 grid(row_blocks(s.q_len, plan.dq_warps), static_cast<unsigned>(s.q_heads),
-                  static_cast<unsigned>(s.batch));
-  attention_dq_kernel<Elem, kD, kKT><<<grid, 32 * plan.dq_warps, smem, stream>>>(params, d_rowdot);
-  EXPHIL_ATTN_CHECK_LAUNCH("attention_dq_kernel");
-  return {};
+  return launch_row_blocks<attention_dq_kernel<Elem, kD, kKT>>(
+      {"cudaFuncSetAttribute (attention_dq_kernel shared memory)", "launch of attention_dq_kernel"},
+      attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT), plan.dq_warps, s.q_len,
+      s.q_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot));
 }
 
 // f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
@@ -99,13 +110,12 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   EXPHIL_ATTN_CHECK_LAUNCH("attention_rowdot_kernel");
 
   if (params.d_grad_k != nullptr || params.d_grad_v != nullptr) {
-    EXPHIL_ATTN_ALLOW_SHARED((attention_dkdv_kernel<Elem, kD>), "attention_dkdv_kernel");
-    const auto smem = attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps);
-    const dim3 grid(row_blocks(s.kv_len, plan.dkdv_warps), static_cast<unsigned>(s.kv_heads),
-                    static_cast<unsigned>(s.batch));
-    attention_dkdv_kernel<Elem, kD><<<grid, 32 * plan.dkdv_warps, smem, stream>>>(params,
-                                                                                  d_workspace);
-    EXPHIL_ATTN_CHECK_LAUNCH("attention_dkdv_kernel");
+    const LaunchResult r = launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
+        {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
+         "launch of attention_dkdv_kernel"},
+        attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps), plan.dkdv_warps,
+        s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace));
+    if (!r.ok()) return r;
   }
   if (params.d_grad_q != nullptr) {
     if constexpr (kHasShortTile<Elem>) {
@@ -117,7 +127,6 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   return {};
 }
 
-#undef EXPHIL_ATTN_ALLOW_SHARED
 #undef EXPHIL_ATTN_CHECK_LAUNCH
 
 }  // namespace exphil::kernels
