@@ -1,8 +1,9 @@
 // The attention planner: every plan for a supported shape takes 1, 2 or 4
 // warps per block with a shared-memory footprint within kAttnMaxSharedBytes,
 // small problems shrink their blocks to fill the GPU, forced warps are
-// honoured where memory allows, the sizes the kernels cannot run are
-// reported, and the backward's workspace is B * Hq * T floats.
+// honoured where memory allows, short f16/bf16 calls take the 32-key tile,
+// the sizes the kernels cannot run are reported, and the backward's
+// workspace is B * Hq * T floats.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -229,6 +230,25 @@ TEST_CASE("attention workspace: B * Hq * T floats for the backward, none for the
       const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kH100SMs, 0);
       CHECK(bwd.ws_floats == 3 * 8 * 100);
       CHECK(attention_workspace_bytes(bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
+    }
+}
+
+TEST_CASE("attention plans take 32-key tiles for f32 and for f16/bf16 calls with S <= 32",
+          "[plan]") {
+  for (const DType dtype : kDtypes)
+    for (const int64_t kv_len : {1, 17, 32, 33, 64, 257}) {
+      const AttentionShape s = shape(1, 8, 8, 32, kv_len, 64);
+      const bool wide = dtype != DType::f32 && kv_len > kAttnShortKeys;
+      INFO(exphil::dtype_name(dtype) << " S " << kv_len);
+      for (const AttentionDirection direction : {kForward, kBackward}) {
+        const AttentionPlan plan = plan_attention(direction, s, dtype, kH100SMs, 0);
+        CHECK(plan.key_tile == (wide ? 64 : 32));
+        // The tile's shared memory never exceeds what the warps were sized for.
+        const std::size_t elem = dtype_size(dtype);
+        CHECK(attention_forward_shared_bytes(elem, 64, plan.forward_warps, plan.key_tile) <=
+              attention_forward_shared_bytes(elem, 64, plan.forward_warps));
+        CHECK(attention_unsupported(direction, plan, s, dtype) == nullptr);
+      }
     }
 }
 
