@@ -24,12 +24,6 @@ inline unsigned row_blocks(int64_t len, int warps) {
   return static_cast<unsigned>((len + rows - 1) / rows);
 }
 
-#define EXPHIL_ATTN_CHECK_LAUNCH(what)                                   \
-  do {                                                                   \
-    if (const cudaError_t e_ = cudaGetLastError(); e_ != cudaSuccess)    \
-      return {e_, "launch of " what};                                    \
-  } while (0)
-
 // What a failed launch reports (static strings: LaunchResult keeps them).
 struct KernelCalls {
   const char* shared_memory;  // raising the kernel's shared-memory limit
@@ -107,7 +101,7 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   attention_rowdot_kernel<Elem, kD>
       <<<static_cast<unsigned>(rowdot_blocks < kMaxRowdotBlocks ? rowdot_blocks : kMaxRowdotBlocks),
          kRowdotThreads, 0, stream>>>(params, d_workspace);
-  EXPHIL_ATTN_CHECK_LAUNCH("attention_rowdot_kernel");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
 
   if (params.d_grad_k != nullptr || params.d_grad_v != nullptr) {
     const LaunchResult r = launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
@@ -126,7 +120,5 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   }
   return {};
 }
-
-#undef EXPHIL_ATTN_CHECK_LAUNCH
 
 }  // namespace exphil::kernels

@@ -17,4 +17,12 @@ struct LaunchResult {
 // reused scheduler thread); clear that first so it is not taken for ours.
 inline void clear_stale_launch_error() noexcept { (void)cudaGetLastError(); }
 
+// After a launch: returns {error, "launch of " what} from the enclosing
+// launcher if it failed. `what` is a string literal naming the kernel.
+#define EXPHIL_RETURN_IF_LAUNCH_FAILED(what)                                   \
+  do {                                                                         \
+    if (const cudaError_t e_ = cudaGetLastError(); e_ != cudaSuccess)          \
+      return ::exphil::kernels::LaunchResult{e_, "launch of " what};           \
+  } while (0)
+
 }  // namespace exphil::kernels

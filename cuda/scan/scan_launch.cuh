@@ -32,13 +32,11 @@ LaunchResult launch_forward(const ScanForwardParams& p, const ScanPlan& plan, fl
   if (plan.segments > 1) {
     scan_forward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments - 1), block, smem, stream>>>(
         p, plan, ScanPass::aggregate, d_workspace);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-      return {e, "launch of scan_forward_kernel (aggregate pass)"};
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_forward_kernel (aggregate pass)");
   }
   scan_forward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments), block, smem, stream>>>(
       p, plan, ScanPass::apply, d_workspace);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return {e, "launch of scan_forward_kernel"};
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_forward_kernel");
   return {};
 }
 
@@ -52,13 +50,11 @@ LaunchResult launch_backward(const ScanBackwardParams& p, const ScanPlan& plan, 
   if (plan.segments > 1) {
     scan_backward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments - 1), block, smem, stream>>>(
         p, plan, ScanPass::aggregate, d_workspace);
-    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-      return {e, "launch of scan_backward_kernel (aggregate pass)"};
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_backward_kernel (aggregate pass)");
   }
   scan_backward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments), block, smem, stream>>>(
       p, plan, ScanPass::apply, d_workspace);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess)
-    return {e, "launch of scan_backward_kernel"};
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_backward_kernel");
   return {};
 }
 

@@ -39,12 +39,6 @@ inline unsigned scan_grid_x(const SelectiveScanShape& s, const SelectiveScanPlan
   return static_cast<unsigned>(s.batch * plan.channel_groups * plan.state_groups);
 }
 
-#define EXPHIL_SS_CHECK_LAUNCH(what)                                     \
-  do {                                                                   \
-    if (const cudaError_t e_ = cudaGetLastError(); e_ != cudaSuccess)    \
-      return {e_, "launch of " what};                                    \
-  } while (0)
-
 // The forward never needs the last chunk's aggregate; the backward needs
 // its gradient.
 template <class Elem, bool kWithGrad>
@@ -55,10 +49,10 @@ LaunchResult aggregate_and_carry(const SelectiveScanBackwardParams& bp,
   const auto smem = static_cast<std::size_t>(selective_scan_forward_shared_bytes(plan.slices, 4));
   const dim3 grid(scan_grid_x(s, plan), static_cast<unsigned>(kWithGrad ? plan.chunks : plan.chunks - 1));
   selective_scan_forward_kernel<Elem, kPass, 4><<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
-  EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel (aggregate pass)");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_kernel (aggregate pass)");
   selective_scan_carry_kernel<kWithGrad>
       <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
-  EXPHIL_SS_CHECK_LAUNCH("selective_scan_carry_kernel");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_carry_kernel");
   return {};
 }
 
@@ -86,12 +80,12 @@ LaunchResult run_selective_scan_forward(const SelectiveScanForwardParams& params
   else
     selective_scan_forward_kernel<Elem, SsForwardPass::apply, 4>
         <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
-  EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_kernel");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_kernel");
   if (plan.state_groups > 1) {
     selective_scan_forward_finalize_kernel<Elem>
         <<<flat_blocks(s.batch * s.steps * s.channels), kFlatThreads, 0, stream>>>(params, plan,
                                                                                    d_workspace);
-    EXPHIL_SS_CHECK_LAUNCH("selective_scan_forward_finalize_kernel");
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_finalize_kernel");
   }
   return {};
 }
@@ -118,21 +112,19 @@ LaunchResult run_selective_scan_backward(const SelectiveScanBackwardParams& para
   selective_scan_backward_kernel<Elem>
       <<<dim3(scan_grid_x(s, plan), plan.chunks), scan_block(plan), smem, stream>>>(params, plan,
                                                                                     d_workspace);
-  EXPHIL_SS_CHECK_LAUNCH("selective_scan_backward_kernel");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_backward_kernel");
   if (plan.state_groups > 1) {
     const int64_t blocks_per_row = (s.channels + kSsFinalizeThreads - 1) / kSsFinalizeThreads;
     selective_scan_backward_finalize_kernel<Elem>
         <<<dim3(static_cast<unsigned>(s.batch * blocks_per_row), plan.chunks), kSsFinalizeThreads,
            0, stream>>>(params, plan, d_workspace);
-    EXPHIL_SS_CHECK_LAUNCH("selective_scan_backward_finalize_kernel");
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_backward_finalize_kernel");
   }
   selective_scan_reduce_kernel<Elem>
       <<<flat_blocks(2 * s.batch * s.steps * s.states + s.channels * (s.states + 2)), kFlatThreads,
          0, stream>>>(params, plan, d_workspace);
-  EXPHIL_SS_CHECK_LAUNCH("selective_scan_reduce_kernel");
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_reduce_kernel");
   return {};
 }
-
-#undef EXPHIL_SS_CHECK_LAUNCH
 
 }  // namespace exphil::kernels

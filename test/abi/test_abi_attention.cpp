@@ -580,36 +580,29 @@ TEST_CASE("attention: options outside their ranges are rejected", "[abi][attenti
 
 TEST_CASE("attention: data pointers not aligned to 16 bytes are rejected", "[abi][attention]") {
   // Element-aligned but not 16-byte-aligned: the kernels move 16-byte rows.
-  const struct {
+  struct Misaligned {
     const char* name;
     exphil_tensor FakeAttention::*tensor;
     int32_t dtype;
     int offset;
-  } shared[] = {{"q", &FakeAttention::q, EXPHIL_F32, 8},
-                {"k", &FakeAttention::k, EXPHIL_F32, 4},
-                {"v", &FakeAttention::v, EXPHIL_F16, 2},
-                {"o", &FakeAttention::o, EXPHIL_BF16, 14}};
-  for (const auto& s : shared) {
+  };
+  // One tensor's data moved by `offset` bytes in a call otherwise valid.
+  const auto check = [](const Misaligned& s, auto expect_invalid) {
     FakeAttention f(s.dtype);
     (f.*s.tensor).data = static_cast<char*>((f.*s.tensor).data) + s.offset;
     INFO(s.name << " + " << s.offset);
-    expect_invalid_both(f, s.name, "is not aligned to 16 bytes");
-  }
-  const struct {
-    const char* name;
-    exphil_tensor FakeAttention::*tensor;
-    int32_t dtype;
-    int offset;
-  } backward[] = {{"grad_o", &FakeAttention::grad_o, EXPHIL_F32, 4},
-                  {"grad_q", &FakeAttention::grad_q, EXPHIL_F16, 8},
-                  {"grad_k", &FakeAttention::grad_k, EXPHIL_BF16, 2},
-                  {"grad_v", &FakeAttention::grad_v, EXPHIL_F32, 12}};
-  for (const auto& s : backward) {
-    FakeAttention f(s.dtype);
-    (f.*s.tensor).data = static_cast<char*>((f.*s.tensor).data) + s.offset;
-    INFO(s.name << " + " << s.offset);
-    expect_invalid_backward(f, s.name, "is not aligned to 16 bytes");
-  }
+    expect_invalid(f, s.name, "is not aligned to 16 bytes");
+  };
+  const Misaligned shared[] = {{"q", &FakeAttention::q, EXPHIL_F32, 8},
+                               {"k", &FakeAttention::k, EXPHIL_F32, 4},
+                               {"v", &FakeAttention::v, EXPHIL_F16, 2},
+                               {"o", &FakeAttention::o, EXPHIL_BF16, 14}};
+  for (const Misaligned& s : shared) check(s, expect_invalid_both);
+  const Misaligned backward[] = {{"grad_o", &FakeAttention::grad_o, EXPHIL_F32, 4},
+                                 {"grad_q", &FakeAttention::grad_q, EXPHIL_F16, 8},
+                                 {"grad_k", &FakeAttention::grad_k, EXPHIL_BF16, 2},
+                                 {"grad_v", &FakeAttention::grad_v, EXPHIL_F32, 12}};
+  for (const Misaligned& s : backward) check(s, expect_invalid_backward);
   // Not even element-aligned.
   FakeAttention g(EXPHIL_F16);
   g.q.data = static_cast<char*>(g.q.data) + 1;

@@ -93,6 +93,19 @@ AttentionProblem random_problem(const AttentionCase& c, std::mt19937_64& rng) {
   return p;
 }
 
+// Calls f(problem, rng) for each case, on a problem drawn from the case's
+// own seed (case_seed(seed_base + index)), with the case and the seed named
+// in every failure; f draws whatever else it needs from the same rng.
+template <std::size_t N, class F>
+void for_random_problems(const AttentionCase (&cases)[N], uint64_t seed_base, F&& f) {
+  for (std::size_t index = 0; index < N; ++index) {
+    const uint64_t seed = case_seed(seed_base + index);
+    INFO(describe(cases[index]) << ", seed " << seed);
+    std::mt19937_64 rng(seed);
+    f(random_problem(cases[index], rng), rng);
+  }
+}
+
 bool row_sees_a_key(const AttentionProblem& p, int64_t i) {
   for (int64_t j = 0; j < p.kv_len; ++j)
     if (exphil::reference::attention_key_visible(p, i, j)) return true;
@@ -214,12 +227,7 @@ TEST_CASE("attention reference backward matches finite differences of its forwar
       {1, 2, 1, 4, 5, 4, M::causal, 0, 2.5},  // a scale of the caller's
       {1, 2, 2, 4, 5, 3, M::none, 0, -0.7},   // a negative one
   };
-  uint64_t index = 0;
-  for (const AttentionCase& c : cases) {
-    const uint64_t seed = case_seed(1000 + index++);
-    INFO(describe(c) << ", seed " << seed);
-    std::mt19937_64 rng(seed);
-    AttentionProblem p = random_problem(c, rng);
+  for_random_problems(cases, 1000, [&](AttentionProblem p, std::mt19937_64& rng) {
 
     // A forward that lost its output would make the finite differences
     // vacuous: o is a convex combination of random v in every row that sees
@@ -245,7 +253,7 @@ TEST_CASE("attention reference backward matches finite differences of its forwar
     check_terms_bound("grad_q", g.grad_q, g.grad_q_terms);
     check_terms_bound("grad_k", g.grad_k, g.grad_k_terms);
     check_terms_bound("grad_v", g.grad_v, g.grad_v_terms);
-  }
+  });
 }
 
 TEST_CASE("attention reference forward and backward of a row worked out by hand",
@@ -364,12 +372,7 @@ TEST_CASE("attention reference: rows that see no key get o = 0, lse = -inf and p
       {1, 4, 2, 6, 2, 3, M::window, 1, 0},
       {1, 2, 2, 5, 1, 8, M::window, 4, 0},
   };
-  uint64_t index = 0;
-  for (const AttentionCase& c : cases) {
-    const uint64_t seed = case_seed(3000 + index++);
-    INFO(describe(c) << ", seed " << seed);
-    std::mt19937_64 rng(seed);
-    const AttentionProblem p = random_problem(c, rng);
+  for_random_problems(cases, 3000, [&](const AttentionProblem& p, std::mt19937_64& rng) {
     const auto grad_o = random_tensor(static_cast<std::size_t>(p.query_size()), -1, 1, rng);
     const auto r = exphil::reference::attention_forward(p);
     const auto g = exphil::reference::attention_backward(p, grad_o);
@@ -410,7 +413,7 @@ TEST_CASE("attention reference: rows that see no key get o = 0, lse = -inf and p
     CHECK(g.grad_v == tail_g.grad_v);
     CHECK(g.grad_k_terms == tail_g.grad_k_terms);
     CHECK(g.grad_v_terms == tail_g.grad_v_terms);
-  }
+  });
 }
 
 TEST_CASE("attention reference masks: which keys each query sees", "[reference][attention]") {
@@ -481,12 +484,7 @@ TEST_CASE("attention reference: grouped-query heads are the sum over replicated 
       {2, 4, 1, 6, 4, 8, M::window, 2, 0},
       {1, 8, 2, 3, 6, 4, M::causal, 0, 0},
   };
-  uint64_t index = 0;
-  for (const AttentionCase& c : cases) {
-    const uint64_t seed = case_seed(5000 + index++);
-    INFO(describe(c) << ", seed " << seed);
-    std::mt19937_64 rng(seed);
-    const AttentionProblem grouped = random_problem(c, rng);
+  for_random_problems(cases, 5000, [&](const AttentionProblem& grouped, std::mt19937_64& rng) {
     const auto grad_o = random_tensor(static_cast<std::size_t>(grouped.query_size()), -1, 1, rng);
     const AttentionProblem replicated = with_replicated_kv_heads(grouped);
 
@@ -506,7 +504,7 @@ TEST_CASE("attention reference: grouped-query heads are the sum over replicated 
     check_close("grad_v", gg.grad_v, sum_over_groups(gr.grad_v, grouped));
     check_close("grad_k_terms", gg.grad_k_terms, sum_over_groups(gr.grad_k_terms, grouped));
     check_close("grad_v_terms", gg.grad_v_terms, sum_over_groups(gr.grad_v_terms, grouped));
-  }
+  });
 }
 
 TEST_CASE("attention reference refuses problems whose shapes do not hold together",
