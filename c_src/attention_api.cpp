@@ -21,15 +21,17 @@ using kernels::AttentionDirection;
 // the kernels: (const AttentionPlan&, float* d_workspace, cudaStream_t) ->
 // LaunchResult.
 template <class Launch>
-Status run(AttentionDirection direction, const runtime::AttentionCall& call, DType dtype,
-           Stream requested_stream, const AttentionLaunchOptions* options, int kernel_count,
+Status run(AttentionDirection direction, const runtime::AttentionCall& call,
+           const kernels::AttentionProblem& problem, Stream requested_stream, const AttentionLaunchOptions* options, int kernel_count,
            Launch&& launch) {
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 
-  const kernels::AttentionPlan plan = kernels::plan_attention(
-      direction, call.shape, dtype, context.sm_count(), options ? options->warps_per_block : 0);
-  if (const char* why = kernels::attention_unsupported(direction, plan, call.shape, dtype)) {
+  const kernels::AttentionPlan plan =
+      kernels::plan_attention(direction, call.shape, problem.dtype, problem.mask,
+                              context.sm_count(), options ? options->warps_per_block : 0);
+  if (const char* why =
+          kernels::attention_unsupported(direction, plan, call.shape, problem.dtype)) {
     const auto& s = call.shape;
     const int64_t dims[6] = {s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim};
     return {StatusCode::not_supported,
@@ -51,6 +53,8 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call, DTy
     info.key_rows_per_block = fwd ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
     info.key_tile = plan.key_tile;
     info.kernels = kernel_count;
+    info.queries_heaviest_first = fwd ? plan.forward_heaviest_first : plan.dq_heaviest_first;
+    info.keys_heaviest_first = !fwd && plan.dkdv_heaviest_first;
   }
   return {};
 }
@@ -64,7 +68,7 @@ Status attention_forward(const AttentionForwardArgs& args, Stream stream,
     runtime::AttentionCall call;
     Status s = runtime::validate_attention_forward(args, params, call);
     if (s.ok())
-      s = run(AttentionDirection::forward, call, params.problem.dtype, stream, options, 1,
+      s = run(AttentionDirection::forward, call, params.problem, stream, options, 1,
               [&](const kernels::AttentionPlan& plan, float*, cudaStream_t st) {
                 return kernels::launch_attention_forward(params, plan, st);
               });
@@ -79,7 +83,7 @@ Status attention_backward(const AttentionBackwardArgs& args, Stream stream,
     runtime::AttentionCall call;
     Status s = runtime::validate_attention_backward(args, params, call);
     if (s.ok())
-      s = run(AttentionDirection::backward, call, params.problem.dtype, stream, options,
+      s = run(AttentionDirection::backward, call, params.problem, stream, options,
               kernels::attention_backward_kernel_count(params),
               [&](const kernels::AttentionPlan& plan, float* d_workspace, cudaStream_t st) {
                 return kernels::launch_attention_backward(params, plan, d_workspace, st);

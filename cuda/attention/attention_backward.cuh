@@ -16,7 +16,8 @@
 // Scores are recomputed twice (kernels 2 and 3) instead of summing dQ across
 // key blocks with atomics, FlashAttention-2's way, which is not deterministic.
 // Streamed tiles are copied with cp.async one tile ahead (f16/bf16), and
-// only tiles that cut through a visible range pay for the mask.
+// only tiles that cut through a visible range pay for the mask. Under a
+// mask the blocks of kernels 2 and 3 start heaviest first (block_coord()).
 //
 // Layout and limits as the forward (attention_forward.cuh). Rows that saw
 // no key (lse = -inf) get P = 0 and so no gradient.
@@ -99,11 +100,10 @@ __global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* 
   }
 }
 
-// Up to d = 64 the accumulators fit 128 registers, which lets four blocks
-// share an SM.
 template <class Elem, int kD>
-__global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
-    attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
+__global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeof(Elem), kD))
+    attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot,
+                          bool heaviest_first) {
   using namespace attn;
   constexpr int kQT = attention_query_tile(sizeof(Elem), kD);
   constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
@@ -124,10 +124,11 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
   float* scratch =
       dot_s + kStages * kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
 
-  const int64_t b = blockIdx.z, kv_head = blockIdx.y;
+  const BlockCoord at = block_coord(heaviest_first, false);
+  const int64_t b = at.batch, kv_head = at.head;
   const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
   const int64_t group = pr.shape.q_heads / pr.shape.kv_heads;
-  const int64_t key0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const int64_t key0 = at.row_block * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
 
@@ -238,8 +239,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, kD <= 64 ? 4 : 1)
 }
 
 template <class Elem, int kD, int kKT>
-__global__ void __launch_bounds__(kAttnMaxWarps * 32)
-    attention_dq_kernel(const AttentionBackwardParams p, const float* d_rowdot) {
+__global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeof(Elem), kD))
+    attention_dq_kernel(const AttentionBackwardParams p, const float* d_rowdot,
+                        bool heaviest_first) {
   using namespace attn;
   constexpr int kNT = kKT / 8;
   constexpr int kDT = kD / 8;
@@ -257,10 +259,11 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
-  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const BlockCoord at = block_coord(heaviest_first, true);
+  const int64_t b = at.batch, h = at.head;
   const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
   const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const int64_t row0 = at.row_block * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
   const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);

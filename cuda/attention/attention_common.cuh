@@ -73,6 +73,44 @@ __device__ __forceinline__ bool in_span(const TileSpan (&span)[2], int j, int e)
   return col >= span[e >> 1].lo && col < span[e >> 1].hi;
 }
 
+// The (row block, head, batch) a block computes. The grid is (row blocks,
+// heads, batch) and blocks start in order of their linear index. Under a
+// mask the row blocks' work differs (by up to T / rows key tiles under a
+// causal one), and in grid order every head's heaviest block is mixed in
+// with light ones, so a few long blocks can run alone at the end of the
+// grid. With `heaviest_first` (the plan's choice) the rank of the row block
+// becomes the slowest index instead and the heaviest rank of every head
+// starts first (longest-processing-time-first list scheduling), which
+// leaves the lightest blocks for the tail. `heavy_last_row`: the last row
+// blocks are the heaviest (queries under a bottom-right mask), else the
+// first (keys).
+struct BlockCoord {
+  int64_t row_block, head, batch;
+};
+__device__ __forceinline__ BlockCoord block_coord(bool heaviest_first, bool heavy_last_row) {
+  if (!heaviest_first) return {blockIdx.x, blockIdx.y, blockIdx.z};
+  const uint64_t row_blocks = gridDim.x, heads = gridDim.y;
+  const uint64_t groups = heads * gridDim.z;
+  const uint64_t linear = blockIdx.x + row_blocks * (blockIdx.y + heads * blockIdx.z);
+  uint64_t rank, head, batch;
+  if (row_blocks * groups <= 0xffffffffu) {
+    // Every practical grid: 32-bit divisions, a few instructions each
+    // where a 64-bit one is a call.
+    const uint32_t l = static_cast<uint32_t>(linear), n = static_cast<uint32_t>(groups);
+    const uint32_t r = l / n, group = l - r * n;
+    rank = r;
+    head = group % static_cast<uint32_t>(heads);
+    batch = group / static_cast<uint32_t>(heads);
+  } else {
+    rank = linear / groups;
+    const uint64_t group = linear - rank * groups;
+    head = group % heads;
+    batch = group / heads;
+  }
+  return {static_cast<int64_t>(heavy_last_row ? row_blocks - 1 - rank : rank),
+          static_cast<int64_t>(head), static_cast<int64_t>(batch)};
+}
+
 template <class Elem>
 __device__ __forceinline__ const Elem* head_rows(const void* base, const AttentionStrides& s,
                                                  int64_t b, int64_t h) {
@@ -163,6 +201,30 @@ __device__ __forceinline__ void store_fragment(Elem* dst, int64_t row_stride, in
       }
     }
   }
+}
+
+// out[half] = op over this thread's elements of fragment row `half`
+// (elements 2 half and 2 half + 1 of every 8-column tile), as a tree, so
+// that its dependency chain is log2(2 kNT) deep rather than 2 kNT.
+template <int kNT, class Op>
+__device__ __forceinline__ void fragment_row_reduce(const float (&c)[kNT][4], float (&out)[2],
+                                                    Op op) {
+  static_assert((kNT & (kNT - 1)) == 0, "tiles per fragment must be a power of two");
+  float a[kNT][2];
+#pragma unroll
+  for (int j = 0; j < kNT; ++j) {
+    a[j][0] = op(c[j][0], c[j][1]);
+    a[j][1] = op(c[j][2], c[j][3]);
+  }
+#pragma unroll
+  for (int w = kNT / 2; w > 0; w /= 2)
+#pragma unroll
+    for (int j = 0; j < w; ++j) {
+      a[j][0] = op(a[j][0], a[j + w][0]);
+      a[j][1] = op(a[j][1], a[j + w][1]);
+    }
+  out[0] = a[0][0];
+  out[1] = a[0][1];
 }
 
 // Max and sum over the four lanes (t = 0..3) that hold one fragment row.

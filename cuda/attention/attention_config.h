@@ -26,6 +26,16 @@ EXPHIL_ATTN_HD constexpr bool attention_head_dim_supported(int d) {
   return d == 32 || d == 64 || d == 96 || d == 128;
 }
 
+// Minimum resident blocks per SM the kernels are compiled for, which caps
+// their registers. f16/bf16 up to d = 64 fit 128 registers (a few spilled
+// bytes at most), so that four 4-warp blocks share an SM: measured faster
+// than three without spills. Otherwise 0, no minimum, the compiler's own
+// choice: a cap of four makes the f32 kernels at d = 64 spill, and their
+// dK/dV kernel ran faster uncapped (168 registers).
+EXPHIL_ATTN_HD constexpr int attention_min_blocks(std::size_t elem_bytes, int head_dim) {
+  return elem_bytes == 2 && head_dim <= 64 ? 4 : 0;
+}
+
 // Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
 // narrower because their elements take twice the shared memory.
 EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {

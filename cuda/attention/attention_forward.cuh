@@ -1,16 +1,18 @@
 // Attention forward: O = softmax(scale Q K^T + mask) V and its log-sum-exp.
 //
 // Algorithm (FlashAttention-2's loop): a block takes 16 query rows per warp
-// of one (batch, query head); its Q rows stay in shared memory while the
-// keys it can see stream through in tiles of kKT keys, copied
-// with cp.async one tile ahead (f16/bf16) of the one in use: each
-// warp scores its 16 rows against the tile, folds the tile into a running
-// max and sum per row (online softmax, in base 2), rescales its output
-// accumulator and adds P V. Nothing of size T x S is ever stored. Only
-// tiles that cut through some row's visible range pay for the mask.
+// of one (batch, query head); each warp holds its Q rows as tensor-core
+// operands in registers (f16/bf16; f32 reads them from shared memory) while
+// the keys it can see stream through in tiles of kKT keys, copied with
+// cp.async one tile ahead (f16/bf16) of the one in use: each warp scores
+// its 16 rows against the tile, folds the tile into a running max and sum
+// per row (online softmax, in base 2, each reduced as a tree), rescales its
+// output accumulator and adds P V. Nothing of size T x S is ever stored.
+// Only tiles that cut through some row's visible range pay for the mask.
 //
 // Layout: q [B, Hq, T, d], k and v [B, Hkv, S, d] as strides (either public
-// layout); the grid is (ceil(T / rows), Hq, B), query head h reads key head
+// layout); the grid is (ceil(T / rows), Hq, B), handed out heaviest row
+// block first under a mask (block_coord()), query head h reads key head
 // h / (Hq / Hkv). The planner picks 1, 2 or 4 warps per block: one warp per
 // block fills the GPU with B1 h8 T32; four amortise each K/V tile over 64
 // query rows at training shapes.
@@ -28,8 +30,8 @@
 namespace exphil::kernels {
 
 template <class Elem, int kD, int kKT>
-__global__ void __launch_bounds__(kAttnMaxWarps * 32)
-    attention_forward_kernel(const AttentionForwardParams p) {
+__global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeof(Elem), kD))
+    attention_forward_kernel(const AttentionForwardParams p, bool heaviest_first) {
   using namespace attn;
   constexpr int kNT = kKT / 8;  // 8-key tiles of one score fragment
   constexpr int kDT = kD / 8;   // 8-column tiles of the output
@@ -46,10 +48,11 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
-  const int64_t b = blockIdx.z, h = blockIdx.y;
+  const BlockCoord at = block_coord(heaviest_first, true);
+  const int64_t b = at.batch, h = at.head;
   const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
   const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * rows;
+  const int64_t row0 = at.row_block * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
   const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
@@ -76,6 +79,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
   const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
   const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
+  const Elem* q_warp = q_s + kAttnRowsPerWarp * warp * kLd;
+  typename WarpMma<Elem>::template HeldA<kD> q_held;
+  bool q_is_held = false;
   float o[kDT][4] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};  // running row max, base 2
   float l[2] = {0.0f, 0.0f};                    // this thread's share of the row sum
@@ -97,21 +103,22 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
     if (k0 < warp_hi && k0 + kKT > warp_lo) {
       const Elem* k_tile = k_s + stage * kKT * kLd;
       const Elem* v_tile = v_s + stage * kKT * kLd;
+      if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
+        WarpMma<Elem>::hold_a(q_held, q_warp, kLd);
+        q_is_held = true;
+      }
       float s[kNT][4] = {};
-      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   k_tile, kLd, scratch);
+      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLd, k_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
       const bool whole = warp_sees_whole_tile(span, kKT);
-      float tile_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float x = whole || in_span(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
-          s[j][e] = x;
-          tile_max[e >> 1] = fmaxf(tile_max[e >> 1], x);
-        }
+        for (int e = 0; e < 4; ++e)
+          s[j][e] = whole || in_span(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+      float tile_max[2];
+      fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
       float base[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -131,10 +138,11 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32)
 #pragma unroll
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
-          l[e >> 1] += s[j][e];
-        }
+        for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
+      float tile_sum[2];
+      fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
+      l[0] += tile_sum[0];
+      l[1] += tile_sum[1];
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled

@@ -56,7 +56,8 @@ LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& 
       {"cudaFuncSetAttribute (attention_forward_kernel shared memory)",
        "launch of attention_forward_kernel"},
       attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps, kKT),
-      plan.forward_warps, s.q_len, s.q_heads, s.batch, stream, params);
+      plan.forward_warps, s.q_len, s.q_heads, s.batch, stream, params,
+      plan.forward_heaviest_first);
 }
 
 template <class Elem, int kD, int kKT>
@@ -66,7 +67,8 @@ LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan
   return launch_row_blocks<attention_dq_kernel<Elem, kD, kKT>>(
       {"cudaFuncSetAttribute (attention_dq_kernel shared memory)", "launch of attention_dq_kernel"},
       attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT), plan.dq_warps, s.q_len,
-      s.q_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot));
+      s.q_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot),
+      plan.dq_heaviest_first);
 }
 
 // f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
@@ -108,7 +110,8 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
         {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
          "launch of attention_dkdv_kernel"},
         attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps), plan.dkdv_warps,
-        s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace));
+        s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
+        plan.dkdv_heaviest_first);
     if (!r.ok()) return r;
   }
   if (params.d_grad_q != nullptr) {

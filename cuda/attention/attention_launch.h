@@ -15,7 +15,8 @@ namespace exphil::kernels {
 // Chooses the layout of one call (attention_plan.cpp). forced_warps (1, 2
 // or 4) fixes the warps per block where shared memory allows; 0 chooses.
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& shape,
-                             DType dtype, int sm_count, int forced_warps) noexcept;
+                             DType dtype, AttentionMaskKind mask, int sm_count,
+                             int forced_warps) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not.
 const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,

@@ -74,6 +74,13 @@ struct AttentionPlan {
   int dq_warps = 4;       // backward, dQ kernel
   int dkdv_warps = 4;     // backward, dK/dV kernel
   int key_tile = 64;      // keys per step of the forward and dQ kernels
+  // Per kernel: hand its blocks out heaviest first (block_coord() in
+  // attention_common.cuh). Set for masked calls whose grid has more blocks
+  // than the GPU has SMs, where blocks of uneven work queue behind each
+  // other; elsewhere grid order, which costs no index arithmetic.
+  bool forward_heaviest_first = false;
+  bool dq_heaviest_first = false;
+  bool dkdv_heaviest_first = false;
   int64_t ws_floats = 0;  // workspace: rowsum(dO * O) [B, Hq, T] (backward)
 };
 

@@ -18,13 +18,15 @@ namespace {
 
 using SharedBytes = std::size_t (*)(std::size_t, int, int);
 
+int64_t row_blocks(int64_t len, int warps) {
+  const int64_t rows = int64_t{kAttnRowsPerWarp} * warps;
+  return (len + rows - 1) / rows;
+}
+
 // row_groups: the (batch, head) pairs, each with `len` rows to cover.
 int choose_warps(int64_t row_groups, int64_t len, int sm_count,
                  std::size_t elem, int head_dim, SharedBytes shared, int forced) {
-  auto blocks = [&](int w) {
-    const int64_t rows = int64_t{kAttnRowsPerWarp} * w;
-    return row_groups * ((len + rows - 1) / rows);
-  };
+  auto blocks = [&](int w) { return row_groups * row_blocks(len, w); };
   int w = kAttnMaxWarps;
   if (forced == 1 || forced == 2 || forced == 4) {
     w = forced;
@@ -38,17 +40,24 @@ int choose_warps(int64_t row_groups, int64_t len, int sm_count,
 }  // namespace
 
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& s, DType dtype,
-                             int sm_count, int forced_warps) noexcept {
+                             AttentionMaskKind mask, int sm_count, int forced_warps) noexcept {
   const std::size_t elem = dtype_size(dtype);
   AttentionPlan plan;
   plan.key_tile = attention_key_tile(elem, s.kv_len);
+  const bool uneven = mask != AttentionMaskKind::none;
+  auto reorder = [&](int64_t row_groups, int64_t len, int warps) {
+    return uneven && row_groups * row_blocks(len, warps) > sm_count;
+  };
   plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
                                     attention_forward_shared_bytes, forced_warps);
+  plan.forward_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.forward_warps);
   if (direction == AttentionDirection::backward) {
     plan.dq_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
                                  attention_dq_shared_bytes, forced_warps);
     plan.dkdv_warps = choose_warps(s.batch * s.kv_heads, s.kv_len, sm_count, elem, s.head_dim,
                                    attention_dkdv_shared_bytes, forced_warps);
+    plan.dq_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.dq_warps);
+    plan.dkdv_heaviest_first = reorder(s.batch * s.kv_heads, s.kv_len, plan.dkdv_warps);
     plan.ws_floats = s.batch * s.q_heads * s.q_len;
   }
   return plan;

@@ -10,6 +10,9 @@
 //                shared memory (S = Q K^T, dP = dO V^T, and their transposes)
 //   a_frag_b_kn: A a score fragment already in registers in the C layout
 //                above, B stored as [k][n] rows (O += P V, dQ += dS K, ...)
+//   a_held_b_nk: a_smem_b_nk with A held in registers by hold_a(), for a
+//                warp that multiplies the same rows by every tile (the
+//                forward's Q); f32 holds nothing and reads A again
 //
 // f16 and bf16 run mma.sync.m16n8k16 (sm_80), with operands fetched by
 // ldmatrix (.trans for [k][n] rows); the register fragment is rounded to
@@ -114,6 +117,44 @@ struct WarpMma {
     }
   }
 
+  // A [16][kK] held in registers as m16n8k16 A fragments, for a warp that
+  // multiplies the same rows by many tiles (the forward's Q).
+  template <int kK>
+  struct HeldA {
+    uint32_t frag[kK / 16][4];
+  };
+  template <int kK>
+  __device__ __forceinline__ static void hold_a(HeldA<kK>& held, const Elem* a, int lda) {
+    const int lane = threadIdx.x % 32;
+    const int m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk)
+      ldmatrix_x4(held.frag[kk], a + ((m & 1) * 8 + r) * lda + kk * 16 + (m >> 1) * 8);
+  }
+  // a_smem_b_nk with A as hold_a() left it (`a` and `lda` are not read).
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& held,
+                                                     const Elem* /*a*/, int /*lda*/,
+                                                     const Elem* b, int ldb, float* /*scratch*/) {
+    const int lane = threadIdx.x % 32;
+    const int m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+#pragma unroll
+      for (int j = 0; j + 1 < kNT; j += 2) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, b + ((j + (m >> 1)) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+        MmaOp<Elem>::run(c[j], held.frag[kk], bf[0], bf[1]);
+        MmaOp<Elem>::run(c[j + 1], held.frag[kk], bf[2], bf[3]);
+      }
+      if constexpr (kNT % 2 == 1) {
+        uint32_t bf[2];
+        ldmatrix_x2(bf, b + ((kNT - 1) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+        MmaOp<Elem>::run(c[kNT - 1], held.frag[kk], bf[0], bf[1]);
+      }
+    }
+  }
+
   // c[kNT] += P . B, P the 16 x kK fragment `p` (C layout), B as [kK][8 kNT]
   // rows at `b` in shared memory.
   template <int kNT, int kK>
@@ -149,6 +190,20 @@ struct WarpMma {
 // 16 x attention_scratch_stride(kK) floats (a_frag_b_kn only).
 template <>
 struct WarpMma<float> {
+  // The f32 products read A from shared memory as they go (its float4
+  // loads are broadcasts): nothing is held.
+  template <int kK>
+  struct HeldA {};
+  template <int kK>
+  __device__ __forceinline__ static void hold_a(HeldA<kK>& /*held*/, const float* /*a*/,
+                                                int /*lda*/) {}
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& /*held*/,
+                                                     const float* a, int lda, const float* b,
+                                                     int ldb, float* scratch) {
+    a_smem_b_nk<kNT, kK>(c, a, lda, b, ldb, scratch);
+  }
+
   template <int kNT, int kK>
   __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const float* a, int lda,
                                                      const float* b, int ldb, float* /*scratch*/) {

@@ -59,6 +59,10 @@ struct AttentionLaunchInfo {
   int key_rows_per_block = 0;    // dK/dV: key rows of one block
   int key_tile = 0;              // keys per step of the forward's loop
   int kernels = 0;               // kernel launches of the call
+  // Whether the blocks over queries (forward, dQ) and over keys (dK/dV)
+  // start heaviest first: masked calls with more blocks than SMs.
+  bool queries_heaviest_first = false;
+  bool keys_heaviest_first = false;
 };
 
 // Launch overrides for tests and benchmarks; zero fields mean "choose".

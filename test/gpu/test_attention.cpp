@@ -100,6 +100,46 @@ TEST_CASE("attention every forced block size gives the reference's results", "[g
       }
 }
 
+TEST_CASE("attention blocks handed out heaviest first give the reference's results",
+          "[gpu][attention]") {
+  // Both shapes have more blocks in every kernel than any target GPU has SMs
+  // (at most 144), so masked calls take the heaviest-first order and
+  // unmasked ones grid order. The first: 64 query and 32 key (batch, head)
+  // pairs of 5 row blocks each. The second, small enough for racecheck: 64
+  // pairs of 64 rows, whose blocks shrink to one warp (256 of them).
+  struct Shape {
+    int64_t batch, q_heads, kv_heads, q_len, kv_len;
+  };
+  for (const Shape& s : {Shape{8, 8, 4, 300, 260}, Shape{16, 4, 4, 64, 64}})
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (AttentionMask mask :
+           {AttentionMask::none, AttentionMask::causal, AttentionMask::window}) {
+        AttentionRun r;
+        r.dtype = dtype;
+        r.head_dim = 32;
+        r.batch = s.batch;
+        r.q_heads = s.q_heads;
+        r.kv_heads = s.kv_heads;
+        r.q_len = s.q_len;
+        r.kv_len = s.kv_len;
+        r.options.mask = mask;
+        r.options.window = static_cast<int>(s.kv_len / 3);
+        if (!within_test_size(r)) {
+          SUCCEED("left out by EXPHIL_TEST_MAX_ELEMENTS: " << describe(r));
+          continue;
+        }
+        const uint64_t seed = test_seed();
+        INFO(describe(r) << " seed=" << seed);
+        const AttentionCheck c = check_attention(r, attention_cpp_runner(), seed);
+        INFO(c.report());
+        CHECK(c.failures.empty());
+        const bool masked = mask != AttentionMask::none;
+        CHECK(c.forward_layout.queries_heaviest_first == masked);
+        CHECK(c.backward_layout.queries_heaviest_first == masked);
+        CHECK(c.backward_layout.keys_heaviest_first == masked);
+      }
+}
+
 TEST_CASE("attention NULL outputs are not written and the rest are right", "[gpu][attention]") {
   AttentionRun r;
   r.dtype = DType::bf16;

@@ -223,6 +223,7 @@ AttentionCheck check_attention(const AttentionRun& run, const AttentionRunner& r
     fa.options = run.options;
     fa.o = o.ptr();
     fa.lse = run.write_lse || run.backward ? lse.ptr() : nullptr;
+    launch.chosen = &result.forward_layout;
     expect_ok(runner.forward(fa, &launch), "forward", failures);
     runner.synchronize();
   }
@@ -250,6 +251,7 @@ AttentionCheck check_attention(const AttentionRun& run, const AttentionRunner& r
       ba.grad_q = run.grad_q ? gq.ptr() : nullptr;
       ba.grad_k = run.grad_k ? gk.ptr() : nullptr;
       ba.grad_v = run.grad_v ? gv.ptr() : nullptr;
+      launch.chosen = &result.backward_layout;
       expect_ok(runner.backward(ba, &launch), "backward", failures);
       runner.synchronize();
     }

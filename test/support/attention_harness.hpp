@@ -113,6 +113,8 @@ struct AttentionOutputs {
 struct AttentionCheck {
   std::vector<std::string> failures;
   AttentionOutputs outputs;
+  // What the library chose (C++ runner only; the C ABI does not report it).
+  AttentionLaunchInfo forward_layout, backward_layout;
   std::string report() const;  // the failures, one per line
 };
 

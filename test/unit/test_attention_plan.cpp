@@ -2,8 +2,9 @@
 // warps per block with a shared-memory footprint within kAttnMaxSharedBytes,
 // small problems shrink their blocks to fill the GPU, forced warps are
 // honoured where memory allows, short f16/bf16 calls take the 32-key tile,
-// the sizes the kernels cannot run are reported, and the backward's
-// workspace is B * Hq * T floats.
+// the sizes the kernels cannot run are reported, the backward's workspace
+// is B * Hq * T floats, and masked calls with more blocks than SMs hand
+// them out heaviest first.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -22,6 +23,7 @@ namespace {
 constexpr int kH100SMs = 132;
 constexpr auto kForward = AttentionDirection::forward;
 constexpr auto kBackward = AttentionDirection::backward;
+constexpr auto kCausal = AttentionMaskKind::causal;
 constexpr DType kDtypes[] = {DType::f32, DType::f16, DType::bf16};
 constexpr int kHeadDims[] = {32, 64, 96, 128};
 constexpr auto kMaxShared = static_cast<std::size_t>(kAttnMaxSharedBytes);
@@ -74,7 +76,7 @@ TEST_CASE("attention plans take 1, 2 or 4 warps within the shared-memory limit",
             for (int forced : {0, 1, 2, 4, 3, -1}) {
               s.head_dim = d;
               INFO("SMs " << sm_count << " forced " << forced);
-              check_fits(direction, plan_attention(direction, s, dtype, sm_count, forced), s,
+              check_fits(direction, plan_attention(direction, s, dtype, kCausal, sm_count, forced), s,
                          dtype);
             }
 }
@@ -86,18 +88,18 @@ TEST_CASE("attention plans fill the GPU for short sequences and use 4 warps for 
     // B1 h8 T32: 8 (batch, head) pairs of 32 rows make 8 blocks of 4 warps;
     // one warp per block makes 16.
     const AttentionShape small = shape(1, 8, 8, 32, 32, 32);
-    CHECK(plan_attention(kForward, small, dtype, kH100SMs, 0).forward_warps == 1);
-    const AttentionPlan small_bwd = plan_attention(kBackward, small, dtype, kH100SMs, 0);
+    CHECK(plan_attention(kForward, small, dtype, kCausal, kH100SMs, 0).forward_warps == 1);
+    const AttentionPlan small_bwd = plan_attention(kBackward, small, dtype, kCausal, kH100SMs, 0);
     CHECK(small_bwd.dq_warps == 1);
     CHECK(small_bwd.dkdv_warps == 1);
     // On a GPU of 8 SMs the 8 blocks of 4 warps suffice.
-    CHECK(plan_attention(kForward, small, dtype, 8, 0).forward_warps == 4);
+    CHECK(plan_attention(kForward, small, dtype, kCausal, 8, 0).forward_warps == 4);
     // B1 h8 T64 on 16 SMs: 8 blocks at 4 warps, 16 at 2.
-    CHECK(plan_attention(kForward, shape(1, 8, 8, 64, 64, 32), dtype, 16, 0).forward_warps == 2);
+    CHECK(plan_attention(kForward, shape(1, 8, 8, 64, 64, 32), dtype, kCausal, 16, 0).forward_warps == 2);
     // B32 h8 T256: 256 pairs, 1024 blocks of 4 warps.
     const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
-    CHECK(plan_attention(kForward, large, dtype, kH100SMs, 0).forward_warps == 4);
-    const AttentionPlan large_bwd = plan_attention(kBackward, large, dtype, kH100SMs, 0);
+    CHECK(plan_attention(kForward, large, dtype, kCausal, kH100SMs, 0).forward_warps == 4);
+    const AttentionPlan large_bwd = plan_attention(kBackward, large, dtype, kCausal, kH100SMs, 0);
     CHECK(large_bwd.forward_warps == 4);
     CHECK(large_bwd.dq_warps == 4);
     CHECK(large_bwd.dkdv_warps == 4);
@@ -106,7 +108,7 @@ TEST_CASE("attention plans fill the GPU for short sequences and use 4 warps for 
   // head and S = 32 it shrinks while the dQ kernel over 32 query heads and
   // T = 1024 does not.
   const AttentionPlan gqa =
-      plan_attention(kBackward, shape(1, 32, 1, 1024, 32, 64), DType::bf16, kH100SMs, 0);
+      plan_attention(kBackward, shape(1, 32, 1, 1024, 32, 64), DType::bf16, kCausal, kH100SMs, 0);
   CHECK(gqa.dq_warps == 4);
   CHECK(gqa.dkdv_warps == 1);
 }
@@ -124,9 +126,9 @@ TEST_CASE("attention plans honour forced warps where shared memory allows", "[pl
         REQUIRE(attention_forward_shared_bytes(elem, 64, 4) <= kMaxShared);
         REQUIRE(attention_dq_shared_bytes(elem, 64, 4) <= kMaxShared);
         REQUIRE(attention_dkdv_shared_bytes(elem, 64, 4) <= kMaxShared);
-        const AttentionPlan fwd = plan_attention(kForward, s, dtype, kH100SMs, forced);
+        const AttentionPlan fwd = plan_attention(kForward, s, dtype, kCausal, kH100SMs, forced);
         CHECK(fwd.forward_warps == forced);
-        const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kH100SMs, forced);
+        const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, forced);
         CHECK(bwd.forward_warps == forced);
         CHECK(bwd.dq_warps == forced);
         CHECK(bwd.dkdv_warps == forced);
@@ -135,8 +137,8 @@ TEST_CASE("attention plans honour forced warps where shared memory allows", "[pl
   for (int forced : {3, 8, -1}) {
     const AttentionShape small32 = shape(1, 8, 8, 32, 32, 32);
     INFO("forced " << forced);
-    CHECK(plan_attention(kForward, small32, DType::f16, kH100SMs, forced).forward_warps == 1);
-    CHECK(plan_attention(kForward, large, DType::f16, kH100SMs, forced).forward_warps == 4);
+    CHECK(plan_attention(kForward, small32, DType::f16, kCausal, kH100SMs, forced).forward_warps == 1);
+    CHECK(plan_attention(kForward, large, DType::f16, kCausal, kH100SMs, forced).forward_warps == 4);
   }
 }
 
@@ -163,7 +165,7 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
   const AttentionShape large = shape(32, 8, 8, 256, 256, 128);
   for (int forced : {4, 0}) {
     INFO("forced " << forced);
-    const AttentionPlan plan = plan_attention(kBackward, large, DType::f32, kH100SMs, forced);
+    const AttentionPlan plan = plan_attention(kBackward, large, DType::f32, kCausal, kH100SMs, forced);
     CHECK(plan.forward_warps == 4);
     CHECK(plan.dq_warps == 2);
     CHECK(plan.dkdv_warps == 2);
@@ -178,7 +180,7 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
         const std::size_t elem = dtype_size(dtype);
         const int wanted = forced == 0 ? 4 : forced;
         INFO(exphil::dtype_name(dtype) << " d " << d << " forced " << forced);
-        const AttentionPlan plan = plan_attention(kBackward, s, dtype, kH100SMs, forced);
+        const AttentionPlan plan = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, forced);
         CHECK(plan.forward_warps == fitting_warps(wanted, attention_forward_shared_bytes, elem, d));
         CHECK(plan.dq_warps == fitting_warps(wanted, attention_dq_shared_bytes, elem, d));
         CHECK(plan.dkdv_warps == fitting_warps(wanted, attention_dkdv_shared_bytes, elem, d));
@@ -194,7 +196,7 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
 
 TEST_CASE("attention planner reports the sizes the kernels cannot run", "[plan]") {
   const auto why = [](AttentionDirection direction, const AttentionShape& s) -> std::string {
-    const AttentionPlan plan = plan_attention(direction, s, DType::f16, kH100SMs, 0);
+    const AttentionPlan plan = plan_attention(direction, s, DType::f16, kCausal, kH100SMs, 0);
     const char* reason = attention_unsupported(direction, plan, s, DType::f16);
     return reason ? reason : "";
   };
@@ -224,10 +226,10 @@ TEST_CASE("attention workspace: B * Hq * T floats for the backward, none for the
       // T != S and Hq != Hkv, so that only the query side can match.
       const AttentionShape s = shape(3, 8, 2, 100, 37, d);
       INFO(exphil::dtype_name(dtype) << " d " << d);
-      const AttentionPlan fwd = plan_attention(kForward, s, dtype, kH100SMs, 0);
+      const AttentionPlan fwd = plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0);
       CHECK(fwd.ws_floats == 0);
       CHECK(attention_workspace_bytes(fwd) == 0);
-      const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kH100SMs, 0);
+      const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, 0);
       CHECK(bwd.ws_floats == 3 * 8 * 100);
       CHECK(attention_workspace_bytes(bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
     }
@@ -241,7 +243,7 @@ TEST_CASE("attention plans take 32-key tiles for f32 and for f16/bf16 calls with
       const bool wide = dtype != DType::f32 && kv_len > kAttnShortKeys;
       INFO(exphil::dtype_name(dtype) << " S " << kv_len);
       for (const AttentionDirection direction : {kForward, kBackward}) {
-        const AttentionPlan plan = plan_attention(direction, s, dtype, kH100SMs, 0);
+        const AttentionPlan plan = plan_attention(direction, s, dtype, kCausal, kH100SMs, 0);
         CHECK(plan.key_tile == (wide ? 64 : 32));
         // The tile's shared memory never exceeds what the warps were sized for.
         const std::size_t elem = dtype_size(dtype);
@@ -250,6 +252,34 @@ TEST_CASE("attention plans take 32-key tiles for f32 and for f16/bf16 calls with
         CHECK(attention_unsupported(direction, plan, s, dtype) == nullptr);
       }
     }
+}
+
+TEST_CASE("attention plans hand blocks out heaviest first only for masked calls with many blocks",
+          "[plan]") {
+  // B32 h8 T256 d64: 1024 query blocks of 4 warps, as many key blocks.
+  const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
+  // B1 h8 T32: the blocks shrink to one warp and still number 16.
+  const AttentionShape small = shape(1, 8, 8, 32, 32, 64);
+  for (const DType dtype : kDtypes)
+    for (const AttentionMaskKind mask :
+         {AttentionMaskKind::none, AttentionMaskKind::causal, AttentionMaskKind::window}) {
+      INFO(exphil::dtype_name(dtype) << " mask " << static_cast<int>(mask));
+      const bool masked = mask != AttentionMaskKind::none;
+      const AttentionPlan big = plan_attention(kBackward, large, dtype, mask, kH100SMs, 0);
+      CHECK(big.forward_heaviest_first == masked);
+      CHECK(big.dq_heaviest_first == masked);
+      CHECK(big.dkdv_heaviest_first == masked);
+      const AttentionPlan few = plan_attention(kBackward, small, dtype, mask, kH100SMs, 0);
+      CHECK_FALSE(few.forward_heaviest_first);
+      CHECK_FALSE(few.dq_heaviest_first);
+      CHECK_FALSE(few.dkdv_heaviest_first);
+    }
+  // The count is of each kernel's own blocks: one key head over S = 64 makes
+  // 4 dK/dV blocks while 32 query heads over T = 1024 make 512 dQ blocks.
+  const AttentionPlan gqa = plan_attention(kBackward, shape(1, 32, 1, 1024, 64, 64), DType::bf16,
+                                           AttentionMaskKind::causal, kH100SMs, 0);
+  CHECK(gqa.dq_heaviest_first);
+  CHECK_FALSE(gqa.dkdv_heaviest_first);
 }
 
 TEST_CASE("attention backward launches one kernel per gradient kernel it needs", "[plan]") {
