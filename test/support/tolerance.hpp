@@ -6,8 +6,9 @@
 // rtol covers rounding the result itself to the dtype (half an ulp: 2^-24
 // f32, 2^-11 f16, 2^-8 bf16) with margin. atol is relative to `scale`, the
 // largest reference magnitude of the quantities the result is computed
-// from: for y and h_final the states (max |y|, |h_final|), for the gradients
-// all gradients of the call. Rounding errors scale with those magnitudes,
+// from: for y and h_final the states (max |y|, |h_final|, |h0| and the
+// values a step moves the state toward), for the gradients all gradients of
+// the call. Rounding errors scale with those magnitudes,
 // not with the result's own value, which may cancel to almost nothing: h_final
 // of one channel can be 1e-4 while the states around it are of order 1; a
 // gradient like g * h_prev, built from y rounded to the dtype, carries an
