@@ -1,12 +1,15 @@
-// The attention planner: warps per block for each kernel, and the backward's
-// workspace.
+// The attention planner: warps per block and block order for each kernel,
+// and the backward's workspace.
 //
 // Every kernel gives a warp 16 rows. Four warps per block share each K/V
 // (or Q/dO) tile over 64 rows, which is what long sequences and large
 // batches want; when that leaves fewer blocks than SMs (B1 h8 T32 makes 8),
 // the planner halves the block until the grid covers the GPU, down to one
 // warp per block, trading shared tile loads for parallelism. Blocks also
-// shrink until their shared memory fits kAttnMaxSharedBytes.
+// shrink until their shared memory fits kAttnMaxSharedBytes. A masked
+// call's kernel whose grid then has more blocks than SMs takes its blocks
+// heaviest first (block_coord() in attention_common.cuh): with uneven
+// blocks queued behind each other, the order decides the tail.
 #include <cstdint>
 
 #include "attention/attention_config.h"
