@@ -22,8 +22,8 @@ using kernels::AttentionDirection;
 // LaunchResult.
 template <class Launch>
 Status run(AttentionDirection direction, const runtime::AttentionCall& call,
-           const kernels::AttentionProblem& problem, Stream requested_stream, const AttentionLaunchOptions* options, int kernel_count,
-           Launch&& launch) {
+           const kernels::AttentionProblem& problem, Stream requested_stream,
+           const AttentionLaunchOptions* options, int kernel_count, Launch&& launch) {
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 

@@ -83,32 +83,18 @@ __device__ __forceinline__ bool in_span(const TileSpan (&span)[2], int j, int e)
 // starts first (longest-processing-time-first list scheduling), which
 // leaves the lightest blocks for the tail. `heavy_last_row`: the last row
 // blocks are the heaviest (queries under a bottom-right mask), else the
-// first (keys).
+// first (keys). The planner sets `heaviest_first` only for grids of at most
+// 2^32 blocks, so the renumbering fits 32-bit arithmetic (a 64-bit division
+// is a call of dozens of instructions).
 struct BlockCoord {
   int64_t row_block, head, batch;
 };
 __device__ __forceinline__ BlockCoord block_coord(bool heaviest_first, bool heavy_last_row) {
   if (!heaviest_first) return {blockIdx.x, blockIdx.y, blockIdx.z};
-  const uint64_t row_blocks = gridDim.x, heads = gridDim.y;
-  const uint64_t groups = heads * gridDim.z;
-  const uint64_t linear = blockIdx.x + row_blocks * (blockIdx.y + heads * blockIdx.z);
-  uint64_t rank, head, batch;
-  if (row_blocks * groups <= 0xffffffffu) {
-    // Every practical grid: 32-bit divisions, a few instructions each
-    // where a 64-bit one is a call.
-    const uint32_t l = static_cast<uint32_t>(linear), n = static_cast<uint32_t>(groups);
-    const uint32_t r = l / n, group = l - r * n;
-    rank = r;
-    head = group % static_cast<uint32_t>(heads);
-    batch = group / static_cast<uint32_t>(heads);
-  } else {
-    rank = linear / groups;
-    const uint64_t group = linear - rank * groups;
-    head = group % heads;
-    batch = group / heads;
-  }
-  return {static_cast<int64_t>(heavy_last_row ? row_blocks - 1 - rank : rank),
-          static_cast<int64_t>(head), static_cast<int64_t>(batch)};
+  const uint32_t row_blocks = gridDim.x, heads = gridDim.y, groups = heads * gridDim.z;
+  const uint32_t linear = blockIdx.x + row_blocks * (blockIdx.y + heads * blockIdx.z);
+  const uint32_t rank = linear / groups, group = linear - rank * groups;
+  return {heavy_last_row ? row_blocks - 1 - rank : rank, group % heads, group / heads};
 }
 
 template <class Elem>

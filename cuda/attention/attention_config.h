@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 // The sizes below are used by the planner (host) and the kernels (device).
 #if defined(__CUDACC__)
@@ -24,6 +25,12 @@ constexpr int kAttnMaxSharedBytes = 96 * 1024;
 
 EXPHIL_ATTN_HD constexpr bool attention_head_dim_supported(int d) {
   return d == 32 || d == 64 || d == 96 || d == 128;
+}
+
+// Blocks of `warps` warps that cover `len` rows: a kernel's grid x extent.
+EXPHIL_ATTN_HD constexpr int64_t attention_row_blocks(int64_t len, int warps) {
+  const int64_t rows = int64_t{kAttnRowsPerWarp} * warps;
+  return (len + rows - 1) / rows;
 }
 
 // Minimum resident blocks per SM the kernels are compiled for, which caps

@@ -19,11 +19,6 @@ namespace attn_launch {
 constexpr int kRowdotThreads = 256;
 constexpr int64_t kMaxRowdotBlocks = 8192;
 
-inline unsigned row_blocks(int64_t len, int warps) {
-  const int64_t rows = int64_t{kAttnRowsPerWarp} * warps;
-  return static_cast<unsigned>((len + rows - 1) / rows);
-}
-
 // What a failed launch reports (static strings: LaunchResult keeps them).
 struct KernelCalls {
   const char* shared_memory;  // raising the kernel's shared-memory limit
@@ -41,8 +36,8 @@ LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, i
   if (const cudaError_t e = allow_dynamic_shared_once(kKernel, kAttnMaxSharedBytes, allowed);
       e != cudaSuccess)
     return {e, calls.shared_memory};
-  const dim3 grid(row_blocks(len, warps), static_cast<unsigned>(heads),
-                  static_cast<unsigned>(batch));
+  const dim3 grid(static_cast<unsigned>(attention_row_blocks(len, warps)),
+                  static_cast<unsigned>(heads), static_cast<unsigned>(batch));
   kKernel<<<grid, 32 * warps, smem, stream>>>(args...);
   if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return {e, calls.launch};
   return {};

@@ -21,15 +21,10 @@ namespace {
 
 using SharedBytes = std::size_t (*)(std::size_t, int, int);
 
-int64_t row_blocks(int64_t len, int warps) {
-  const int64_t rows = int64_t{kAttnRowsPerWarp} * warps;
-  return (len + rows - 1) / rows;
-}
-
 // row_groups: the (batch, head) pairs, each with `len` rows to cover.
 int choose_warps(int64_t row_groups, int64_t len, int sm_count,
                  std::size_t elem, int head_dim, SharedBytes shared, int forced) {
-  auto blocks = [&](int w) { return row_groups * row_blocks(len, w); };
+  auto blocks = [&](int w) { return row_groups * attention_row_blocks(len, w); };
   int w = kAttnMaxWarps;
   if (forced == 1 || forced == 2 || forced == 4) {
     w = forced;
@@ -48,8 +43,11 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
   AttentionPlan plan;
   plan.key_tile = attention_key_tile(elem, s.kv_len);
   const bool uneven = mask != AttentionMaskKind::none;
+  // block_coord() renumbers blocks in 32-bit arithmetic: a grid of more
+  // blocks (more than any tensor in memory needs) keeps grid order.
   auto reorder = [&](int64_t row_groups, int64_t len, int warps) {
-    return uneven && row_groups * row_blocks(len, warps) > sm_count;
+    const int64_t blocks = row_groups * attention_row_blocks(len, warps);
+    return uneven && blocks > sm_count && blocks <= int64_t{UINT32_MAX};
   };
   plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
                                     attention_forward_shared_bytes, forced_warps);
@@ -73,8 +71,7 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
   if (s.batch > kMaxGridYz) return "B is over 65535 (the grid's z extent)";
   if (s.q_heads > kMaxGridYz) return "Hq is over 65535 (the grid's y extent)";
   constexpr int64_t kMaxGridX = 2147483647;
-  if ((s.q_len + kAttnRowsPerWarp - 1) / kAttnRowsPerWarp > kMaxGridX ||
-      (s.kv_len + kAttnRowsPerWarp - 1) / kAttnRowsPerWarp > kMaxGridX)
+  if (attention_row_blocks(s.q_len, 1) > kMaxGridX || attention_row_blocks(s.kv_len, 1) > kMaxGridX)
     return "T or S is over the grid's x extent";
   const std::size_t elem = dtype_size(dtype);
   const auto cap = static_cast<std::size_t>(kAttnMaxSharedBytes);

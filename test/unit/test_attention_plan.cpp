@@ -76,8 +76,8 @@ TEST_CASE("attention plans take 1, 2 or 4 warps within the shared-memory limit",
             for (int forced : {0, 1, 2, 4, 3, -1}) {
               s.head_dim = d;
               INFO("SMs " << sm_count << " forced " << forced);
-              check_fits(direction, plan_attention(direction, s, dtype, kCausal, sm_count, forced), s,
-                         dtype);
+              check_fits(direction,
+                         plan_attention(direction, s, dtype, kCausal, sm_count, forced), s, dtype);
             }
 }
 
@@ -95,7 +95,8 @@ TEST_CASE("attention plans fill the GPU for short sequences and use 4 warps for 
     // On a GPU of 8 SMs the 8 blocks of 4 warps suffice.
     CHECK(plan_attention(kForward, small, dtype, kCausal, 8, 0).forward_warps == 4);
     // B1 h8 T64 on 16 SMs: 8 blocks at 4 warps, 16 at 2.
-    CHECK(plan_attention(kForward, shape(1, 8, 8, 64, 64, 32), dtype, kCausal, 16, 0).forward_warps == 2);
+    CHECK(plan_attention(kForward, shape(1, 8, 8, 64, 64, 32), dtype, kCausal, 16, 0)
+              .forward_warps == 2);
     // B32 h8 T256: 256 pairs, 1024 blocks of 4 warps.
     const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
     CHECK(plan_attention(kForward, large, dtype, kCausal, kH100SMs, 0).forward_warps == 4);
@@ -137,8 +138,11 @@ TEST_CASE("attention plans honour forced warps where shared memory allows", "[pl
   for (int forced : {3, 8, -1}) {
     const AttentionShape small32 = shape(1, 8, 8, 32, 32, 32);
     INFO("forced " << forced);
-    CHECK(plan_attention(kForward, small32, DType::f16, kCausal, kH100SMs, forced).forward_warps == 1);
-    CHECK(plan_attention(kForward, large, DType::f16, kCausal, kH100SMs, forced).forward_warps == 4);
+    const auto forward_warps = [&](const AttentionShape& s) {
+      return plan_attention(kForward, s, DType::f16, kCausal, kH100SMs, forced).forward_warps;
+    };
+    CHECK(forward_warps(small32) == 1);
+    CHECK(forward_warps(large) == 4);
   }
 }
 
@@ -165,7 +169,8 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
   const AttentionShape large = shape(32, 8, 8, 256, 256, 128);
   for (int forced : {4, 0}) {
     INFO("forced " << forced);
-    const AttentionPlan plan = plan_attention(kBackward, large, DType::f32, kCausal, kH100SMs, forced);
+    const AttentionPlan plan =
+        plan_attention(kBackward, large, DType::f32, kCausal, kH100SMs, forced);
     CHECK(plan.forward_warps == 4);
     CHECK(plan.dq_warps == 2);
     CHECK(plan.dkdv_warps == 2);
@@ -280,6 +285,13 @@ TEST_CASE("attention plans hand blocks out heaviest first only for masked calls 
                                            AttentionMaskKind::causal, kH100SMs, 0);
   CHECK(gqa.dq_heaviest_first);
   CHECK_FALSE(gqa.dkdv_heaviest_first);
+  // Past 2^32 blocks (no tensor in memory needs that many) the 32-bit
+  // renumbering would overflow: grid order.
+  const AttentionPlan huge = plan_attention(kBackward, shape(65535, 65535, 65535, 1024, 1024, 64),
+                                            DType::bf16, AttentionMaskKind::causal, kH100SMs, 0);
+  CHECK_FALSE(huge.forward_heaviest_first);
+  CHECK_FALSE(huge.dq_heaviest_first);
+  CHECK_FALSE(huge.dkdv_heaviest_first);
 }
 
 TEST_CASE("attention backward launches one kernel per gradient kernel it needs", "[plan]") {
