@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (tiles > 0) load_tile(0, 0);
   cp_async_commit();
 
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
   const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
   const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
   const bool warp_has_keys = warp_key0 < S;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int col = 8 * j + 2 * t + (e & 1);
-          const float prob = whole || in_span(span, j, e)
+          const float prob = whole || in_span<Elem>(span, j, e)
                                  ? exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2))
                                  : 0.0f;
           pt[j][e] = prob;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int g = (threadIdx.x % 32) / 4;
+  const int g = FragmentLanes<Elem>::row();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
   const bool warp_has_rows = warp_row0 < T;
@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int half = e >> 1;
-          const float prob = whole || in_span(span, j, e)
+          const float prob = whole || in_span<Elem>(span, j, e)
                                  ? exp2_ftz(s[j][e] * scale_log2 - row_lse[half])
                                  : 0.0f;
           dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "attention/attention_fragment.cuh"
 #include "attention/attention_params.h"
 #include "common/dtype.cuh"
 #include "common/fast_exp2.cuh"
@@ -68,8 +69,9 @@ __device__ __forceinline__ bool warp_sees_whole_tile(const TileSpan (&span)[2], 
 }
 // Whether fragment element e of 8-column tile j (C layout) is in its row's
 // span.
+template <class Elem>
 __device__ __forceinline__ bool in_span(const TileSpan (&span)[2], int j, int e) {
-  const int col = 8 * j + 2 * (threadIdx.x % 4) + (e & 1);
+  const int col = 8 * j + 2 * FragmentLanes<Elem>::col() + (e & 1);
   return col >= span[e >> 1].lo && col < span[e >> 1].hi;
 }
 
@@ -147,22 +149,6 @@ __device__ __forceinline__ void load_floats_async(float* dst, const float* src, 
   }
 }
 
-// Copies rows [0, rows) of width kD from `src` (row stride in elements) to
-// shared memory (row stride ld), rows at and past `valid` as zeros, in
-// 16-byte vectors spread over the block's threads.
-template <class Elem, int kD>
-__device__ __forceinline__ void load_rows(Elem* dst, int ld, const Elem* src, int64_t row_stride,
-                                          int rows, int64_t valid) {
-  constexpr int kVec = 16 / sizeof(Elem);
-  constexpr int kChunks = kD / kVec;
-  for (int idx = threadIdx.x; idx < rows * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = (idx % kChunks) * kVec;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < valid) v = __ldg(reinterpret_cast<const uint4*>(src + r * row_stride + c));
-    *reinterpret_cast<uint4*>(dst + r * ld + c) = v;
-  }
-}
-
 // Stores a 16 x kD fragment (C layout, see attention_warp_mma.cuh) of rows
 // row0.. to global memory, scaled by `scale[0]` for row g and `scale[1]`
 // for row g + 8, skipping rows at and past `valid`.
@@ -170,7 +156,7 @@ template <class Elem, int kDT>
 __device__ __forceinline__ void store_fragment(Elem* dst, int64_t row_stride, int64_t row0,
                                                int64_t valid, const float (&c)[kDT][4],
                                                const float (&scale)[2]) {
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = row0 + g + 8 * half;
@@ -211,16 +197,6 @@ __device__ __forceinline__ void fragment_row_reduce(const float (&c)[kNT][4], fl
     }
   out[0] = a[0][0];
   out[1] = a[0][1];
-}
-
-// Max and sum over the four lanes (t = 0..3) that hold one fragment row.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace exphil::kernels::attn

@@ -70,8 +70,9 @@ EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int he
 }
 
 // f32 only: per-warp staging of a 16 x k score fragment in shared memory,
-// padded so that the float2 stores of a half-warp do not conflict.
-EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 8; }
+// rows padded by 4 floats so that neither the float2 stores of a half-warp
+// nor the float4 row loads (8 rows) conflict, in f32's lane numbering.
+EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 4; }
 EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps,
                                                              int k) {
   return elem_bytes == 4 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *

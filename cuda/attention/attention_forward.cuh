@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
   const bool warp_has_rows = warp_row0 < T;
@@ -116,13 +116,13 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       for (int j = 0; j < kNT; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[j][e] = whole || in_span(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+          s[j][e] = whole || in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
       float tile_max[2];
       fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
       float base[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
+        const float m_new = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]));
         // A row that has seen no key yet keeps m = -inf; exponentiate against
         // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
         base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   float inv[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    l[half] = quad_sum(l[half]);
+    l[half] = fragment_row_sum<Elem>(l[half]);
     inv[half] = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
   }
   store_fragment<Elem, kDT>(head_rows<Elem>(p.d_o, pr.q_strides, b, h), q_row, warp_row0, T, o,

@@ -3,7 +3,9 @@
 //
 // A warp computes C[16 x 8n] += A[16 x k] . B. Each thread holds, for every
 // 8-column tile j of C, c[j][0..3] = C[g][8j + 2t], C[g][8j + 2t + 1],
-// C[g + 8][8j + 2t], C[g + 8][8j + 2t + 1], with g = lane / 4, t = lane % 4.
+// C[g + 8][8j + 2t], C[g + 8][8j + 2t + 1], with g and t the lane's row and
+// column group (attention_fragment.cuh: lane / 4 and lane % 4 for the tensor
+// cores, another numbering for f32).
 // Two operand forms cover every product of the forward and backward passes:
 //
 //   a_smem_b_nk: A row-major [16][k] and B stored as [n][k] rows, both in
@@ -18,8 +20,9 @@
 // ldmatrix (.trans for [k][n] rows); the register fragment is rounded to
 // the element type, as FlashAttention does. f32 runs the same contract in
 // exact fp32 FMAs, with the fragment staged through a per-warp shared
-// buffer: the operand loads are warp-wide broadcasts, one bank wavefront
-// each, so the loop is bound by its FMAs rather than by shared memory.
+// buffer. Every operand load is a broadcast that lanes n and n ^ 1 or n and
+// n ^ 2 share (f32's lane numbering), which halves its cost in shared
+// memory's return cycles; no load has a bank conflict.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,6 +31,7 @@
 #include <cstdint>
 
 #include "attention/attention_config.h"
+#include "attention/attention_fragment.cuh"
 
 namespace exphil::kernels::attn {
 
@@ -208,7 +212,7 @@ struct WarpMma<float> {
   __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const float* a, int lda,
                                                      const float* b, int ldb, float* /*scratch*/) {
     static_assert(kK % 4 == 0, "k must be a multiple of 4");
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const int g = FragmentLanes<float>::row(), t = FragmentLanes<float>::col();
     const float* a_lo = a + g * lda;
     const float* a_hi = a + (g + 8) * lda;
 #pragma unroll 2
@@ -231,7 +235,7 @@ struct WarpMma<float> {
   __device__ __forceinline__ static void a_frag_b_kn(float (&c)[kNT][4], const float (&p)[kK / 8][4],
                                                      const float* b, int ldb, float* scratch) {
     constexpr int lds = attention_scratch_stride(kK);
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const int g = FragmentLanes<float>::row(), t = FragmentLanes<float>::col();
     __syncwarp();  // the previous product has finished reading the scratch
 #pragma unroll
     for (int i = 0; i < kK / 8; ++i) {
