@@ -17,13 +17,14 @@ namespace {
 
 using kernels::AttentionDirection;
 
-// Everything after validation, shared by both directions. `launch` enqueues
-// the kernels: (const AttentionPlan&, float* d_workspace, cudaStream_t) ->
-// LaunchResult.
+// Everything after validation, shared by both directions (`backward`:
+// nullptr for the forward). `launch` enqueues the kernels:
+// (const AttentionPlan&, float* d_workspace, cudaStream_t) -> LaunchResult.
 template <class Launch>
 Status run(AttentionDirection direction, const runtime::AttentionCall& call,
            const kernels::AttentionProblem& problem, Stream requested_stream,
-           const AttentionLaunchOptions* options, int kernel_count, Launch&& launch) {
+           const AttentionLaunchOptions* options,
+           const kernels::AttentionBackwardParams* backward, Launch&& launch) {
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 
@@ -38,9 +39,9 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
             "[B, Hq, Hkv, T, S, d] = " + runtime::shape_string(dims, 6) + " cannot run: " + why};
   }
 
-  // A backward with no gradient output launches nothing and needs nothing.
+  const int kernel_count = backward ? kernels::attention_backward_kernel_count(*backward) : 1;
   const std::size_t workspace_bytes =
-      kernel_count ? kernels::attention_workspace_bytes(plan) : 0;
+      backward ? kernels::attention_backward_workspace_bytes(*backward, plan) : 0;
   EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
       workspace_bytes, "attention workspace",
       [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
@@ -68,7 +69,7 @@ Status attention_forward(const AttentionForwardArgs& args, Stream stream,
     runtime::AttentionCall call;
     Status s = runtime::validate_attention_forward(args, params, call);
     if (s.ok())
-      s = run(AttentionDirection::forward, call, params.problem, stream, options, 1,
+      s = run(AttentionDirection::forward, call, params.problem, stream, options, nullptr,
               [&](const kernels::AttentionPlan& plan, float*, cudaStream_t st) {
                 return kernels::launch_attention_forward(params, plan, st);
               });
@@ -83,8 +84,7 @@ Status attention_backward(const AttentionBackwardArgs& args, Stream stream,
     runtime::AttentionCall call;
     Status s = runtime::validate_attention_backward(args, params, call);
     if (s.ok())
-      s = run(AttentionDirection::backward, call, params.problem, stream, options,
-              kernels::attention_backward_kernel_count(params),
+      s = run(AttentionDirection::backward, call, params.problem, stream, options, &params,
               [&](const kernels::AttentionPlan& plan, float* d_workspace, cudaStream_t st) {
                 return kernels::launch_attention_backward(params, plan, d_workspace, st);
               });

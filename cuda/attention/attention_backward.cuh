@@ -3,18 +3,21 @@
 // Algorithm. With P = exp(scale S - lse) recomputed tile by tile from the
 // saved lse, dP = dO V^T and Di = rowsum(dO * O):
 //   dV = P^T dO,  dS = P * (dP - Di),  dQ = scale dS K,  dK = scale dS^T Q.
-// Three kernels, none with atomics, so every sum has one fixed order:
-//   1. attention_rowdot_kernel: Di for every query row (a 16-byte vector of
-//      O and dO per thread).
+// Two kernels, neither with atomics, so every sum has one fixed order:
+//   1. attention_dq_kernel: a block takes 16 query rows per warp of one
+//      (batch, query head) and walks the keys they see, as the forward does.
+//      It computes Di for its own rows from O and dO (fragment_rowdot()),
+//      and when dK or dV follow it writes them to the workspace.
 //   2. attention_dkdv_kernel: a block takes 16 key rows per warp of one
 //      (batch, key head) and walks, for each query head of its group in
 //      turn, the query rows that can see its keys, in tiles of
-//      attention_query_tile(). dK and dV stay in registers, so the sum over
-//      the heads that share a key head is part of the walk.
-//   3. attention_dq_kernel: a block takes 16 query rows per warp of one
-//      (batch, query head) and walks the keys they see, as the forward does.
-// Scores are recomputed twice (kernels 2 and 3) instead of summing dQ across
-// key blocks with atomics, FlashAttention-2's way, which is not deterministic.
+//      attention_query_tile(), reading Di from the workspace. dK and dV stay
+//      in registers, so the sum over the heads that share a key head is part
+//      of the walk.
+// A call without dQ runs attention_rowdot_kernel (a 16-byte vector of O and
+// dO per thread) for Di instead of kernel 1. Scores are recomputed twice
+// (kernels 1 and 2) instead of summing dQ across key blocks with atomics,
+// FlashAttention-2's way, which is not deterministic.
 // Streamed tiles are copied with cp.async one tile ahead (f16/bf16), and
 // only tiles that cut through a visible range pay for the mask. Under a
 // mask the blocks of kernels 2 and 3 start heaviest first (block_coord()).
@@ -61,6 +64,33 @@ __device__ __forceinline__ float vector_dot(const uint4& a, const uint4& b) {
 #pragma unroll
   for (int i = 0; i < kVec; ++i) sum = fmaf(to_float(x[i]), to_float(y[i]), sum);
   return sum;
+}
+
+// Di = rowsum(dO * O) of this lane's two fragment rows, row0 + g and
+// row0 + g + 8 (0 past `valid`), from global memory: each of a row's four
+// lanes takes a quarter of its d columns in 16-byte vectors, and the row's
+// lanes add their parts, so the sums land where the fragments need them.
+template <class Elem, int kD>
+__device__ __forceinline__ void fragment_rowdot(const Elem* d_o, const Elem* d_grad_o,
+                                                int64_t row_stride, int64_t row0, int64_t valid,
+                                                float (&dot)[2]) {
+  constexpr int kColumns = kD / 4;
+  constexpr int kVectors = kColumns * static_cast<int>(sizeof(Elem)) / 16;
+  static_assert(kVectors >= 1, "a lane's quarter of a row is at least one 16-byte vector");
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row0 + g + 8 * half;
+    float sum = 0.0f;
+    if (row < valid) {
+      const int64_t offset = row * row_stride + t * kColumns;
+      const uint4* o = reinterpret_cast<const uint4*>(d_o + offset);
+      const uint4* d_out = reinterpret_cast<const uint4*>(d_grad_o + offset);
+#pragma unroll
+      for (int v = 0; v < kVectors; ++v) sum += vector_dot<Elem>(__ldg(o + v), __ldg(d_out + v));
+    }
+    dot[half] = fragment_row_sum<Elem>(sum);
+  }
 }
 }  // namespace attn
 
@@ -240,7 +270,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
 
 template <class Elem, int kD, int kKT>
 __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeof(Elem), kD))
-    attention_dq_kernel(const AttentionBackwardParams p, const float* d_rowdot,
+    attention_dq_kernel(const AttentionBackwardParams p, float* d_rowdot_out,
                         bool heaviest_first) {
   using namespace attn;
   constexpr int kNT = kKT / 8;
@@ -283,21 +313,26 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int g = FragmentLanes<Elem>::row();
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
   const bool warp_has_rows = warp_row0 < T;
   const int64_t warp_lo = warp_has_rows ? keys.lo(warp_row0) : 0;
   const int64_t warp_hi = warp_has_rows ? keys.hi(min(warp_row0 + kAttnRowsPerWarp, T) - 1) : 0;
   const float scale_log2 = pr.scale * kLog2e;
-  const float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
-  const float* rowdot = d_rowdot + (b * pr.shape.q_heads + h) * T;
-  float row_lse[2], row_dot[2];
+  const int64_t stats = (b * pr.shape.q_heads + h) * T;
+  // Di's loads go out with the tiles' copies; the first tile waits for both.
+  float row_dot[2];
+  fragment_rowdot<Elem, kD>(head_rows<Elem>(p.d_o, pr.q_strides, b, h),
+                            head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h), q_row, warp_row0, T,
+                            row_dot);
+  float row_lse[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const bool valid = my_row[half] < T;
-    row_lse[half] = valid ? lse_base2(lse[my_row[half]]) : CUDART_INF_F;
-    row_dot[half] = valid ? rowdot[my_row[half]] : 0.0f;
+    row_lse[half] = valid ? lse_base2(p.d_lse[stats + my_row[half]]) : CUDART_INF_F;
+    if (valid && d_rowdot_out != nullptr && t == 0)
+      d_rowdot_out[stats + my_row[half]] = row_dot[half];
   }
   const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
   const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};

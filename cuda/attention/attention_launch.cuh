@@ -43,6 +43,10 @@ LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, i
   return {};
 }
 
+// f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
+template <class Elem>
+constexpr bool kHasShortTile = attention_key_tile(sizeof(Elem)) != kAttnShortKeys;
+
 template <class Elem, int kD, int kKT>
 LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& plan,
                      cudaStream_t stream) {
@@ -56,19 +60,40 @@ LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& 
 }
 
 template <class Elem, int kD, int kKT>
-LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan, float* d_rowdot,
-                cudaStream_t stream) {
+LaunchResult dq_with_tile(const AttentionBackwardParams& params, const AttentionPlan& plan,
+                          float* d_rowdot_out, cudaStream_t stream) {
   const AttentionShape& s = params.problem.shape;
   return launch_row_blocks<attention_dq_kernel<Elem, kD, kKT>>(
       {"cudaFuncSetAttribute (attention_dq_kernel shared memory)", "launch of attention_dq_kernel"},
       attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT), plan.dq_warps, s.q_len,
-      s.q_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot),
-      plan.dq_heaviest_first);
+      s.q_heads, s.batch, stream, params, d_rowdot_out, plan.dq_heaviest_first);
 }
 
-// f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
-template <class Elem>
-constexpr bool kHasShortTile = attention_key_tile(sizeof(Elem)) != kAttnShortKeys;
+// d_rowdot_out: where the dQ kernel leaves rowsum(dO * O) for the dK/dV
+// kernel, or nullptr when none follows.
+template <class Elem, int kD>
+LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan,
+                float* d_rowdot_out, cudaStream_t stream) {
+  if constexpr (kHasShortTile<Elem>) {
+    if (plan.key_tile == kAttnShortKeys)
+      return dq_with_tile<Elem, kD, kAttnShortKeys>(params, plan, d_rowdot_out, stream);
+  }
+  return dq_with_tile<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, d_rowdot_out,
+                                                                   stream);
+}
+
+template <class Elem, int kD>
+LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, cudaStream_t stream) {
+  const AttentionShape& s = params.problem.shape;
+  const int64_t rows = s.batch * s.q_heads * s.q_len;
+  const int64_t rows_per_block = kRowdotThreads / attn::rowdot_threads<Elem, kD>();
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  attention_rowdot_kernel<Elem, kD>
+      <<<static_cast<unsigned>(blocks < kMaxRowdotBlocks ? blocks : kMaxRowdotBlocks),
+         kRowdotThreads, 0, stream>>>(params, d_rowdot);
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
+  return {};
+}
 
 }  // namespace attn_launch
 
@@ -90,33 +115,23 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   using namespace attn_launch;
   clear_stale_launch_error();
   const AttentionShape& s = params.problem.shape;
-  if (params.d_grad_q == nullptr && params.d_grad_k == nullptr && params.d_grad_v == nullptr)
-    return {};
-  const int64_t rows = s.batch * s.q_heads * s.q_len;
-  const int64_t rows_per_block = kRowdotThreads / attn::rowdot_threads<Elem, kD>();
-  const int64_t rowdot_blocks = (rows + rows_per_block - 1) / rows_per_block;
-  attention_rowdot_kernel<Elem, kD>
-      <<<static_cast<unsigned>(rowdot_blocks < kMaxRowdotBlocks ? rowdot_blocks : kMaxRowdotBlocks),
-         kRowdotThreads, 0, stream>>>(params, d_workspace);
-  EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
-
-  if (params.d_grad_k != nullptr || params.d_grad_v != nullptr) {
-    const LaunchResult r = launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
-        {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
-         "launch of attention_dkdv_kernel"},
-        attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps), plan.dkdv_warps,
-        s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
-        plan.dkdv_heaviest_first);
-    if (!r.ok()) return r;
-  }
+  const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
+  // rowsum(dO * O) reaches the dK/dV kernel through d_workspace, from the
+  // dQ kernel, or from a kernel of its own when there is no dQ to compute.
   if (params.d_grad_q != nullptr) {
-    if constexpr (kHasShortTile<Elem>) {
-      if (plan.key_tile == kAttnShortKeys)
-        return dq<Elem, kD, kAttnShortKeys>(params, plan, d_workspace, stream);
-    }
-    return dq<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, d_workspace, stream);
+    const LaunchResult r =
+        dq<Elem, kD>(params, plan, key_grads ? d_workspace : nullptr, stream);
+    if (!r.ok()) return r;
+  } else if (key_grads) {
+    if (const LaunchResult r = rowdot<Elem, kD>(params, d_workspace, stream); !r.ok()) return r;
   }
-  return {};
+  if (!key_grads) return {};
+  return launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
+      {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
+       "launch of attention_dkdv_kernel"},
+      attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps), plan.dkdv_warps, s.kv_len,
+      s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
+      plan.dkdv_heaviest_first);
 }
 
 }  // namespace exphil::kernels

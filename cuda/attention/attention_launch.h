@@ -22,20 +22,26 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
 const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,
                                   const AttentionShape& shape, DType dtype) noexcept;
 
-inline std::size_t attention_workspace_bytes(const AttentionPlan& plan) noexcept {
-  return static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
+// Device memory a backward call with these outputs needs: rowsum(dO * O)
+// for the dK/dV kernel (plan.ws_floats), none without dK and dV (the dQ
+// kernel keeps its rows' sums to itself). The forward needs none.
+inline std::size_t attention_backward_workspace_bytes(const AttentionBackwardParams& params,
+                                                      const AttentionPlan& plan) noexcept {
+  const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
+  return key_grads ? static_cast<std::size_t>(plan.ws_floats) * sizeof(float) : 0;
 }
 
 // Enqueue the kernels on `stream` (the current device must own it).
-// d_workspace: attention_workspace_bytes(plan) of device memory ordered on
-// `stream` (none for the forward).
+// d_workspace: attention_backward_workspace_bytes() of device memory ordered
+// on `stream` (none for the forward).
 LaunchResult launch_attention_forward(const AttentionForwardParams& params,
                                       const AttentionPlan& plan, cudaStream_t stream) noexcept;
 LaunchResult launch_attention_backward(const AttentionBackwardParams& params,
                                        const AttentionPlan& plan, float* d_workspace,
                                        cudaStream_t stream) noexcept;
 
-// Kernel launches of a backward call with these outputs.
+// Kernel launches of a backward call with these outputs: dQ (which also
+// computes rowsum(dO * O)) or the rowsum kernel, then dK/dV.
 int attention_backward_kernel_count(const AttentionBackwardParams& params) noexcept;
 
 }  // namespace exphil::kernels

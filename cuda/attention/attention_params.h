@@ -81,7 +81,7 @@ struct AttentionPlan {
   bool forward_heaviest_first = false;
   bool dq_heaviest_first = false;
   bool dkdv_heaviest_first = false;
-  int64_t ws_floats = 0;  // workspace: rowsum(dO * O) [B, Hq, T] (backward)
+  int64_t ws_floats = 0;  // backward workspace: rowsum(dO * O) [B, Hq, T], for dK/dV
 };
 
 }  // namespace exphil::kernels

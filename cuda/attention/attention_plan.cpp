@@ -89,7 +89,7 @@ int attention_backward_kernel_count(const AttentionBackwardParams& p) noexcept {
   const bool kv = p.d_grad_k != nullptr || p.d_grad_v != nullptr;
   const bool q = p.d_grad_q != nullptr;
   if (!kv && !q) return 0;
-  return 1 + (kv ? 1 : 0) + (q ? 1 : 0);
+  return kv ? 2 : 1;
 }
 
 }  // namespace exphil::kernels

@@ -224,8 +224,9 @@ TEST_CASE("attention planner reports the sizes the kernels cannot run", "[plan]"
   }
 }
 
-TEST_CASE("attention workspace: B * Hq * T floats for the backward, none for the forward",
+TEST_CASE("attention workspace: B * Hq * T floats for a backward with dK or dV, none otherwise",
           "[plan]") {
+  int dummy = 0;
   for (DType dtype : kDtypes)
     for (int d : kHeadDims) {
       // T != S and Hq != Hkv, so that only the query side can match.
@@ -233,10 +234,17 @@ TEST_CASE("attention workspace: B * Hq * T floats for the backward, none for the
       INFO(exphil::dtype_name(dtype) << " d " << d);
       const AttentionPlan fwd = plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0);
       CHECK(fwd.ws_floats == 0);
-      CHECK(attention_workspace_bytes(fwd) == 0);
       const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, 0);
       CHECK(bwd.ws_floats == 3 * 8 * 100);
-      CHECK(attention_workspace_bytes(bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
+      AttentionBackwardParams p;
+      CHECK(attention_backward_workspace_bytes(p, bwd) == 0);
+      p.d_grad_q = &dummy;  // dQ alone: its kernel keeps rowsum(dO * O) to itself
+      CHECK(attention_backward_workspace_bytes(p, bwd) == 0);
+      p.d_grad_v = &dummy;
+      CHECK(attention_backward_workspace_bytes(p, bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
+      p.d_grad_q = p.d_grad_v = nullptr;
+      p.d_grad_k = &dummy;
+      CHECK(attention_backward_workspace_bytes(p, bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
     }
 }
 
@@ -294,16 +302,17 @@ TEST_CASE("attention plans hand blocks out heaviest first only for masked calls 
   CHECK_FALSE(huge.dkdv_heaviest_first);
 }
 
-TEST_CASE("attention backward launches one kernel per gradient kernel it needs", "[plan]") {
+TEST_CASE("attention backward: dQ alone is one kernel, dK/dV with dQ or rowsum(dO * O) two",
+          "[plan]") {
   AttentionBackwardParams p;
   int dummy = 0;
   CHECK(attention_backward_kernel_count(p) == 0);
   p.d_grad_q = &dummy;
-  CHECK(attention_backward_kernel_count(p) == 2);  // rowsum(dO * O), dQ
+  CHECK(attention_backward_kernel_count(p) == 1);  // dQ, which sums dO * O itself
   p.d_grad_k = &dummy;
-  CHECK(attention_backward_kernel_count(p) == 3);  // and dK/dV
+  CHECK(attention_backward_kernel_count(p) == 2);  // and dK/dV
   p.d_grad_q = nullptr;
-  CHECK(attention_backward_kernel_count(p) == 2);
+  CHECK(attention_backward_kernel_count(p) == 2);  // rowsum(dO * O), dK/dV
   p.d_grad_k = nullptr;
   p.d_grad_v = &dummy;
   CHECK(attention_backward_kernel_count(p) == 2);
