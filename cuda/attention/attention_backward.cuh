@@ -20,7 +20,7 @@
 // FlashAttention-2's way, which is not deterministic.
 // Streamed tiles are copied with cp.async one tile ahead (f16/bf16), and
 // only tiles that cut through a visible range pay for the mask. Under a
-// mask the blocks of kernels 2 and 3 start heaviest first (block_coord()).
+// mask the blocks of kernels 1 and 2 start heaviest first (block_coord()).
 //
 // Layout and limits as the forward (attention_forward.cuh). Rows that saw
 // no key (lse = -inf) get P = 0 and so no gradient.
