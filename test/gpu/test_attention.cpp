@@ -91,15 +91,7 @@ TEST_CASE("attention every forced block size gives the reference's results", "[g
   for (DType dtype : {DType::f32, DType::bf16})
     for (int warps : {1, 2, 4})
       for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal}) {
-        AttentionRun r;
-        r.dtype = dtype;
-        r.head_dim = 64;
-        r.batch = 2;
-        r.q_heads = 4;
-        r.kv_heads = 2;
-        r.q_len = 77;
-        r.kv_len = 130;
-        r.options.mask = mask;
+        AttentionRun r = attention_run(dtype, 64, {2, 4, 2, 77, 130}, mask);
         r.warps = warps;
         run_case(r);
       }
@@ -112,22 +104,11 @@ TEST_CASE("attention blocks handed out heaviest first give the reference's resul
   // unmasked ones grid order. The first: 64 query and 32 key (batch, head)
   // pairs of 5 row blocks each. The second, small enough for racecheck: 64
   // pairs of 64 rows, whose blocks shrink to one warp (256 of them).
-  struct Shape {
-    int64_t batch, q_heads, kv_heads, q_len, kv_len;
-  };
-  for (const Shape& s : {Shape{8, 8, 4, 300, 260}, Shape{16, 4, 4, 64, 64}})
+  for (const AttentionDims& s : {AttentionDims{8, 8, 4, 300, 260}, AttentionDims{16, 4, 4, 64, 64}})
     for (DType dtype : {DType::f32, DType::bf16})
       for (AttentionMask mask :
            {AttentionMask::none, AttentionMask::causal, AttentionMask::window}) {
-        AttentionRun r;
-        r.dtype = dtype;
-        r.head_dim = 32;
-        r.batch = s.batch;
-        r.q_heads = s.q_heads;
-        r.kv_heads = s.kv_heads;
-        r.q_len = s.q_len;
-        r.kv_len = s.kv_len;
-        r.options.mask = mask;
+        AttentionRun r = attention_run(dtype, 32, s, mask);
         r.options.window = static_cast<int>(s.kv_len / 3);
         const std::optional<AttentionCheck> c = run_case(r);
         if (!c) continue;
@@ -140,14 +121,7 @@ TEST_CASE("attention blocks handed out heaviest first give the reference's resul
 }
 
 TEST_CASE("attention NULL outputs are not written and the rest are right", "[gpu][attention]") {
-  AttentionRun r;
-  r.dtype = DType::bf16;
-  r.head_dim = 64;
-  r.q_heads = 4;
-  r.kv_heads = 2;
-  r.q_len = 40;
-  r.kv_len = 70;
-  r.options.mask = AttentionMask::causal;
+  AttentionRun r = attention_run(DType::bf16, 64, {1, 4, 2, 40, 70}, AttentionMask::causal);
   SECTION("no lse from a forward-only call") {
     r.backward = false;
     r.write_lse = false;
@@ -169,13 +143,8 @@ TEST_CASE("attention NULL outputs are not written and the rest are right", "[gpu
 
 TEST_CASE("attention explicit scales, including a negative one", "[gpu][attention]") {
   for (float scale : {0.5f, -0.3f, 2.0f}) {
-    AttentionRun r;
-    r.dtype = DType::f32;
-    r.head_dim = 32;
-    r.q_len = 50;
-    r.kv_len = 50;
+    AttentionRun r = attention_run(DType::f32, 32, {1, 1, 1, 50, 50}, AttentionMask::causal);
     r.options.scale = scale;
-    r.options.mask = AttentionMask::causal;
     r.q_amplitude = 1.0;
     run_case(r);
   }
@@ -183,12 +152,8 @@ TEST_CASE("attention explicit scales, including a negative one", "[gpu][attentio
 
 TEST_CASE("attention rows that see no key: o = 0, lse = -inf, no gradient", "[gpu][attention]") {
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    AttentionRun r;
-    r.dtype = dtype;
-    r.head_dim = 32;
-    r.q_len = 90;  // causal with T > S: the first 60 rows see nothing
-    r.kv_len = 30;
-    r.options.mask = AttentionMask::causal;
+    // Causal with T > S: the first 60 rows see nothing.
+    AttentionRun r = attention_run(dtype, 32, {1, 1, 1, 90, 30}, AttentionMask::causal);
     run_case(r);
     r.options.mask = AttentionMask::window;
     r.options.window = 1;
@@ -198,16 +163,8 @@ TEST_CASE("attention rows that see no key: o = 0, lse = -inf, no gradient", "[gp
 
 TEST_CASE("attention long sequences: T = S = 4100 causal, and 16384 with a window",
           "[gpu][attention]") {
-  AttentionRun r;
-  r.dtype = DType::bf16;
-  r.head_dim = 64;
-  r.q_len = r.kv_len = 4100;
-  r.options.mask = AttentionMask::causal;
-  run_case(r);
-  r.dtype = DType::f32;
-  r.head_dim = 128;
-  r.q_len = r.kv_len = 16384;
-  r.options.mask = AttentionMask::window;
+  run_case(attention_run(DType::bf16, 64, {1, 1, 1, 4100, 4100}, AttentionMask::causal));
+  AttentionRun r = attention_run(DType::f32, 128, {1, 1, 1, 16384, 16384}, AttentionMask::window);
   r.options.window = 100;
   run_case(r);
 }
@@ -215,15 +172,7 @@ TEST_CASE("attention long sequences: T = S = 4100 causal, and 16384 with a windo
 TEST_CASE("attention on a caller stream and through the C ABI", "[gpu][attention]") {
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  AttentionRun r;
-  r.dtype = DType::f16;
-  r.head_dim = 96;
-  r.batch = 2;
-  r.q_heads = 8;
-  r.kv_heads = 2;
-  r.q_len = 45;
-  r.kv_len = 45;
-  r.options.mask = AttentionMask::causal;
+  AttentionRun r = attention_run(DType::f16, 96, {2, 8, 2, 45, 45}, AttentionMask::causal);
   r.options.layout = AttentionLayout::bthd;
   r.calls = 2;
   run_case(r, attention_cpp_runner(stream));

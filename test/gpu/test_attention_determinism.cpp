@@ -17,15 +17,7 @@ TEST_CASE("attention forward and backward are bitwise reproducible", "[gpu][atte
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
   for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    AttentionRun r;
-    r.dtype = dtype;
-    r.head_dim = 64;
-    r.batch = 3;
-    r.q_heads = 8;
-    r.kv_heads = 2;
-    r.q_len = 300;
-    r.kv_len = 333;
-    r.options.mask = AttentionMask::causal;
+    const AttentionRun r = attention_run(dtype, 64, {3, 8, 2, 300, 333}, AttentionMask::causal);
     if (!within_test_size(r)) continue;
     const uint64_t seed = test_seed();
     INFO(describe(r) << " seed=" << seed);

@@ -128,15 +128,8 @@ TEST_CASE("graphs: attention captured and replayed, top level and nested",
           "[gpu][graph][attention]") {
   CallerStream s;
   for (GraphNesting nesting : kNestings) {
-    AttentionRun r;
-    r.dtype = DType::bf16;
-    r.head_dim = 64;
-    r.batch = 2;
-    r.q_heads = 4;
-    r.kv_heads = 2;
-    r.q_len = 257;
-    r.kv_len = 300;
-    r.options.mask = AttentionMask::causal;
+    const AttentionRun r =
+        attention_run(DType::bf16, 64, {2, 4, 2, 257, 300}, AttentionMask::causal);
     if (!within_test_size(r)) continue;
     const uint64_t seed = test_seed();
     INFO(describe(r) << " seed=" << seed << " " << nesting_name(nesting));

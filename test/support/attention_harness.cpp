@@ -112,6 +112,20 @@ void expect_ok(const Status& s, const char* what, std::vector<std::string>& fail
 
 }  // namespace
 
+AttentionRun attention_run(DType dtype, int head_dim, const AttentionDims& dims,
+                           AttentionMask mask) {
+  AttentionRun r;
+  r.dtype = dtype;
+  r.head_dim = head_dim;
+  r.batch = dims.batch;
+  r.q_heads = dims.q_heads;
+  r.kv_heads = dims.kv_heads;
+  r.q_len = dims.q_len;
+  r.kv_len = dims.kv_len;
+  r.options.mask = mask;
+  return r;
+}
+
 std::string describe(const AttentionRun& r) {
   std::ostringstream s;
   s << dtype_name(r.dtype) << " B" << r.batch << " Hq" << r.q_heads << " Hkv" << r.kv_heads << " T"

@@ -52,6 +52,16 @@ struct AttentionRun {
   double q_amplitude = 2.0;  // q in [-a, a]: peaked, not uniform, softmax rows
 };
 
+// [B, Hq, Hkv, T, S]: the extents of a case.
+struct AttentionDims {
+  int64_t batch, q_heads, kv_heads, q_len, kv_len;
+};
+
+// A case of this dtype, head width, extents and mask, every other field at
+// its default.
+AttentionRun attention_run(DType dtype, int head_dim, const AttentionDims& dims,
+                           AttentionMask mask);
+
 std::string describe(const AttentionRun& run);
 
 // False, after printing the case, if its scores (B * Hq * T * S) exceed
