@@ -28,9 +28,11 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 
+  const bool wgmma = !(options && options->sm80_kernels) &&
+                     kernels::attention_wgmma_available(context.compute_capability());
   const kernels::AttentionPlan plan =
       kernels::plan_attention(direction, call.shape, problem.dtype, problem.mask,
-                              context.sm_count(), options ? options->warps_per_block : 0);
+                              context.sm_count(), options ? options->warps_per_block : 0, wgmma);
   if (const char* why =
           kernels::attention_unsupported(direction, plan, call.shape, problem.dtype)) {
     const auto& s = call.shape;
@@ -56,6 +58,9 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
     info.kernels = kernel_count;
     info.queries_heaviest_first = fwd ? plan.forward_heaviest_first : plan.dq_heaviest_first;
     info.keys_heaviest_first = !fwd && plan.dkdv_heaviest_first;
+    info.warpgroup_forward = fwd && plan.forward_wgmma;
+    info.warpgroup_dkdv = !fwd && plan.dkdv_wgmma && (backward->d_grad_k || backward->d_grad_v);
+    info.warpgroup_dq = !fwd && plan.dq_wgmma && backward->d_grad_q;
   }
   return {};
 }

@@ -73,6 +73,22 @@ Status DeviceRegistry::sm_count(int device, int& count) {
   return {};
 }
 
+Status DeviceRegistry::compute_capability(int device, int& cc) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (d.compute_capability == 0) {
+    int major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+    e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
+    d.compute_capability = 10 * major + minor;
+  }
+  cc = d.compute_capability;
+  return {};
+}
+
 Status DeviceRegistry::stream(int device, cudaStream_t& stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   EXPHIL_RETURN_IF_ERROR(require_device_locked(device));

@@ -1,6 +1,7 @@
 // Per-device state the library owns, created lazily on first use and never in
 // a static initialiser: the managed non-blocking stream, the memory pool for
-// kernel workspaces, and the multiprocessor count the planner needs.
+// kernel workspaces, and the multiprocessor count and compute capability
+// the planners need.
 //
 // Thread-safe. The CUDA objects are deliberately never destroyed: at process
 // exit the CUDA runtime may already be gone, and destroying a stream then is
@@ -27,6 +28,8 @@ class DeviceRegistry {
   // is no GPU, invalid_argument when the index is out of range.
   Status require_device(int device);
   Status sm_count(int device, int& count);
+  // 10 * major + minor, e.g. 90 for an H100.
+  Status compute_capability(int device, int& cc);
   Status stream(int device, cudaStream_t& stream);
   Status workspace_pool(int device, cudaMemPool_t& pool);
   Status synchronize(int device);
@@ -38,6 +41,7 @@ class DeviceRegistry {
     cudaStream_t stream = nullptr;
     cudaMemPool_t pool = nullptr;
     int sm_count = 0;
+    int compute_capability = 0;
   };
 
   Status count_locked();  // mutex_ held

@@ -92,6 +92,75 @@ __device__ __forceinline__ void fragment_rowdot(const Elem* d_o, const Elem* d_g
     dot[half] = fragment_row_sum<Elem>(sum);
   }
 }
+
+// The dQ kernels' per-row values for this lane's two rows of the warp's
+// 16 from warp_row0: Di = rowsum(dO * O), also written to d_rowdot_out
+// (the dK/dV kernel's workspace) unless it is null, and lse in base 2.
+template <class Elem, int kD>
+__device__ __forceinline__ void dq_row_statistics(const AttentionBackwardParams& p, int64_t b,
+                                                  int64_t h, int64_t warp_row0,
+                                                  float* d_rowdot_out, float (&row_dot)[2],
+                                                  float (&row_lse)[2]) {
+  const AttentionProblem& pr = p.problem;
+  const int64_t T = pr.shape.q_len;
+  const int64_t stats = (b * pr.shape.q_heads + h) * T;
+  fragment_rowdot<Elem, kD>(head_rows<Elem>(p.d_o, pr.q_strides, b, h),
+                            head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h), pr.q_strides.row,
+                            warp_row0, T, row_dot);
+  const int64_t row0 = warp_row0 + FragmentLanes<Elem>::row();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = row0 + 8 * half;
+    const bool valid = row < T;
+    row_lse[half] = valid ? lse_base2(p.d_lse[stats + row]) : CUDART_INF_F;
+    if (valid && d_rowdot_out != nullptr && FragmentLanes<Elem>::col() == 0)
+      d_rowdot_out[stats + row] = row_dot[half];
+  }
+}
+
+// The dQ kernels' step from a tile's scores s and dP = dO V^T (rows the
+// queries) to dS = P (dP - Di), left in dp; keys outside a row's span get
+// P = 0.
+template <class Elem, int kNT>
+__device__ __forceinline__ void dq_tile_scores(const float (&s)[kNT][4], float (&dp)[kNT][4],
+                                               const TileSpan (&span)[2], float scale_log2,
+                                               const float (&row_lse)[2],
+                                               const float (&row_dot)[2]) {
+  const bool whole = warp_sees_whole_tile(span, 8 * kNT);
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int half = e >> 1;
+      const float prob = whole || in_span<Elem>(span, j, e)
+                             ? exp2_ftz(s[j][e] * scale_log2 - row_lse[half])
+                             : 0.0f;
+      dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
+    }
+}
+
+// The dK/dV kernels' step from a tile's transposed scores (rows the keys,
+// columns the tile's queries, whose lse and Di are lse_tile[] and
+// dot_tile[]) to P^T, left in pt, and dS^T, left in dpt; queries outside a
+// key's span get P = 0.
+template <class Elem, int kNT>
+__device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dpt)[kNT][4],
+                                                 const TileSpan (&span)[2], float scale_log2,
+                                                 const float* lse_tile, const float* dot_tile) {
+  const bool whole = warp_sees_whole_tile(span, 8 * kNT);
+  const int t = FragmentLanes<Elem>::col();
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * j + 2 * t + (e & 1);
+      const float prob = whole || in_span<Elem>(span, j, e)
+                             ? exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2))
+                             : 0.0f;
+      pt[j][e] = prob;
+      dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T
+    }
+}
 }  // namespace attn
 
 // rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c]: rowdot_threads()
@@ -193,7 +262,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (tiles > 0) load_tile(0, 0);
   cp_async_commit();
 
-  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+  const int g = FragmentLanes<Elem>::row();
   const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
   const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
   const bool warp_has_keys = warp_key0 < S;
@@ -239,18 +308,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    do_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                                 tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
-      const bool whole = warp_sees_whole_tile(span, kQT);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * j + 2 * t + (e & 1);
-          const float prob = whole || in_span<Elem>(span, j, e)
-                                 ? exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2))
-                                 : 0.0f;
-          pt[j][e] = prob;
-          dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T
-        }
+      dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kLd, scratch);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kLd, scratch);
     }
@@ -313,27 +371,16 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+  const int g = FragmentLanes<Elem>::row();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
   const bool warp_has_rows = warp_row0 < T;
   const int64_t warp_lo = warp_has_rows ? keys.lo(warp_row0) : 0;
   const int64_t warp_hi = warp_has_rows ? keys.hi(min(warp_row0 + kAttnRowsPerWarp, T) - 1) : 0;
   const float scale_log2 = pr.scale * kLog2e;
-  const int64_t stats = (b * pr.shape.q_heads + h) * T;
   // Di's loads go out with the tiles' copies; the first tile waits for both.
-  float row_dot[2];
-  fragment_rowdot<Elem, kD>(head_rows<Elem>(p.d_o, pr.q_strides, b, h),
-                            head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h), q_row, warp_row0, T,
-                            row_dot);
-  float row_lse[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const bool valid = my_row[half] < T;
-    row_lse[half] = valid ? lse_base2(p.d_lse[stats + my_row[half]]) : CUDART_INF_F;
-    if (valid && d_rowdot_out != nullptr && t == 0)
-      d_rowdot_out[stats + my_row[half]] = row_dot[half];
-  }
+  float row_dot[2], row_lse[2];
+  dq_row_statistics<Elem, kD>(p, b, h, warp_row0, d_rowdot_out, row_dot, row_lse);
   const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
   const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
@@ -362,17 +409,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    v_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
-      const bool whole = warp_sees_whole_tile(span, kKT);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int half = e >> 1;
-          const float prob = whole || in_span<Elem>(span, j, e)
-                                 ? exp2_ftz(s[j][e] * scale_log2 - row_lse[half])
-                                 : 0.0f;
-          dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
-        }
+      dq_tile_scores<Elem>(s, dp, span, scale_log2, row_lse, row_dot);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled

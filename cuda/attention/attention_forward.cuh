@@ -25,6 +25,7 @@
 
 #include "attention/attention_common.cuh"
 #include "attention/attention_config.h"
+#include "attention/attention_online_softmax.cuh"
 #include "attention/attention_warp_mma.cuh"
 
 namespace exphil::kernels {
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+  const int g = FragmentLanes<Elem>::row();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
   const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
   const bool warp_has_rows = warp_row0 < T;
@@ -111,38 +112,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLd, k_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
-      const bool whole = warp_sees_whole_tile(span, kKT);
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[j][e] = whole || in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
-      float tile_max[2];
-      fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
-      float base[2];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float m_new = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]));
-        // A row that has seen no key yet keeps m = -inf; exponentiate against
-        // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
-        base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
-        const float alpha = exp2_ftz(m[half] - base[half]);
-        m[half] = m_new;
-        l[half] *= alpha;
-#pragma unroll
-        for (int j = 0; j < kDT; ++j) {
-          o[j][2 * half] *= alpha;
-          o[j][2 * half + 1] *= alpha;
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kNT; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
-      float tile_sum[2];
-      fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
-      l[0] += tile_sum[0];
-      l[1] += tile_sum[1];
+      online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
@@ -150,21 +120,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   cp_async_wait<0>();  // a block with no keys still has its Q copy in flight
 
   if (!warp_has_rows) return;
-  float inv[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    l[half] = fragment_row_sum<Elem>(l[half]);
-    inv[half] = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
-  }
-  store_fragment<Elem, kDT>(head_rows<Elem>(p.d_o, pr.q_strides, b, h), q_row, warp_row0, T, o,
-                            inv);
-  if (p.d_lse != nullptr && t == 0) {
-    float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
-#pragma unroll
-    for (int half = 0; half < 2; ++half)
-      if (my_row[half] < T)
-        lse[my_row[half]] = l[half] > 0.0f ? m[half] * kLn2 + logf(l[half]) : -CUDART_INF_F;
-  }
+  store_forward_rows<Elem, kDT>(p, b, h, warp_row0, o, m, l);
 }
 
 }  // namespace exphil::kernels

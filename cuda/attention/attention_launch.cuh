@@ -10,6 +10,11 @@
 #include "attention/attention_backward.cuh"
 #include "attention/attention_config.h"
 #include "attention/attention_forward.cuh"
+#if EXPHIL_ATTENTION_WGMMA
+#include "attention/attention_dkdv_wgmma.cuh"
+#include "attention/attention_dq_wgmma.cuh"
+#include "attention/attention_forward_wgmma.cuh"
+#endif
 #include "attention/attention_instances.h"
 #include "common/dynamic_shared_memory.h"
 
@@ -59,6 +64,19 @@ LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& 
       plan.forward_heaviest_first);
 }
 
+#if EXPHIL_ATTENTION_WGMMA
+template <class Elem, int kD>
+LaunchResult forward_wgmma(const AttentionForwardParams& params, const AttentionPlan& plan,
+                           cudaStream_t stream) {
+  const AttentionShape& s = params.problem.shape;
+  return launch_row_blocks<attention_forward_wgmma_kernel<Elem, kD>>(
+      {"cudaFuncSetAttribute (attention_forward_wgmma_kernel shared memory)",
+       "launch of attention_forward_wgmma_kernel"},
+      attention_forward_wgmma_shared_bytes(sizeof(Elem), kD), kAttnWgmmaThreads / 32, s.q_len,
+      s.q_heads, s.batch, stream, params, plan.forward_heaviest_first);
+}
+#endif
+
 template <class Elem, int kD, int kKT>
 LaunchResult dq_with_tile(const AttentionBackwardParams& params, const AttentionPlan& plan,
                           float* d_rowdot_out, cudaStream_t stream) {
@@ -74,6 +92,18 @@ LaunchResult dq_with_tile(const AttentionBackwardParams& params, const Attention
 template <class Elem, int kD>
 LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan,
                 float* d_rowdot_out, cudaStream_t stream) {
+#if EXPHIL_ATTENTION_WGMMA
+  if constexpr (sizeof(Elem) == 2 && attention_dq_wgmma_head_dim(kD)) {
+    if (plan.dq_wgmma) {
+      const AttentionShape& s = params.problem.shape;
+      return launch_row_blocks<attention_dq_wgmma_kernel<Elem, kD>>(
+          {"cudaFuncSetAttribute (attention_dq_wgmma_kernel shared memory)",
+           "launch of attention_dq_wgmma_kernel"},
+          attention_dq_wgmma_shared_bytes(sizeof(Elem), kD), kAttnWgmmaThreads / 32, s.q_len,
+          s.q_heads, s.batch, stream, params, d_rowdot_out, plan.dq_heaviest_first);
+    }
+  }
+#endif
   if constexpr (kHasShortTile<Elem>) {
     if (plan.key_tile == kAttnShortKeys)
       return dq_with_tile<Elem, kD, kAttnShortKeys>(params, plan, d_rowdot_out, stream);
@@ -102,6 +132,11 @@ LaunchResult run_attention_forward(const AttentionForwardParams& params, const A
                                    cudaStream_t stream) {
   using namespace attn_launch;
   clear_stale_launch_error();
+#if EXPHIL_ATTENTION_WGMMA
+  if constexpr (sizeof(Elem) == 2 && attention_wgmma_head_dim(kD)) {
+    if (plan.forward_wgmma) return forward_wgmma<Elem, kD>(params, plan, stream);
+  }
+#endif
   if constexpr (kHasShortTile<Elem>) {
     if (plan.key_tile == kAttnShortKeys) return forward<Elem, kD, kAttnShortKeys>(params, plan, stream);
   }
@@ -126,6 +161,17 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
     if (const LaunchResult r = rowdot<Elem, kD>(params, d_workspace, stream); !r.ok()) return r;
   }
   if (!key_grads) return {};
+#if EXPHIL_ATTENTION_WGMMA
+  if constexpr (sizeof(Elem) == 2 && attention_dkdv_wgmma_head_dim(kD)) {
+    if (plan.dkdv_wgmma)
+      return launch_row_blocks<attention_dkdv_wgmma_kernel<Elem, kD>>(
+          {"cudaFuncSetAttribute (attention_dkdv_wgmma_kernel shared memory)",
+           "launch of attention_dkdv_wgmma_kernel"},
+          attention_dkdv_wgmma_shared_bytes(sizeof(Elem), kD), kAttnWgmmaThreads / 32, s.kv_len,
+          s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
+          plan.dkdv_heaviest_first);
+  }
+#endif
   return launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
       {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
        "launch of attention_dkdv_kernel"},

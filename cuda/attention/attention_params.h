@@ -74,6 +74,15 @@ struct AttentionPlan {
   int dq_warps = 4;       // backward, dQ kernel
   int dkdv_warps = 4;     // backward, dK/dV kernel
   int key_tile = 64;      // keys per step of the forward and dQ kernels
+  // The forward runs the Hopper kernel (attention_forward_wgmma.cuh), whose
+  // blocks are 64 rows and whose key tile is 64, instead of the sm_80 one.
+  bool forward_wgmma = false;
+  // The backward's dK/dV kernel is the Hopper one (attention_dkdv_wgmma.cuh),
+  // 64 keys per block.
+  bool dkdv_wgmma = false;
+  // The backward's dQ kernel is the Hopper one (attention_dq_wgmma.cuh), 64
+  // query rows per block and 64-key tiles.
+  bool dq_wgmma = false;
   // Per kernel: hand its blocks out heaviest first (block_coord() in
   // attention_common.cuh). Set for masked calls whose grid has more blocks
   // than the GPU has SMs, where blocks of uneven work queue behind each

@@ -37,8 +37,18 @@ int choose_warps(int64_t row_groups, int64_t len, int sm_count,
 
 }  // namespace
 
+bool attention_wgmma_available(int compute_capability) noexcept {
+#if EXPHIL_ATTENTION_WGMMA
+  return compute_capability == 90;
+#else
+  (void)compute_capability;
+  return false;
+#endif
+}
+
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& s, DType dtype,
-                             AttentionMaskKind mask, int sm_count, int forced_warps) noexcept {
+                             AttentionMaskKind mask, int sm_count, int forced_warps,
+                             bool wgmma) noexcept {
   const std::size_t elem = dtype_size(dtype);
   AttentionPlan plan;
   plan.key_tile = attention_key_tile(elem, s.kv_len);
@@ -51,6 +61,12 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
   };
   plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
                                     attention_forward_shared_bytes, forced_warps);
+  // The Hopper forward's blocks are one warpgroup, four warps: it takes the
+  // calls whose sm_80 plan has four-warp blocks (grids that fill the GPU)
+  // and keys past the short tile.
+  plan.forward_wgmma = direction == AttentionDirection::forward && wgmma && elem == 2 &&
+                       attention_wgmma_head_dim(s.head_dim) &&
+                       plan.forward_warps == kAttnWgmmaThreads / 32 && s.kv_len > kAttnShortKeys;
   plan.forward_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.forward_warps);
   if (direction == AttentionDirection::backward) {
     plan.dq_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
@@ -59,6 +75,10 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
                                    attention_dkdv_shared_bytes, forced_warps);
     plan.dq_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.dq_warps);
     plan.dkdv_heaviest_first = reorder(s.batch * s.kv_heads, s.kv_len, plan.dkdv_warps);
+    plan.dkdv_wgmma = wgmma && elem == 2 && attention_dkdv_wgmma_head_dim(s.head_dim) &&
+                      plan.dkdv_warps == kAttnWgmmaThreads / 32;
+    plan.dq_wgmma = wgmma && elem == 2 && attention_dq_wgmma_head_dim(s.head_dim) &&
+                    plan.dq_warps == kAttnWgmmaThreads / 32 && s.kv_len > kAttnShortKeys;
     plan.ws_floats = s.batch * s.q_heads * s.q_len;
   }
   return plan;
@@ -77,9 +97,14 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
   const auto cap = static_cast<std::size_t>(kAttnMaxSharedBytes);
   const bool too_big =
       direction == AttentionDirection::forward
-          ? attention_forward_shared_bytes(elem, s.head_dim, plan.forward_warps, plan.key_tile) > cap
-          : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps, plan.key_tile) > cap ||
-                attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps) > cap;
+          ? (plan.forward_wgmma ? attention_forward_wgmma_shared_bytes(elem, s.head_dim)
+                                : attention_forward_shared_bytes(elem, s.head_dim,
+                                                                 plan.forward_warps, plan.key_tile)) > cap
+          : (plan.dq_wgmma ? attention_dq_wgmma_shared_bytes(elem, s.head_dim)
+                           : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps,
+                                                       plan.key_tile)) > cap ||
+                (plan.dkdv_wgmma ? attention_dkdv_wgmma_shared_bytes(elem, s.head_dim)
+                                 : attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps)) > cap;
   if (too_big)
     return "a block's shared memory is over the limit (internal planner error)";
   return nullptr;

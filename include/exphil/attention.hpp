@@ -63,12 +63,20 @@ struct AttentionLaunchInfo {
   // start heaviest first: masked calls with more blocks than SMs.
   bool queries_heaviest_first = false;
   bool keys_heaviest_first = false;
+  // The forward ran the Hopper kernel (warpgroup products, sm_90 only).
+  bool warpgroup_forward = false;
+  // The backward's dQ and dK/dV kernels were the Hopper ones (sm_90 only).
+  bool warpgroup_dq = false;
+  bool warpgroup_dkdv = false;
 };
 
 // Launch overrides for tests and benchmarks; zero fields mean "choose".
 // Results do not depend on them.
 struct AttentionLaunchOptions {
   int warps_per_block = 0;  // 1, 2 or 4: 16 query (or key) rows per warp
+  // The sm_80 kernels even where the Hopper forward would run (to test and
+  // time both on one device).
+  bool sm80_kernels = false;
   AttentionLaunchInfo* chosen = nullptr;  // if set, receives the layout
 };
 

@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "attention/attention_launch.h"
 #include "attention_harness.hpp"
 #include "scan_problems.hpp"
 
@@ -95,6 +96,48 @@ TEST_CASE("attention every forced block size gives the reference's results", "[g
         r.warps = warps;
         run_case(r);
       }
+}
+
+TEST_CASE("attention Hopper kernels and the sm_80 ones on the same cases give the reference's results",
+          "[gpu][attention]") {
+  // Every shape has at least 132 blocks of 64 query rows (the SMs of an
+  // H100 or H200), so the plan takes four-warp forward and dQ blocks and, on
+  // an sm_90 device of a build with sm_90a, the warpgroup forward and, at
+  // d = 64 (the only width whose backward runs here), the warpgroup dQ
+  // kernel; the dK/dV kernel is the warpgroup one where 64-key blocks fill
+  // the GPU too (every shape but the first; the last is small enough for
+  // racecheck). With sm80_kernels set, the sm_80 kernels instead. Odd T and
+  // S, T > S and T < S, GQA ratios 1, 2 and 4, both layouts, every mask.
+  int device = 0, major = 0, minor = 0, sms = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  const bool hopper = kernels::attention_wgmma_available(10 * major + minor);
+  const AttentionDims shapes[] = {{8, 8, 4, 257, 100}, {4, 8, 4, 300, 600}, {1, 16, 16, 600, 650},
+                                  {17, 8, 8, 33, 77}, {33, 4, 4, 40, 40}};
+  int n = 0;
+  for (const AttentionDims& s : shapes)
+    for (DType dtype : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (AttentionMask mask :
+             {AttentionMask::none, AttentionMask::causal, AttentionMask::window})
+          for (bool sm80 : {false, true}) {
+            AttentionRun r = attention_run(dtype, d, s, mask);
+            r.options.window = static_cast<int>(1 + s.kv_len / 3);
+            r.options.layout = n++ % 2 ? AttentionLayout::bthd : AttentionLayout::bhtd;
+            r.sm80_kernels = sm80;
+            r.backward = d == 64;  // the backward's Hopper kernels are d = 64 only
+            const std::optional<AttentionCheck> c = run_case(r);
+            if (!c) continue;
+            INFO(describe(r) << (sm80 ? " (sm80_kernels)" : ""));
+            const int64_t key_blocks = s.batch * s.kv_heads * ((s.kv_len + 63) / 64);
+            CHECK(c->forward_layout.warpgroup_forward == (hopper && !sm80));
+            CHECK(c->forward_layout.query_rows_per_block == 64);
+            if (!r.backward) continue;
+            CHECK(c->backward_layout.warpgroup_dkdv == (hopper && !sm80 && key_blocks >= sms));
+            CHECK(c->backward_layout.warpgroup_dq == (hopper && !sm80));
+          }
 }
 
 TEST_CASE("attention blocks handed out heaviest first give the reference's results",

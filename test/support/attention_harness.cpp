@@ -217,6 +217,7 @@ AttentionCheck check_attention(const AttentionRun& run, const AttentionRunner& r
   auto& failures = result.failures;
   AttentionLaunchOptions launch;
   launch.warps_per_block = run.warps;
+  launch.sm80_kernels = run.sm80_kernels;
 
   double score_bound = 0.0;  // max over rows of scale * sum_c |q_c| max|k|
   {

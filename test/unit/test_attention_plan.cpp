@@ -317,3 +317,60 @@ TEST_CASE("attention backward: dQ alone is one kernel, dK/dV with dQ or rowsum(d
   p.d_grad_v = &dummy;
   CHECK(attention_backward_kernel_count(p) == 2);
 }
+
+TEST_CASE("attention planner gives the Hopper kernels the f16/bf16 calls they can run", "[plan]") {
+  constexpr bool kWgmma = true;
+  const AttentionShape large = shape(32, 8, 8, 256, 256, 64);
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (int d : {64, 128}) {
+      INFO("dtype size " << dtype_size(dtype) << " d " << d);
+      AttentionShape s = large;
+      s.head_dim = d;
+      const AttentionPlan plan = plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0, kWgmma);
+      CHECK(plan.forward_wgmma);
+      CHECK(plan.forward_warps == kAttnWgmmaThreads / 32);
+      CHECK(plan.key_tile == kAttnWgmmaKeyTile);
+      CHECK(attention_forward_wgmma_shared_bytes(dtype_size(dtype), d) <= kMaxShared);
+      CHECK(attention_unsupported(kForward, plan, s, dtype) == nullptr);
+      // Not without the device's say-so, not for four warps forced away,
+      // and never in a backward plan.
+      CHECK_FALSE(plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0).forward_wgmma);
+      CHECK_FALSE(plan_attention(kForward, s, dtype, kCausal, kH100SMs, 2, kWgmma).forward_wgmma);
+      CHECK(plan_attention(kForward, s, dtype, kCausal, kH100SMs, 4, kWgmma).forward_wgmma);
+      const AttentionPlan bwd = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, 0, kWgmma);
+      CHECK_FALSE(bwd.forward_wgmma);
+      // The backward's Hopper kernels are d = 64 only.
+      CHECK(bwd.dq_wgmma == (d == 64));
+      CHECK(bwd.dkdv_wgmma == (d == 64));
+      CHECK(attention_unsupported(kBackward, bwd, s, dtype) == nullptr);
+      if (d == 64) {
+        CHECK(attention_dq_wgmma_shared_bytes(dtype_size(dtype), d) <= kMaxShared);
+        CHECK(attention_dkdv_wgmma_shared_bytes(dtype_size(dtype), d) <= kMaxShared);
+      }
+      const AttentionPlan portable = plan_attention(kBackward, s, dtype, kCausal, kH100SMs, 0);
+      CHECK_FALSE(portable.dq_wgmma);
+      CHECK_FALSE(portable.dkdv_wgmma);
+    }
+  // f32, other head widths, grids that shrink their blocks (B1 h8 T32 and
+  // B1 h4 T64), and S within the short tile keep the sm_80 forward.
+  CHECK_FALSE(plan_attention(kForward, large, DType::f32, kCausal, kH100SMs, 0, kWgmma).forward_wgmma);
+  for (int d : {32, 96})
+    CHECK_FALSE(plan_attention(kForward, shape(32, 8, 8, 256, 256, d), DType::bf16, kCausal,
+                               kH100SMs, 0, kWgmma)
+                    .forward_wgmma);
+  CHECK_FALSE(plan_attention(kForward, shape(1, 8, 8, 32, 32, 64), DType::bf16, kCausal, kH100SMs,
+                             0, kWgmma)
+                  .forward_wgmma);
+  CHECK_FALSE(plan_attention(kForward, shape(1, 4, 4, 64, 64, 64), DType::bf16, kCausal, kH100SMs,
+                             0, kWgmma)
+                  .forward_wgmma);
+  CHECK_FALSE(plan_attention(kForward, shape(64, 8, 8, 256, 32, 64), DType::bf16, kCausal,
+                             kH100SMs, 0, kWgmma)
+                  .forward_wgmma);
+}
+
+TEST_CASE("attention Hopper forward is available only on compute capability 9.0 builds with it",
+          "[plan]") {
+  for (int cc : {70, 75, 80, 86, 89, 100, 120}) CHECK_FALSE(attention_wgmma_available(cc));
+  CHECK(attention_wgmma_available(90) == (EXPHIL_ATTENTION_WGMMA != 0));
+}

@@ -1,0 +1,153 @@
+// Attention backward's dQ kernel on Hopper (sm_90a): the loop of
+// attention_dq_kernel (attention_backward.cuh) with its three products as
+// warpgroup instructions (wgmma).
+//
+// Algorithm: one warpgroup (4 warps) per block takes 64 query rows of one
+// (batch, query head); Q and dO sit in shared memory, and the K and V tiles
+// of 64 keys they see stream through it, copied by cp.async one tile ahead,
+// all in the 128-byte swizzle (attention_wgmma.cuh). Each warp first
+// computes Di = rowsum(dO * O) for its 16 rows from global memory
+// (fragment_rowdot()), and leaves it in the workspace when the dK/dV kernel
+// follows. Per tile:
+//   S  = Q K^T  and  dP = dO V^T      m64n64k16, operands in shared memory
+//   dS = P (dP - Di), P = exp2(scale_log2 S - lse2)   in registers
+//   dQ += dS K                        m64n{d}k16, dS rounded to the element
+//                                     type as the register operand, K read
+//                                     transposed
+// and dQ is scaled once at the end.
+//
+// Layout and grid as the sm_80 kernel: grid (ceil(T / 64), Hq, B), heaviest
+// row blocks first under a mask when the plan says so.
+//
+// Limits: f16 and bf16 at d = 64; compiled to a body only for sm_90a,
+// launched only where attention_wgmma_available() says so.
+#pragma once
+
+#include <math_constants.h>
+
+#include "attention/attention_backward.cuh"
+#include "attention/attention_common.cuh"
+#include "attention/attention_config.h"
+#include "attention/attention_warp_mma.cuh"
+#include "attention/attention_wgmma.cuh"
+
+namespace exphil::kernels {
+
+template <class Elem, int kD>
+__global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_blocks())
+    attention_dq_wgmma_kernel(const AttentionBackwardParams p, float* d_rowdot_out,
+                              bool heaviest_first) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace attn;
+  constexpr int kRows = kAttnWgmmaRows, kKT = kAttnWgmmaKeyTile;
+  constexpr int kNT = kKT / 8;
+  constexpr int kDT = kD / 8;
+  constexpr uint32_t kRowBytes = kRows * kD * sizeof(Elem);
+  constexpr uint32_t kTileBytes = kKT * kD * sizeof(Elem);
+  const AttentionProblem& pr = p.problem;
+
+  // Swizzle atoms start on 1 KiB boundaries; the launch adds the slack.
+  extern __shared__ __align__(16) unsigned char smem[];
+  const uint32_t q_s = (smem_address(smem) + 1023u) & ~1023u;
+  const uint32_t do_s = q_s + kRowBytes;
+  const uint32_t k_s = do_s + kRowBytes;       // [2][kKT x kD]
+  const uint32_t v_s = k_s + 2 * kTileBytes;   // [2][kKT x kD]
+
+  const BlockCoord at = block_coord(heaviest_first, true);
+  const int64_t b = at.batch, h = at.head;
+  const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
+  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
+  const int64_t row0 = at.row_block * kRows;
+  const KeyRange keys = KeyRange::of(pr);
+  const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
+  const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
+  const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
+  const int64_t block_last = min(row0 + kRows, T) - 1;
+  const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
+  auto load_kv = [&](int64_t k0, int stage) {
+    const int64_t valid = S - k0;
+    wgmma::load_tile_async<Elem, kD, kKT>(k_s + stage * kTileBytes, d_k + k0 * kv_row, kv_row, valid);
+    wgmma::load_tile_async<Elem, kD, kKT>(v_s + stage * kTileBytes, d_v + k0 * kv_row, kv_row, valid);
+  };
+
+  wgmma::load_tile_async<Elem, kD, kRows>(
+      q_s, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row, q_row, T - row0);
+  wgmma::load_tile_async<Elem, kD, kRows>(
+      do_s, head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + row0 * q_row, q_row, T - row0);
+  if (k_begin < k_end) load_kv(k_begin, 0);
+  cp_async_commit();
+
+  const int warp = threadIdx.x / 32;
+  const int g = FragmentLanes<Elem>::row();
+  const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
+  const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  const float scale_log2 = pr.scale * kLog2e;
+  // Di's loads go out with the tiles' copies; the first tile waits for both.
+  float row_dot[2], row_lse[2];
+  dq_row_statistics<Elem, kD>(p, b, h, warp_row0, d_rowdot_out, row_dot, row_lse);
+  const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
+  const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
+
+  float dq[kDT][4] = {};
+  int stage = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage ^= 1) {
+    if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    wgmma::fence_shared_for_async();
+    __syncthreads();
+
+    const uint32_t k_tile = k_s + stage * kTileBytes, v_tile = v_s + stage * kTileBytes;
+    // Every warp takes part (the products are the warpgroup's); rows that
+    // see none of the tile get P = 0 below.
+    float s[kNT][4], dp[kNT][4];
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < kD / 16; ++k)
+      wgmma::mma_ss<Elem, kKT>(s, wgmma::k_major<kRows>(q_s, k), wgmma::k_major<kKT>(k_tile, k),
+                               k > 0);
+#pragma unroll
+    for (int k = 0; k < kD / 16; ++k)
+      wgmma::mma_ss<Elem, kKT>(dp, wgmma::k_major<kRows>(do_s, k),
+                               wgmma::k_major<kKT>(v_tile, k), k > 0);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::hold(s);
+    wgmma::hold(dp);
+
+    const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
+                              tile_span(row_lo[1], row_hi[1], k0, kKT)};
+    dq_tile_scores<Elem>(s, dp, span, scale_log2, row_lse, row_dot);
+    // Keys 16k..16k+15 are score tiles 2k and 2k + 1: the A layout of a
+    // 16-row step of K.
+    uint32_t dsa[kKT / 16][4];
+#pragma unroll
+    for (int k = 0; k < kKT / 16; ++k)
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        dsa[k][2 * i] = MmaOp<Elem>::pack(dp[2 * k + i][0], dp[2 * k + i][1]);
+        dsa[k][2 * i + 1] = MmaOp<Elem>::pack(dp[2 * k + i][2], dp[2 * k + i][3]);
+      }
+    wgmma::fence();
+#pragma unroll
+    for (int k = 0; k < kKT / 16; ++k)
+      wgmma::mma_rs<Elem, kD>(dq, dsa[k], wgmma::mn_major<kKT>(k_tile, k));
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::hold(dq);
+    __syncthreads();  // every warp is done with this stage before it is refilled
+  }
+  cp_async_wait<0>();
+
+  if (warp_row0 >= T) return;
+  const float scale[2] = {pr.scale, pr.scale};
+  store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_q, pr.q_strides, b, h), q_row, warp_row0, T,
+                            dq, scale);
+#else
+  (void)p;
+  (void)d_rowdot_out;
+  (void)heaviest_first;
+#endif
+}
+
+}  // namespace exphil::kernels

@@ -1,0 +1,89 @@
+// The forward's row statistics, shared by the sm_80 kernel
+// (attention_forward.cuh) and the Hopper one (attention_forward_wgmma.cuh):
+// FlashAttention-2's online softmax over one key tile at a time, and the
+// rows' final O and log-sum-exp.
+//
+// A warp holds 16 query rows as score fragments (attention_warp_mma.cuh's C
+// layout): each thread rows g and g + 8, for which it keeps the running max
+// m (base 2, over the scores seen so far) and its share l of the row sum of
+// exp2(score - m), and its part of the output accumulator o, scaled by the
+// same exp2(-m).
+#pragma once
+
+#include <math_constants.h>
+
+#include "attention/attention_common.cuh"
+
+namespace exphil::kernels::attn {
+
+// Folds a tile of raw scores s (kNT 8-key tiles) into m, l and o: masks the
+// keys outside each row's span, scales by scale_log2, rescales l and o to
+// the new max, and leaves the tile's weights exp2(score - m) in s for the
+// P V product.
+template <class Elem, int kNT, int kDT>
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&o)[kDT][4],
+                                                    float (&m)[2], float (&l)[2],
+                                                    const TileSpan (&span)[2], float scale_log2) {
+  const bool whole = warp_sees_whole_tile(span, 8 * kNT);
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[j][e] = whole || in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+  float tile_max[2];
+  fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
+  float base[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float m_new = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]));
+    // A row that has seen no key yet keeps m = -inf; exponentiate against
+    // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
+    base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
+    const float alpha = exp2_ftz(m[half] - base[half]);
+    m[half] = m_new;
+    l[half] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kDT; ++j) {
+      o[j][2 * half] *= alpha;
+      o[j][2 * half + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
+  float tile_sum[2];
+  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
+  l[0] += tile_sum[0];
+  l[1] += tile_sum[1];
+}
+
+// Writes the warp's rows from warp_row0 on (those below T) of O = o / l
+// and, when asked for, lse = m ln 2 + ln l; a row that saw no key gets
+// zeros and -inf.
+template <class Elem, int kDT>
+__device__ __forceinline__ void store_forward_rows(const AttentionForwardParams& p, int64_t b,
+                                                   int64_t h, int64_t warp_row0,
+                                                   const float (&o)[kDT][4], const float (&m)[2],
+                                                   float (&l)[2]) {
+  const AttentionProblem& pr = p.problem;
+  const int64_t T = pr.shape.q_len;
+  float inv[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    l[half] = fragment_row_sum<Elem>(l[half]);
+    inv[half] = l[half] > 0.0f ? 1.0f / l[half] : 0.0f;
+  }
+  store_fragment<Elem, kDT>(head_rows<Elem>(p.d_o, pr.q_strides, b, h), pr.q_strides.row,
+                            warp_row0, T, o, inv);
+  if (p.d_lse != nullptr && FragmentLanes<Elem>::col() == 0) {
+    float* lse = p.d_lse + (b * pr.shape.q_heads + h) * T;
+    const int64_t row0 = warp_row0 + FragmentLanes<Elem>::row();
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      if (row0 + 8 * half < T)
+        lse[row0 + 8 * half] = l[half] > 0.0f ? m[half] * kLn2 + logf(l[half]) : -CUDART_INF_F;
+  }
+}
+
+}  // namespace exphil::kernels::attn
