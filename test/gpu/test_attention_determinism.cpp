@@ -2,7 +2,8 @@
 // deterministic"): the same inputs give the same bytes for every output,
 // on fresh buffers and on another stream. grad_k and grad_v, summed over
 // the query heads of a group and over query tiles, are where an order that
-// depends on block scheduling would show.
+// depends on block scheduling would show. Shapes for the sm_80 kernels and,
+// on Hopper, for the warpgroup ones.
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
@@ -16,22 +17,27 @@ using namespace exphil::test;
 TEST_CASE("attention forward and backward are bitwise reproducible", "[gpu][attention]") {
   cudaStream_t stream = nullptr;
   REQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess);
-  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-    const AttentionRun r = attention_run(dtype, 64, {3, 8, 2, 300, 333}, AttentionMask::causal);
-    if (!within_test_size(r)) continue;
-    const uint64_t seed = test_seed();
-    INFO(describe(r) << " seed=" << seed);
-    const AttentionCheck first = check_attention(r, attention_cpp_runner(), seed);
-    const AttentionCheck again = check_attention(r, attention_cpp_runner(), seed);
-    const AttentionCheck other = check_attention(r, attention_cpp_runner(stream), seed);
-    INFO(first.report());
-    CHECK(first.failures.empty());
-    for (const AttentionCheck* c : {&again, &other}) {
-      CHECK(c->outputs.o == first.outputs.o);
-      CHECK(c->outputs.lse == first.outputs.lse);
-      CHECK(c->outputs.grad_q == first.outputs.grad_q);
-      CHECK(c->outputs.grad_k == first.outputs.grad_k);
-      CHECK(c->outputs.grad_v == first.outputs.grad_v);
+  // The second shape fills an H100 or H200 with 64-row query and key blocks,
+  // so there f16 and bf16 run the Hopper kernels (attention_*_wgmma.cuh).
+  const AttentionDims shapes[] = {{3, 8, 2, 300, 333}, {4, 8, 4, 300, 600}};
+  for (const AttentionDims& dims : shapes) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      const AttentionRun r = attention_run(dtype, 64, dims, AttentionMask::causal);
+      if (!within_test_size(r)) continue;
+      const uint64_t seed = test_seed();
+      INFO(describe(r) << " seed=" << seed);
+      const AttentionCheck first = check_attention(r, attention_cpp_runner(), seed);
+      const AttentionCheck again = check_attention(r, attention_cpp_runner(), seed);
+      const AttentionCheck other = check_attention(r, attention_cpp_runner(stream), seed);
+      INFO(first.report());
+      CHECK(first.failures.empty());
+      for (const AttentionCheck* c : {&again, &other}) {
+        CHECK(c->outputs.o == first.outputs.o);
+        CHECK(c->outputs.lse == first.outputs.lse);
+        CHECK(c->outputs.grad_q == first.outputs.grad_q);
+        CHECK(c->outputs.grad_k == first.outputs.grad_k);
+        CHECK(c->outputs.grad_v == first.outputs.grad_v);
+      }
     }
   }
   cudaStreamDestroy(stream);
