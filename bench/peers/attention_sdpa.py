@@ -26,7 +26,7 @@ What
 
 How to run (on a CUDA machine with torch; build the library first)
 ------------------------------------------------------------------
-    cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release
+    cmake -S . -B build-gpu -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release
     cmake --build build-gpu -j
     python3 bench/peers/attention_sdpa.py --check --bench
 

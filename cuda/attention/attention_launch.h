@@ -12,14 +12,14 @@
 
 namespace exphil::kernels {
 
-// Whether this build has the Hopper forward (compiled for sm_90a) and a
-// device of `compute_capability` (10 major + minor) can run it.
+// Whether this build has the Hopper kernels (compiled for sm_90a) and a
+// device of `compute_capability` (10 major + minor) can run them.
 bool attention_wgmma_available(int compute_capability) noexcept;
 
 // Chooses the layout of one call (attention_plan.cpp). forced_warps (1, 2
 // or 4) fixes the warps per block where shared memory allows; 0 chooses.
 // wgmma: attention_wgmma_available() for the call's device, and the caller
-// allows the Hopper forward.
+// allows the Hopper kernels.
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& shape,
                              DType dtype, AttentionMaskKind mask, int sm_count,
                              int forced_warps, bool wgmma = false) noexcept;

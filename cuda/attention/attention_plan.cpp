@@ -9,7 +9,9 @@
 // shrink until their shared memory fits kAttnMaxSharedBytes. A masked
 // call's kernel whose grid then has more blocks than SMs takes its blocks
 // heaviest first (block_coord() in attention_common.cuh): with uneven
-// blocks queued behind each other, the order decides the tail.
+// blocks queued behind each other, the order decides the tail. On Hopper
+// (`wgmma`), f16/bf16 kernels planned with four-warp blocks run as the
+// warpgroup kernels, whose block is one warpgroup of the same 64 rows.
 #include <cstdint>
 
 #include "attention/attention_config.h"

@@ -74,8 +74,8 @@ struct AttentionLaunchInfo {
 // Results do not depend on them.
 struct AttentionLaunchOptions {
   int warps_per_block = 0;  // 1, 2 or 4: 16 query (or key) rows per warp
-  // The sm_80 kernels even where the Hopper forward would run (to test and
-  // time both on one device).
+  // The sm_80 kernels even where the Hopper ones would run (to test and time
+  // both on one device).
   bool sm80_kernels = false;
   AttentionLaunchInfo* chosen = nullptr;  // if set, receives the layout
 };

@@ -1,8 +1,9 @@
 // Attention on the GPU against the double reference (attention_harness.hpp):
 // every dtype, head width and mask over T and S in {1, 17, 32, 33, 100,
 // 257, 1024}, equal and unequal, with GQA ratios 1, 2 and 4 and both
-// layouts; forced block sizes; NULL outputs; explicit scales; long
-// sequences; the C++ API on a caller stream.
+// layouts; the Hopper kernels and the sm_80 ones on the same cases; forced
+// block sizes; NULL outputs; explicit scales; long sequences; the C++ API
+// on a caller stream.
 #include <catch2/catch.hpp>
 
 #include <optional>

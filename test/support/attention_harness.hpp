@@ -48,7 +48,7 @@ struct AttentionRun {
   bool backward = true;
   bool grad_q = true, grad_k = true, grad_v = true;  // NULL when false
   int warps = 0;             // forced warps per block (C++ API only)
-  bool sm80_kernels = false; // no Hopper forward even where it would run (C++ API only)
+  bool sm80_kernels = false; // no Hopper kernels even where they would run (C++ API only)
   int calls = 1;             // each direction runs this often on the same buffers
   double q_amplitude = 2.0;  // q in [-a, a]: peaked, not uniform, softmax rows
 };

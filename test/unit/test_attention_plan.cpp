@@ -369,7 +369,7 @@ TEST_CASE("attention planner gives the Hopper kernels the f16/bf16 calls they ca
                   .forward_wgmma);
 }
 
-TEST_CASE("attention Hopper forward is available only on compute capability 9.0 builds with it",
+TEST_CASE("attention Hopper kernels are available only on compute capability 9.0 builds with them",
           "[plan]") {
   for (int cc : {70, 75, 80, 86, 89, 100, 120}) CHECK_FALSE(attention_wgmma_available(cc));
   CHECK(attention_wgmma_available(90) == (EXPHIL_ATTENTION_WGMMA != 0));
