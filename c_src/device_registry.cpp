@@ -59,33 +59,23 @@ Status DeviceRegistry::require_device_locked(int device) {
   return {};
 }
 
-Status DeviceRegistry::sm_count(int device, int& count) {
+Status DeviceRegistry::architecture(int device, int& sm_count, int& compute_capability) {
   std::lock_guard<std::mutex> lock(mutex_);
   EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
   Device& d = devices_[static_cast<size_t>(device)];
   if (d.sm_count == 0) {
-    int sms = 0;
-    const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    int sms = 0, major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
-    d.sm_count = sms;
-  }
-  count = d.sm_count;
-  return {};
-}
-
-Status DeviceRegistry::compute_capability(int device, int& cc) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
-  Device& d = devices_[static_cast<size_t>(device)];
-  if (d.compute_capability == 0) {
-    int major = 0, minor = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
     e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
     if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
     d.compute_capability = 10 * major + minor;
+    d.sm_count = sms;  // last: a nonzero count marks both as known
   }
-  cc = d.compute_capability;
+  sm_count = d.sm_count;
+  compute_capability = d.compute_capability;
   return {};
 }
 

@@ -27,9 +27,9 @@ class DeviceRegistry {
   // ok if `device` exists; no_device (with the driver's reason) when there
   // is no GPU, invalid_argument when the index is out of range.
   Status require_device(int device);
-  Status sm_count(int device, int& count);
-  // 10 * major + minor, e.g. 90 for an H100.
-  Status compute_capability(int device, int& cc);
+  // The multiprocessor count and the compute capability (10 * major +
+  // minor, e.g. 90 for an H100), read from the device once.
+  Status architecture(int device, int& sm_count, int& compute_capability);
   Status stream(int device, cudaStream_t& stream);
   Status workspace_pool(int device, cudaMemPool_t& pool);
   Status synchronize(int device);

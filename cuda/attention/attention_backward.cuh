@@ -22,6 +22,10 @@
 // only tiles that cut through a visible range pay for the mask. Under a
 // mask the blocks of kernels 1 and 2 start heaviest first (block_coord()).
 //
+// On Hopper, f16/bf16 at d = 64, kernels 1 and 2 have warpgroup twins
+// (attention_dq_wgmma.cuh, attention_dkdv_wgmma.cuh) with the same walks
+// and sums; the helpers below serve both.
+//
 // Layout and limits as the forward (attention_forward.cuh). Rows that saw
 // no key (lse = -inf) get P = 0 and so no gradient.
 #pragma once

@@ -110,6 +110,37 @@ __device__ __forceinline__ Elem* head_rows(void* base, const AttentionStrides& s
   return static_cast<Elem*>(base) + b * s.batch + h * s.head;
 }
 
+// A block of the Hopper kernels over query rows (the forward and dQ
+// kernels): its (batch, query head), its first row, the keys [k_begin,
+// k_end) that any of its `rows` rows sees, and the rows of the K and V head
+// it reads. The sm_80 kernels spell the same prologue out: folded into a
+// helper, their f32 instances took other registers and spills, and their
+// timings were not measured that way.
+template <class Elem>
+struct QueryBlock {
+  int64_t batch, head, row0, k_begin, k_end;
+  const Elem* d_k;
+  const Elem* d_v;
+};
+template <class Elem>
+__device__ __forceinline__ QueryBlock<Elem> query_block(const AttentionProblem& pr,
+                                                        const void* d_k, const void* d_v,
+                                                        int rows, bool heaviest_first) {
+  const BlockCoord at = block_coord(heaviest_first, true);
+  const int64_t b = at.batch, h = at.head;
+  const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
+  const int64_t row0 = at.row_block * rows;
+  const KeyRange keys = KeyRange::of(pr);
+  const int64_t block_last = min(row0 + rows, pr.shape.q_len) - 1;
+  return {b,
+          h,
+          row0,
+          keys.lo(row0),
+          keys.hi(block_last),
+          head_rows<Elem>(d_k, pr.kv_strides, b, kv_head),
+          head_rows<Elem>(d_v, pr.kv_strides, b, kv_head)};
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

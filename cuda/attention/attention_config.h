@@ -109,8 +109,8 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t 
 
 // The Hopper forward (attention_forward_wgmma.cuh): one warpgroup of 64
 // query rows per block, 64-key tiles double-buffered, for f16 and bf16 at
-// d = 64 and 128. Four blocks per SM at d = 64 (41 KB of shared memory,
-// 128 registers), two at d = 128.
+// d = 64 and 128. Four blocks per SM at d = 64 (42 KB of shared memory,
+// at most 128 registers), two at d = 128.
 constexpr int kAttnWgmmaRows = 64;
 constexpr int kAttnWgmmaKeyTile = 64;
 constexpr int kAttnWgmmaThreads = 128;
@@ -120,12 +120,20 @@ EXPHIL_ATTN_HD constexpr bool attention_wgmma_head_dim(int d) { return d == 64 |
 EXPHIL_ATTN_HD constexpr int attention_wgmma_min_blocks(int head_dim) {
   return head_dim <= 64 ? 4 : 2;
 }
-// Q and two stages of K and V, plus 1 KiB so that the kernel can start them
-// on a 1 KiB boundary (the swizzle's alignment).
+// A Hopper kernel's shared memory: `rows` rows of head_dim elements and
+// `floats` floats, plus 1 KiB so that the kernel can start its tiles on a
+// 1 KiB boundary (the swizzle's alignment).
+EXPHIL_ATTN_HD constexpr std::size_t attention_wgmma_shared_bytes(std::size_t elem_bytes,
+                                                                  int head_dim, int rows,
+                                                                  int floats) {
+  return static_cast<std::size_t>(rows) * head_dim * elem_bytes +
+         static_cast<std::size_t>(floats) * sizeof(float) + 1024;
+}
+// Q and two stages of K and V.
 EXPHIL_ATTN_HD constexpr std::size_t attention_forward_wgmma_shared_bytes(std::size_t elem_bytes,
                                                                           int head_dim) {
-  return static_cast<std::size_t>(kAttnWgmmaRows + 4 * kAttnWgmmaKeyTile) * head_dim * elem_bytes +
-         1024;
+  return attention_wgmma_shared_bytes(elem_bytes, head_dim,
+                                      kAttnWgmmaRows + 4 * kAttnWgmmaKeyTile, 0);
 }
 
 // The Hopper dK/dV kernel (attention_dkdv_wgmma.cuh): one warpgroup of 64
@@ -137,25 +145,23 @@ constexpr int kAttnWgmmaQueryTile = 64;
 EXPHIL_ATTN_HD constexpr bool attention_dkdv_wgmma_head_dim(int d) { return d == 64; }
 EXPHIL_ATTN_HD constexpr int attention_dkdv_wgmma_min_blocks() { return 2; }
 // K and V of the block's keys, two stages of Q and dO tiles with their lse
-// and rowsum(dO * O), plus 1 KiB of alignment slack.
+// and rowsum(dO * O).
 EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_wgmma_shared_bytes(std::size_t elem_bytes,
                                                                        int head_dim) {
-  return static_cast<std::size_t>(2 * kAttnWgmmaRows + 4 * kAttnWgmmaQueryTile) * head_dim *
-             elem_bytes +
-         4 * static_cast<std::size_t>(kAttnWgmmaQueryTile) * sizeof(float) + 1024;
+  return attention_wgmma_shared_bytes(elem_bytes, head_dim,
+                                      2 * kAttnWgmmaRows + 4 * kAttnWgmmaQueryTile,
+                                      4 * kAttnWgmmaQueryTile);
 }
 
 // The Hopper dQ kernel (attention_dq_wgmma.cuh): one warpgroup of 64 query
 // rows per block, 64-key tiles double-buffered, for f16 and bf16 at d = 64.
 EXPHIL_ATTN_HD constexpr bool attention_dq_wgmma_head_dim(int d) { return d == 64; }
 EXPHIL_ATTN_HD constexpr int attention_dq_wgmma_min_blocks() { return 3; }
-// Q and dO of the block's rows and two stages of K and V tiles, plus 1 KiB
-// of alignment slack.
+// Q and dO of the block's rows and two stages of K and V tiles.
 EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t elem_bytes,
                                                                      int head_dim) {
-  return static_cast<std::size_t>(2 * kAttnWgmmaRows + 4 * kAttnWgmmaKeyTile) * head_dim *
-             elem_bytes +
-         1024;
+  return attention_wgmma_shared_bytes(elem_bytes, head_dim,
+                                      2 * kAttnWgmmaRows + 4 * kAttnWgmmaKeyTile, 0);
 }
 
 // Q and dO of the block's rows, the K and V tiles of every stage, the f32

@@ -144,18 +144,12 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
     const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                               tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
     dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
-    // Queries 16k..16k+15 are score tiles 2k and 2k + 1: the A layout of a
-    // 16-row step of dO and Q.
     uint32_t pa[kQT / 16][4], dsa[kQT / 16][4];
 #pragma unroll
-    for (int k = 0; k < kQT / 16; ++k)
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        pa[k][2 * i] = MmaOp<Elem>::pack(pt[2 * k + i][0], pt[2 * k + i][1]);
-        pa[k][2 * i + 1] = MmaOp<Elem>::pack(pt[2 * k + i][2], pt[2 * k + i][3]);
-        dsa[k][2 * i] = MmaOp<Elem>::pack(dpt[2 * k + i][0], dpt[2 * k + i][1]);
-        dsa[k][2 * i + 1] = MmaOp<Elem>::pack(dpt[2 * k + i][2], dpt[2 * k + i][3]);
-      }
+    for (int k = 0; k < kQT / 16; ++k) {
+      a_fragment<Elem>(pt, k, pa[k]);
+      a_fragment<Elem>(dpt, k, dsa[k]);
+    }
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < kQT / 16; ++k)

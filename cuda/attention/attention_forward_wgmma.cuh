@@ -56,21 +56,14 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
   const uint32_t k_s = q_s + kQBytes;           // [2][kKT x kD]
   const uint32_t v_s = k_s + 2 * kTileBytes;    // [2][kKT x kD]
 
-  const BlockCoord at = block_coord(heaviest_first, true);
-  const int64_t b = at.batch, h = at.head;
-  const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
-  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
-  const int64_t row0 = at.row_block * kRows;
+  const QueryBlock<Elem> qb = query_block<Elem>(pr, p.d_k, p.d_v, kRows, heaviest_first);
+  const int64_t b = qb.batch, h = qb.head, row0 = qb.row0, k_begin = qb.k_begin, k_end = qb.k_end;
+  const int64_t T = pr.shape.q_len;
   const KeyRange keys = KeyRange::of(pr);
-  const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
-  const Elem* d_k = head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head);
-  const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
-  const int64_t block_last = min(row0 + kRows, T) - 1;
-  const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
+  const int64_t q_row = pr.q_strides.row;
   auto load_kv = [&](int64_t k0, int stage) {
-    const int64_t valid = S - k0;
-    wgmma::load_tile_async<Elem, kD, kKT>(k_s + stage * kTileBytes, d_k + k0 * kv_row, kv_row, valid);
-    wgmma::load_tile_async<Elem, kD, kKT>(v_s + stage * kTileBytes, d_v + k0 * kv_row, kv_row, valid);
+    wgmma::load_kv_tiles_async<Elem, kD, kKT>(k_s + stage * kTileBytes, v_s + stage * kTileBytes,
+                                              qb, pr, k0);
   };
 
   wgmma::load_tile_async<Elem, kD, kRows>(
@@ -114,16 +107,9 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
                               tile_span(row_lo[1], row_hi[1], k0, kKT)};
     online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
 
-    // The weights of keys 16k..16k+15 are score tiles 2k and 2k + 1: in the
-    // A layout of a 16-column step.
     uint32_t pa[kKT / 16][4];
 #pragma unroll
-    for (int k = 0; k < kKT / 16; ++k) {
-      pa[k][0] = MmaOp<Elem>::pack(s[2 * k][0], s[2 * k][1]);
-      pa[k][1] = MmaOp<Elem>::pack(s[2 * k][2], s[2 * k][3]);
-      pa[k][2] = MmaOp<Elem>::pack(s[2 * k + 1][0], s[2 * k + 1][1]);
-      pa[k][3] = MmaOp<Elem>::pack(s[2 * k + 1][2], s[2 * k + 1][3]);
-    }
+    for (int k = 0; k < kKT / 16; ++k) a_fragment<Elem>(s, k, pa[k]);
     wgmma::fence();
 #pragma unroll
     for (int k = 0; k < kKT / 16; ++k)

@@ -90,6 +90,19 @@ __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* 
                : "r"(smem_address(row)));
 }
 
+// The m16n8k16 A operand of 16-column step kk of a score fragment `p` in
+// the C layout (its 8-column tiles 2 kk and 2 kk + 1), rounded to Elem: how
+// a product's result becomes the next product's operand without leaving
+// registers, here (a_frag_b_kn) and in the Hopper kernels, whose warpgroup
+// instructions take the same per-warp layout.
+template <class Elem, int kNT>
+__device__ __forceinline__ void a_fragment(const float (&p)[kNT][4], int kk, uint32_t (&a)[4]) {
+  a[0] = MmaOp<Elem>::pack(p[2 * kk][0], p[2 * kk][1]);
+  a[1] = MmaOp<Elem>::pack(p[2 * kk][2], p[2 * kk][3]);
+  a[2] = MmaOp<Elem>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]);
+  a[3] = MmaOp<Elem>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3]);
+}
+
 // Tensor cores: f16 and bf16.
 template <class Elem>
 struct WarpMma {
@@ -99,25 +112,11 @@ struct WarpMma {
   __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const Elem* a, int lda,
                                                      const Elem* b, int ldb, float* /*scratch*/) {
     static_assert(kK % 16 == 0, "k must be a multiple of 16");
-    const int lane = threadIdx.x % 32;
-    // ldmatrix x4: lane L addresses row L % 8 of matrix L / 8.
-    const int m = lane / 8, r = lane % 8;
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
-      uint32_t af[4];  // matrices: rows 0-7 / 8-15 x k 0-7 / 8-15
-      ldmatrix_x4(af, a + ((m & 1) * 8 + r) * lda + kk * 16 + (m >> 1) * 8);
-#pragma unroll
-      for (int j = 0; j + 1 < kNT; j += 2) {
-        uint32_t bf[4];  // matrices: (tile j, k 0-7), (j, k 8-15), (j+1, 0-7), (j+1, 8-15)
-        ldmatrix_x4(bf, b + ((j + (m >> 1)) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
-        MmaOp<Elem>::run(c[j], af, bf[0], bf[1]);
-        MmaOp<Elem>::run(c[j + 1], af, bf[2], bf[3]);
-      }
-      if constexpr (kNT % 2 == 1) {
-        uint32_t bf[2];
-        ldmatrix_x2(bf, b + ((kNT - 1) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
-        MmaOp<Elem>::run(c[kNT - 1], af, bf[0], bf[1]);
-      }
+      uint32_t af[4];
+      load_a(af, a, lda, kk);
+      b_nk_step<kNT>(c, af, b, ldb, kk);
     }
   }
 
@@ -129,34 +128,16 @@ struct WarpMma {
   };
   template <int kK>
   __device__ __forceinline__ static void hold_a(HeldA<kK>& held, const Elem* a, int lda) {
-    const int lane = threadIdx.x % 32;
-    const int m = lane / 8, r = lane % 8;
 #pragma unroll
-    for (int kk = 0; kk < kK / 16; ++kk)
-      ldmatrix_x4(held.frag[kk], a + ((m & 1) * 8 + r) * lda + kk * 16 + (m >> 1) * 8);
+    for (int kk = 0; kk < kK / 16; ++kk) load_a(held.frag[kk], a, lda, kk);
   }
   // a_smem_b_nk with A as hold_a() left it (`a` and `lda` are not read).
   template <int kNT, int kK>
   __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& held,
                                                      const Elem* /*a*/, int /*lda*/,
                                                      const Elem* b, int ldb, float* /*scratch*/) {
-    const int lane = threadIdx.x % 32;
-    const int m = lane / 8, r = lane % 8;
 #pragma unroll
-    for (int kk = 0; kk < kK / 16; ++kk) {
-#pragma unroll
-      for (int j = 0; j + 1 < kNT; j += 2) {
-        uint32_t bf[4];
-        ldmatrix_x4(bf, b + ((j + (m >> 1)) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
-        MmaOp<Elem>::run(c[j], held.frag[kk], bf[0], bf[1]);
-        MmaOp<Elem>::run(c[j + 1], held.frag[kk], bf[2], bf[3]);
-      }
-      if constexpr (kNT % 2 == 1) {
-        uint32_t bf[2];
-        ldmatrix_x2(bf, b + ((kNT - 1) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
-        MmaOp<Elem>::run(c[kNT - 1], held.frag[kk], bf[0], bf[1]);
-      }
-    }
+    for (int kk = 0; kk < kK / 16; ++kk) b_nk_step<kNT>(c, held.frag[kk], b, ldb, kk);
   }
 
   // c[kNT] += P . B, P the 16 x kK fragment `p` (C layout), B as [kK][8 kNT]
@@ -169,11 +150,8 @@ struct WarpMma {
     const int m = lane / 8, r = lane % 8;
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
-      // Two adjacent C tiles form one A operand of k = 16.
-      const uint32_t af[4] = {MmaOp<Elem>::pack(p[2 * kk][0], p[2 * kk][1]),
-                              MmaOp<Elem>::pack(p[2 * kk][2], p[2 * kk][3]),
-                              MmaOp<Elem>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]),
-                              MmaOp<Elem>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+      uint32_t af[4];
+      a_fragment<Elem>(p, kk, af);
 #pragma unroll
       for (int j = 0; j + 1 < kNT; j += 2) {
         uint32_t bf[4];  // transposed: (k 0-7, tile j), (k 8-15, j), (0-7, j+1), (8-15, j+1)
@@ -186,6 +164,35 @@ struct WarpMma {
         ldmatrix_x2_trans(bf, b + (kk * 16 + (m & 1) * 8 + r) * ldb + (kNT - 1) * 8);
         MmaOp<Elem>::run(c[kNT - 1], af, bf[0], bf[1]);
       }
+    }
+  }
+
+ private:
+  // A's 16-column step kk as an m16n8k16 operand: ldmatrix x4, lane L
+  // addressing row L % 8 of matrix L / 8 (rows 0-7 / 8-15 x k 0-7 / 8-15).
+  __device__ __forceinline__ static void load_a(uint32_t (&af)[4], const Elem* a, int lda,
+                                                int kk) {
+    const int lane = threadIdx.x % 32;
+    const int m = lane / 8, r = lane % 8;
+    ldmatrix_x4(af, a + ((m & 1) * 8 + r) * lda + kk * 16 + (m >> 1) * 8);
+  }
+  // c[kNT] += af . B's 16-column step kk, B as [8 kNT][k] rows.
+  template <int kNT>
+  __device__ __forceinline__ static void b_nk_step(float (&c)[kNT][4], const uint32_t (&af)[4],
+                                                   const Elem* b, int ldb, int kk) {
+    const int lane = threadIdx.x % 32;
+    const int m = lane / 8, r = lane % 8;
+#pragma unroll
+    for (int j = 0; j + 1 < kNT; j += 2) {
+      uint32_t bf[4];  // matrices: (tile j, k 0-7), (j, k 8-15), (j+1, 0-7), (j+1, 8-15)
+      ldmatrix_x4(bf, b + ((j + (m >> 1)) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+      MmaOp<Elem>::run(c[j], af, bf[0], bf[1]);
+      MmaOp<Elem>::run(c[j + 1], af, bf[2], bf[3]);
+    }
+    if constexpr (kNT % 2 == 1) {
+      uint32_t bf[2];
+      ldmatrix_x2(bf, b + ((kNT - 1) * 8 + r) * ldb + kk * 16 + (m & 1) * 8);
+      MmaOp<Elem>::run(c[kNT - 1], af, bf[0], bf[1]);
     }
   }
 };

@@ -38,6 +38,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "attention/attention_common.cuh"
 #include "attention/attention_config.h"
 
 namespace exphil::kernels::wgmma {
@@ -74,6 +75,17 @@ __device__ __forceinline__ void load_tile_async(uint32_t dst, const Elem* src, i
                      to + pass * kRowsPerPass * 128),
                  "l"(in ? from + pass * kRowsPerPass * row_stride : src), "r"(in ? 16 : 0));
   }
+}
+
+// Starts copying keys [k0, k0 + kKT) of a query block's K and V heads into
+// the swizzled tiles at k_tile and v_tile, keys at and past S as zeros.
+template <class Elem, int kD, int kKT>
+__device__ __forceinline__ void load_kv_tiles_async(uint32_t k_tile, uint32_t v_tile,
+                                                    const attn::QueryBlock<Elem>& qb,
+                                                    const AttentionProblem& pr, int64_t k0) {
+  const int64_t row = pr.kv_strides.row, valid = pr.shape.kv_len - k0;
+  load_tile_async<Elem, kD, kKT>(k_tile, qb.d_k + k0 * row, row, valid);
+  load_tile_async<Elem, kD, kKT>(v_tile, qb.d_v + k0 * row, row, valid);
 }
 
 __device__ __forceinline__ uint64_t descriptor(uint32_t smem_address, uint32_t lbo_bytes,
