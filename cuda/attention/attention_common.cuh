@@ -128,7 +128,10 @@ __device__ __forceinline__ QueryBlock<Elem> query_block(const AttentionProblem& 
                                                         int rows, bool heaviest_first) {
   const BlockCoord at = block_coord(heaviest_first, true);
   const int64_t b = at.batch, h = at.head;
-  const int64_t kv_head = h / (pr.shape.q_heads / pr.shape.kv_heads);
+  // In 32 bits (heads are at most 65535, the grid's y extent): a 64-bit
+  // division is dozens of instructions, which every warp would issue.
+  const int64_t kv_head = static_cast<uint32_t>(h) / (static_cast<uint32_t>(pr.shape.q_heads) /
+                                                      static_cast<uint32_t>(pr.shape.kv_heads));
   const int64_t row0 = at.row_block * rows;
   const KeyRange keys = KeyRange::of(pr);
   const int64_t block_last = min(row0 + rows, pr.shape.q_len) - 1;

@@ -58,6 +58,86 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
   l[1] += tile_sum[1];
 }
 
+// The Hopper forward's variant of online_softmax_tile, with fewer
+// instructions per score. That kernel is bound by issue (an instruction in
+// half of all cycles, ncu), and per-instruction counts showed its masked
+// tile costing more than two unmasked ones:
+//  - A tile the warp sees whole, under a positive scale, keeps its raw
+//    scores: their row max, scaled once, is the scaled row max, and one
+//    FFMA per score, s * scale - m, feeds the exponential. Masked tiles
+//    scale first, and the same FFMA multiplies by 1.
+//  - The mask is a select per score with no branch (in_span's
+//    short-circuit compiled to a branch per score, and the compiler copied
+//    the whole fragment around them).
+//  - The running max m may lag the scores' max by up to kAttnMaxLag (base
+//    2): the warp moves m, and rescales o and l, only when some row's max
+//    rose by more than that, or had no max before. Weights are then at
+//    most 2^kAttnMaxLag, which bf16/f16 weights and f32 sums hold without
+//    loss; o, l and m stay consistent, so O and the log-sum-exp are exact.
+constexpr float kAttnMaxLag = 8.0f;
+template <class Elem, int kNT, int kDT>
+__device__ __forceinline__ void online_softmax_tile_lazy(float (&s)[kNT][4], float (&o)[kDT][4],
+                                                         float (&m)[2], float (&l)[2],
+                                                         const TileSpan (&span)[2],
+                                                         float scale_log2) {
+  const bool whole = warp_sees_whole_tile(span, 8 * kNT);
+  const bool raw = whole && scale_log2 > 0.0f;  // warp-uniform
+  if (!raw) {
+    // col is in [lo, hi) when col - lo < hi - lo as unsigned.
+    const int col0 = 2 * FragmentLanes<Elem>::col();
+    const unsigned width[2] = {static_cast<unsigned>(max(span[0].hi - span[0].lo, 0)),
+                               static_cast<unsigned>(max(span[1].hi - span[1].lo, 0))};
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = col0 + 8 * j + (e & 1);
+        const bool in = static_cast<unsigned>(col - span[e >> 1].lo) < width[e >> 1];
+        s[j][e] = in ? s[j][e] * scale_log2 : -CUDART_INF_F;
+      }
+  }
+  const float mul = raw ? scale_log2 : 1.0f;
+  float tile_max[2];
+  fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
+  float m_new[2];
+  bool rose = false;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    m_new[half] = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]) * mul);
+    rose |= m_new[half] > m[half] + kAttnMaxLag;  // also when m = -inf < m_new
+  }
+  if (__any_sync(0xffffffffu, rose)) {
+    // Rows with no max before have o = l = 0: a warp whose moving rows are
+    // all such (its first tile) skips the rescale.
+    const bool rescale = __any_sync(0xffffffffu, (m[0] != -CUDART_INF_F && m_new[0] != m[0]) ||
+                                                     (m[1] != -CUDART_INF_F && m_new[1] != m[1]));
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float alpha = m[half] == -CUDART_INF_F ? 0.0f : exp2_ftz(m[half] - m_new[half]);
+      m[half] = m_new[half];
+      l[half] *= alpha;
+      if (rescale) {
+#pragma unroll
+        for (int j = 0; j < kDT; ++j) {
+          o[j][2 * half] *= alpha;
+          o[j][2 * half + 1] *= alpha;
+        }
+      }
+    }
+  }
+  // Exponentiate against 0 in a row with no max yet, so that every term is
+  // exp2(-inf) = 0 rather than NaN.
+  const float base[2] = {m[0] == -CUDART_INF_F ? 0.0f : m[0], m[1] == -CUDART_INF_F ? 0.0f : m[1]};
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(fmaf(s[j][e], mul, -base[e >> 1]));
+  float tile_sum[2];
+  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
+  l[0] += tile_sum[0];
+  l[1] += tile_sum[1];
+}
+
 // Writes the warp's rows from warp_row0 on (those below T) of O = o / l
 // and, when asked for, lse = m ln 2 + ln l; a row that saw no key gets
 // zeros and -inf.
