@@ -9,10 +9,9 @@
 // warp then folds its 16 rows into the running max and sum (online
 // softmax, base 2; the accumulator layout is mma.sync's, so the sm_80
 // kernel's fragment helpers apply) with online_softmax_tile_lazy, whose
-// shortcuts took B32 h8 T256 d64 from 19.0 to 15.0 us; the weights, rounded
-// to the element type, become
-// the register operand of O += P V, m64nDk16 with V read transposed from
-// shared memory. Against the sm_80 kernel, no warp loads K or V into its
+// shortcuts took B32 h8 T256 d64 from 19.0 to 15.0 us; the weights,
+// rounded to the element type, become the register operand of O += P V,
+// m64nDk16 with V read transposed from shared memory. Against the sm_80 kernel, no warp loads K or V into its
 // registers (the instructions read shared memory once per warpgroup rather
 // than once per warp), and a tile's two products are d / 16 + 4
 // instructions rather than 32 to 64 mma.sync per warp. The tile copies are

@@ -1,13 +1,14 @@
-// The forward's row statistics, shared by the sm_80 kernel
-// (attention_forward.cuh) and the Hopper one (attention_forward_wgmma.cuh):
-// FlashAttention-2's online softmax over one key tile at a time, and the
-// rows' final O and log-sum-exp.
+// The forward's row statistics: FlashAttention-2's online softmax over one
+// key tile at a time, for the sm_80 kernel (attention_forward.cuh,
+// online_softmax_tile) and the Hopper one (attention_forward_wgmma.cuh,
+// online_softmax_tile_lazy, the same fold in fewer instructions), and the
+// rows' final O and log-sum-exp for both.
 //
 // A warp holds 16 query rows as score fragments (attention_warp_mma.cuh's C
 // layout): each thread rows g and g + 8, for which it keeps the running max
-// m (base 2, over the scores seen so far) and its share l of the row sum of
-// exp2(score - m), and its part of the output accumulator o, scaled by the
-// same exp2(-m).
+// m (base 2, over the scores seen so far; the lazy fold lets it lag) and its
+// share l of the row sum of exp2(score - m), and its part of the output
+// accumulator o, scaled by the same exp2(-m).
 #pragma once
 
 #include <math_constants.h>
