@@ -1,7 +1,8 @@
 // Attention on the GPU against the double reference (attention_harness.hpp):
 // every dtype, head width and mask over T and S in {1, 17, 32, 33, 100,
 // 257, 1024}, equal and unequal, with GQA ratios 1, 2 and 4 and both
-// layouts; the Hopper kernels and the sm_80 ones on the same cases; forced
+// layouts; the Hopper kernels and the sm_80 ones on the same cases; the
+// Hopper forward's rescaling and a negative scale there; forced
 // block sizes; NULL outputs; explicit scales; long sequences; the C++ API
 // on a caller stream.
 #include <catch2/catch.hpp>
@@ -139,6 +140,35 @@ TEST_CASE("attention Hopper kernels and the sm_80 ones on the same cases give th
             CHECK(c->backward_layout.warpgroup_dkdv == (hopper && !sm80 && key_blocks >= sms));
             CHECK(c->backward_layout.warpgroup_dq == (hopper && !sm80));
           }
+}
+
+TEST_CASE("attention Hopper forward: row maxima that jump between key tiles, and a negative scale",
+          "[gpu][attention]") {
+  // The Hopper forward lets a row's running max lag by up to 8 (base 2) and
+  // rescales O only when a max rises further (online_softmax_tile_lazy);
+  // with the default scale, random scores never rise that far after the
+  // first tile. At scale 2 (16 to 23 times the default here) about half of
+  // the later tiles make some row of a warp rescale. A negative scale takes
+  // the path that scales scores before the max even on unmasked tiles.
+  // 160 blocks of 64 rows: the four-warp plan, so the Hopper kernels where
+  // the build and the device have them.
+  int device = 0, major = 0, minor = 0;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
+  const bool hopper = kernels::attention_wgmma_available(10 * major + minor);
+  for (DType dtype : {DType::f16, DType::bf16})
+    for (int d : {64, 128})
+      for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal})
+        for (float scale : {2.0f, -0.3f}) {
+          AttentionRun r = attention_run(dtype, d, {4, 8, 4, 300, 600}, mask);
+          r.options.scale = scale;
+          r.backward = d == 64;
+          const std::optional<AttentionCheck> c = run_case(r);
+          if (!c) continue;
+          INFO(describe(r));
+          CHECK(c->forward_layout.warpgroup_forward == hopper);
+        }
 }
 
 TEST_CASE("attention blocks handed out heaviest first give the reference's results",
