@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "attention/attention_config.h"
 #include "attention/attention_fragment.cuh"
 #include "attention/attention_params.h"
 #include "common/dtype.cuh"
@@ -142,6 +143,24 @@ __device__ __forceinline__ QueryBlock<Elem> query_block(const AttentionProblem& 
           keys.hi(block_last),
           head_rows<Elem>(d_k, pr.kv_strides, b, kv_head),
           head_rows<Elem>(d_v, pr.kv_strides, b, kv_head)};
+}
+
+// The first of this warp's 16 rows in a block of rows from block_row0.
+__device__ __forceinline__ int64_t warp_first_row(int64_t block_row0) {
+  return block_row0 + kAttnRowsPerWarp * static_cast<int>(threadIdx.x / 32);
+}
+// A warp's rows (16 from row0) and, for this thread's two fragment rows
+// (g and g + 8), the keys [lo, hi) each sees: the Hopper forward's and dQ
+// kernels' (the sm_80 kernels spell it out; folded in, their code changed,
+// untimed).
+struct WarpRows {
+  int64_t row0;
+  int64_t lo[2], hi[2];
+};
+template <class Elem>
+__device__ __forceinline__ WarpRows warp_rows(int64_t row0, const KeyRange& keys) {
+  const int64_t r = row0 + FragmentLanes<Elem>::row();
+  return {row0, {keys.lo(r), keys.lo(r + 8)}, {keys.hi(r), keys.hi(r + 8)}};
 }
 
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }

@@ -50,9 +50,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
   constexpr uint32_t kTileBytes = kQT * kD * sizeof(Elem);
   const AttentionProblem& pr = p.problem;
 
-  // Swizzle atoms start on 1 KiB boundaries; the launch adds the slack.
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t k_s = (smem_address(smem) + 1023u) & ~1023u;
+  const uint32_t k_s = wgmma::swizzle_base(smem);
   const uint32_t v_s = k_s + kKeyBytes;
   const uint32_t q_s = v_s + kKeyBytes;          // [2][kQT x kD]
   const uint32_t do_s = q_s + 2 * kTileBytes;    // [2][kQT x kD]

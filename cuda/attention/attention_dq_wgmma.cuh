@@ -46,9 +46,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_bloc
   constexpr uint32_t kTileBytes = kKT * kD * sizeof(Elem);
   const AttentionProblem& pr = p.problem;
 
-  // Swizzle atoms start on 1 KiB boundaries; the launch adds the slack.
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t q_s = (smem_address(smem) + 1023u) & ~1023u;
+  const uint32_t q_s = wgmma::swizzle_base(smem);
   const uint32_t do_s = q_s + kRowBytes;
   const uint32_t k_s = do_s + kRowBytes;       // [2][kKT x kD]
   const uint32_t v_s = k_s + 2 * kTileBytes;   // [2][kKT x kD]
@@ -70,16 +69,12 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_bloc
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int warp = threadIdx.x / 32;
-  const int g = FragmentLanes<Elem>::row();
-  const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
-  const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  const int64_t warp_row0 = warp_first_row(row0);
   const float scale_log2 = pr.scale * kLog2e;
   // Di's loads go out with the tiles' copies; the first tile waits for both.
   float row_dot[2], row_lse[2];
   dq_row_statistics<Elem, kD>(p, b, h, warp_row0, d_rowdot_out, row_dot, row_lse);
-  const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
-  const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
+  const WarpRows my_rows = warp_rows<Elem>(warp_row0, keys);
 
   float dq[kDT][4] = {};
   int stage = 0;
@@ -108,8 +103,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_bloc
     wgmma::hold(s);
     wgmma::hold(dp);
 
-    const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
-                              tile_span(row_lo[1], row_hi[1], k0, kKT)};
+    const TileSpan span[2] = {tile_span(my_rows.lo[0], my_rows.hi[0], k0, kKT),
+                              tile_span(my_rows.lo[1], my_rows.hi[1], k0, kKT)};
     dq_tile_scores<Elem>(s, dp, span, scale_log2, row_lse, row_dot);
     uint32_t dsa[kKT / 16][4];
 #pragma unroll

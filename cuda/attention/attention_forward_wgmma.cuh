@@ -11,13 +11,14 @@
 // kernel's fragment helpers apply) with online_softmax_tile_lazy, whose
 // shortcuts took B32 h8 T256 d64 from 19.0 to 15.0 us; the weights,
 // rounded to the element type, become the register operand of O += P V,
-// m64nDk16 with V read transposed from shared memory. Against the sm_80 kernel, no warp loads K or V into its
-// registers (the instructions read shared memory once per warpgroup rather
-// than once per warp), and a tile's two products are d / 16 + 4
-// instructions rather than 32 to 64 mma.sync per warp. The tile copies are
-// unrolled with per-thread offsets fixed for the whole kernel; the kernel
-// issues an instruction in most cycles, so their address arithmetic
-// counted (a generic loop made B32 h8 T256 d64 21.3 us instead of 19.0).
+// m64nDk16 with V read transposed from shared memory. Against the sm_80
+// kernel, no warp loads K or V into its registers (the instructions read
+// shared memory once per warpgroup rather than once per warp), and a tile's
+// two products are d / 16 + 4 instructions rather than 32 to 64 mma.sync
+// per warp. The tile copies are unrolled with per-thread offsets fixed for
+// the whole kernel; the kernel issues an instruction in most cycles, so
+// their address arithmetic counted (a generic loop made B32 h8 T256 d64
+// 21.3 us instead of 19.0).
 //
 // Layout and grid as the sm_80 kernel: q [B, Hq, T, d], k and v [B, Hkv, S,
 // d] by strides, grid (ceil(T / 64), Hq, B), heaviest row blocks first
@@ -51,9 +52,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
   constexpr uint32_t kTileBytes = kKT * kD * sizeof(Elem);
   const AttentionProblem& pr = p.problem;
 
-  // Swizzle atoms start on 1 KiB boundaries; the launch adds the slack.
   extern __shared__ __align__(16) unsigned char smem[];
-  const uint32_t q_s = (smem_address(smem) + 1023u) & ~1023u;
+  const uint32_t q_s = wgmma::swizzle_base(smem);
   const uint32_t k_s = q_s + kQBytes;           // [2][kKT x kD]
   const uint32_t v_s = k_s + 2 * kTileBytes;    // [2][kKT x kD]
 
@@ -72,13 +72,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
-  const int warp = threadIdx.x / 32;
-  const int g = FragmentLanes<Elem>::row();
-  const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
-  const int64_t my_row[2] = {warp_row0 + g, warp_row0 + g + 8};
+  const WarpRows my_rows = warp_rows<Elem>(warp_first_row(row0), keys);
   const float scale_log2 = pr.scale * kLog2e;
-  const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
-  const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
   float o[kDT][4] = {};
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};  // running row max, base 2
@@ -104,8 +99,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
     wgmma::wait<0>();
     wgmma::hold(s);
 
-    const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
-                              tile_span(row_lo[1], row_hi[1], k0, kKT)};
+    const TileSpan span[2] = {tile_span(my_rows.lo[0], my_rows.hi[0], k0, kKT),
+                              tile_span(my_rows.lo[1], my_rows.hi[1], k0, kKT)};
     online_softmax_tile_lazy<Elem>(s, o, m, l, span, scale_log2);
 
     uint32_t pa[kKT / 16][4];
@@ -122,8 +117,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
   }
   cp_async_wait<0>();  // a block with no keys still has its Q copy in flight
 
-  if (warp_row0 >= T) return;
-  store_forward_rows<Elem, kDT>(p, b, h, warp_row0, o, m, l);
+  if (my_rows.row0 >= T) return;
+  store_forward_rows<Elem, kDT>(p, b, h, my_rows.row0, o, m, l);
 #else
   (void)p;
   (void)heaviest_first;

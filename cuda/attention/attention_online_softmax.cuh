@@ -84,7 +84,9 @@ __device__ __forceinline__ void online_softmax_tile_lazy(float (&s)[kNT][4], flo
   const bool whole = warp_sees_whole_tile(span, 8 * kNT);
   const bool raw = whole && scale_log2 > 0.0f;  // warp-uniform
   if (!raw) {
-    // col is in [lo, hi) when col - lo < hi - lo as unsigned.
+    // in_span as one compare: col is in [lo, hi) when col - lo < hi - lo
+    // as unsigned. (in_span itself, or-ed with `whole`, branches per score;
+    // the sm_80 kernels keep it until the same change is measured there.)
     const int col0 = 2 * FragmentLanes<Elem>::col();
     const unsigned width[2] = {static_cast<unsigned>(max(span[0].hi - span[0].lo, 0)),
                                static_cast<unsigned>(max(span[1].hi - span[1].lo, 0))};

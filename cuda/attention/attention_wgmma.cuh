@@ -40,8 +40,17 @@
 
 #include "attention/attention_common.cuh"
 #include "attention/attention_config.h"
+#include "attention/attention_warp_mma.cuh"
 
 namespace exphil::kernels::wgmma {
+
+// The first 1 KiB boundary at or past `smem` (dynamic shared memory), where
+// a kernel's swizzled tiles start: the hardware applies the swizzle's XOR
+// on address bits, so atoms must be aligned. Launches add 1 KiB of slack
+// (attention_wgmma_shared_bytes()).
+__device__ __forceinline__ uint32_t swizzle_base(const unsigned char* smem) {
+  return (attn::smem_address(smem) + 1023u) & ~1023u;
+}
 
 // Byte offset of 16-byte chunk `chunk` of row `r` in a swizzled tile of
 // kRows rows.
