@@ -39,6 +39,21 @@ std::optional<AttentionCheck> run_case(const AttentionRun& run,
   return c;
 }
 
+// The current device's compute capability (10 major + minor) and SM count.
+struct DeviceTraits {
+  int compute_capability = 0, sms = 0;
+};
+DeviceTraits current_device() {
+  int device = 0, major = 0, minor = 0;
+  DeviceTraits t;
+  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
+  REQUIRE(cudaDeviceGetAttribute(&t.sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
+  t.compute_capability = 10 * major + minor;
+  return t;
+}
+
 constexpr int64_t kLengths[] = {1, 17, 32, 33, 100, 257, 1024};
 constexpr int kLengthCount = 7;
 
@@ -110,12 +125,8 @@ TEST_CASE("attention Hopper kernels and the sm_80 ones on the same cases give th
   // the GPU too (every shape but the first; the last is small enough for
   // racecheck). With sm80_kernels set, the sm_80 kernels instead. Odd T and
   // S, T > S and T < S, GQA ratios 1, 2 and 4, both layouts, every mask.
-  int device = 0, major = 0, minor = 0, sms = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess);
-  const bool hopper = kernels::attention_wgmma_available(10 * major + minor);
+  const DeviceTraits dev = current_device();
+  const bool hopper = kernels::attention_wgmma_available(dev.compute_capability);
   const AttentionDims shapes[] = {{8, 8, 4, 257, 100}, {4, 8, 4, 300, 600}, {1, 16, 16, 600, 650},
                                   {17, 8, 8, 33, 77}, {33, 4, 4, 40, 40}};
   int n = 0;
@@ -137,7 +148,7 @@ TEST_CASE("attention Hopper kernels and the sm_80 ones on the same cases give th
             CHECK(c->forward_layout.warpgroup_forward == (hopper && !sm80));
             CHECK(c->forward_layout.query_rows_per_block == 64);
             if (!r.backward) continue;
-            CHECK(c->backward_layout.warpgroup_dkdv == (hopper && !sm80 && key_blocks >= sms));
+            CHECK(c->backward_layout.warpgroup_dkdv == (hopper && !sm80 && key_blocks >= dev.sms));
             CHECK(c->backward_layout.warpgroup_dq == (hopper && !sm80));
           }
 }
@@ -152,11 +163,7 @@ TEST_CASE("attention Hopper forward: row maxima that jump between key tiles, and
   // the path that scales scores before the max even on unmasked tiles.
   // 160 blocks of 64 rows: the four-warp plan, so the Hopper kernels where
   // the build and the device have them.
-  int device = 0, major = 0, minor = 0;
-  REQUIRE(cudaGetDevice(&device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess);
-  REQUIRE(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess);
-  const bool hopper = kernels::attention_wgmma_available(10 * major + minor);
+  const bool hopper = kernels::attention_wgmma_available(current_device().compute_capability);
   for (DType dtype : {DType::f16, DType::bf16})
     for (int d : {64, 128})
       for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal})
