@@ -42,6 +42,21 @@ class AttentionChecker {
       return {StatusCode::invalid_argument,
               "argument 'options': expected a finite scale (0 for 1 / sqrt(d)), got " +
                   std::to_string(o.scale)};
+    const auto precision = static_cast<int32_t>(o.precision);
+    if (precision != EXPHIL_ATTENTION_EXACT && precision != EXPHIL_ATTENTION_TF32X3)
+      return {StatusCode::invalid_argument,
+              "argument 'options': expected precision 0 (exact) or 1 (tf32x3), got " +
+                  std::to_string(precision)};
+    return {};
+  }
+
+  // After q: tf32x3 is a way of multiplying f32, and nothing else.
+  Status precision_for_dtype(const AttentionOptions& o) const {
+    if (o.precision == AttentionPrecision::tf32x3 && dtype_ != DType::f32)
+      return {StatusCode::invalid_argument,
+              std::string("argument 'options': precision 1 (tf32x3) applies to f32 inputs; "
+                          "expected precision 0 (exact) with q of dtype ") +
+                  dtype_name(dtype_) + ", got 1"};
     return {};
   }
 
@@ -200,6 +215,7 @@ Status check_inputs(AttentionChecker& check, const AttentionInputs& in,
                     const AttentionOptions& options, const void*& q, const void*& k, const void*& v) {
   EXPHIL_RETURN_IF_ERROR(check.options(options));
   EXPHIL_RETURN_IF_ERROR(check.q(in.q, q));
+  EXPHIL_RETURN_IF_ERROR(check.precision_for_dtype(options));
   EXPHIL_RETURN_IF_ERROR(check.k(in.k, k));
   EXPHIL_RETURN_IF_ERROR(check.rows("v", in.v, Rows::key, false, false, v));
   return {};
@@ -210,6 +226,7 @@ void fill_problem(const AttentionChecker& check, const AttentionOptions& o,
   p.shape = s;
   p.dtype = check.dtype();
   p.mask = static_cast<kernels::AttentionMaskKind>(o.mask);
+  p.precision = static_cast<kernels::AttentionPrecision>(o.precision);
   p.window = o.mask == AttentionMask::window ? o.window : 0;
   p.scale = o.scale != 0.0f ? o.scale : static_cast<float>(1.0 / std::sqrt(double(s.head_dim)));
   p.q_strides = check.strides(s.q_heads, s.q_len);

@@ -108,7 +108,7 @@ exphil::AttentionInputs attention_inputs(const exphil_tensor* q, const exphil_te
   return in;
 }
 
-// NULL options: no mask, layout BHTD, scale 1 / sqrt(d). Values are passed
+// NULL options: no mask, layout BHTD, scale 1 / sqrt(d), exact. Values are passed
 // through unchecked; validation reports the bad ones.
 exphil::AttentionOptions attention_options(const exphil_attention_options* options) noexcept {
   exphil::AttentionOptions o;
@@ -117,6 +117,7 @@ exphil::AttentionOptions attention_options(const exphil_attention_options* optio
     o.window = options->window;
     o.layout = static_cast<exphil::AttentionLayout>(options->layout);
     o.scale = options->scale;
+    o.precision = static_cast<exphil::AttentionPrecision>(options->precision);
   }
   return o;
 }

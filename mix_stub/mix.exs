@@ -4,7 +4,7 @@ defmodule ExPhil.Native.MixProject do
   def project do
     [
       app: :exphil_native,
-      version: "0.1.0",
+      version: "0.2.0",
       elixir: "~> 1.14",
       compilers: [:exphil_nif] ++ Mix.compilers(),
       elixirc_paths: elixirc_paths(Mix.env()),

@@ -104,7 +104,10 @@ import peer_util as pu  # noqa: E402
 from peer_util import measure  # noqa: E402
 
 DTYPE_CODE = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+# f32x3: f32 tensors with precision tf32x3 (the f32 products on tensor cores).
+DTYPES = {"f32": torch.float32, "f32x3": torch.float32, "bf16": torch.bfloat16,
+          "f16": torch.float16}
+PRECISION_CODE = {"f32x3": 1}  # others 0, exact
 MASK_CODE = {"none": 0, "causal": 1, "window": 2}
 LAYOUT_CODE = {"BHTD": 0, "BTHD": 1}
 
@@ -129,8 +132,9 @@ class Exphil(xc.Exphil):
                          stream=current_stream_handle)
 
 
-def make_options(mask, window, layout, scale):
-    return AttentionOptions(MASK_CODE[mask], int(window), LAYOUT_CODE[layout], float(scale))
+def make_options(mask, window, layout, scale, dtype_name):
+    return AttentionOptions(MASK_CODE[mask], int(window), LAYOUT_CODE[layout], float(scale),
+                            PRECISION_CODE.get(dtype_name, 0))
 
 
 # ---------------------------------------------------------------------------
@@ -222,6 +226,8 @@ def reference(q, k, v, grad_o, layout, mask, window, scale, max_elems=1 << 25):
 # every dtype. --tol-scale loosens or tightens everything at once.
 TOLERANCES = {
     "f32": {"o": (1e-4, 1e-4), "lse": (1e-5, 1e-5), "grad": (2e-4, 2e-4)},
+    # three TF32 products per f32 product: about 2^-21 of each, within f32's
+    "f32x3": {"o": (1e-4, 1e-4), "lse": (1e-5, 1e-5), "grad": (2e-4, 2e-4)},
     "f16": {"o": (5e-3, 5e-3), "lse": (1e-3, 1e-3), "grad": (1e-2, 1e-2)},
     "bf16": {"o": (1e-2, 1e-2), "lse": (2e-3, 2e-3), "grad": (2e-2, 2e-2)},
 }
@@ -266,7 +272,7 @@ def check_tensors(lib, q, k, v, grad_o, dtype_name, mask, window, layout, scale,
     Returns a result dict (ok, error, metrics per tensor)."""
     d = q.shape[-1]
     ref_scale = scale if scale != 0.0 else 1.0 / math.sqrt(d)
-    opts = make_options(mask, window, layout, scale)
+    opts = make_options(mask, window, layout, scale, dtype_name)
     result = {"ok": False, "error": None, "metrics": {}, "checks": {}}
     try:
         ours = run_ours(lib, q, k, v, grad_o, opts)
@@ -511,7 +517,7 @@ def run_bench(lib, args, seed, device):
         check_summary = {"ok": chk["ok"], "error": chk["error"], "metrics": chk["metrics"]}
         del chk
 
-        opts = make_options("causal", 0, "BHTD", 0.0)
+        opts = make_options("causal", 0, "BHTD", 0.0, dt)
         o = torch.empty_like(q)
         lse = torch.empty(B, H, T, dtype=torch.float32, device=device)
         gq, gk, gv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
@@ -636,8 +642,11 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=None, help="seed of the random cases (default: from time)")
     p.add_argument("--repeat", type=int, default=1,
                    help="random cases per (dtype, mask, ratio, layout, d) combination (default 1)")
-    p.add_argument("--dtypes", default="f32,bf16,f16", help="dtypes of the check (default %(default)s)")
-    p.add_argument("--bench-dtypes", default="f32,bf16", help="dtypes of the bench (default %(default)s)")
+    p.add_argument("--dtypes", default="f32,f32x3,bf16,f16",
+                   help="dtypes of the check; f32x3 is f32 with precision tf32x3 "
+                        "(default %(default)s)")
+    p.add_argument("--bench-dtypes", default="f32,f32x3,bf16",
+                   help="dtypes of the bench (default %(default)s)")
     p.add_argument("--tol-scale", type=float, default=1.0, help="multiply every tolerance (default 1)")
     p.add_argument("--reps", type=int, default=20, help="timed measurements per op; median (default 20)")
     p.add_argument("--min-ms", type=float, default=1.0, help="minimum length of one measurement in ms (default 1)")
@@ -651,7 +660,7 @@ def parse_args(argv):
         names = [s.strip() for s in getattr(args, attr).split(",") if s.strip()]
         bad = [s for s in names if s not in DTYPES]
         if bad or not names:
-            p.error(f"--{attr.replace('_', '-')}: unknown dtype(s) {bad}; use f32, bf16, f16")
+            p.error(f"--{attr.replace('_', '-')}: unknown dtype(s) {bad}; use f32, f32x3, bf16, f16")
         setattr(args, attr, names)
     if args.repeat < 1 or args.reps < 1 or args.min_ms <= 0 or args.tol_scale <= 0:
         p.error("--repeat, --reps, --min-ms and --tol-scale must be positive")

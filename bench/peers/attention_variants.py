@@ -11,7 +11,7 @@ of the forward against a float64 torch reference, a guard against a variant
 that is fast because it is wrong (the full check is attention_sdpa.py
 --check).
 
-    python3 bench/peers/attention_variants.py [--dtype bf16|f32]
+    python3 bench/peers/attention_variants.py [--dtype bf16|f32|f32x3]
            [--shape B,H,T,d ...] LIB [LIB ...]
 
 The label of each row is the name of the library's folder.
@@ -32,11 +32,13 @@ import torch  # noqa: E402
 import attention_sdpa as sdpa  # noqa: E402
 import peer_util as pu  # noqa: E402
 
-DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+# f32x3: f32 tensors with precision tf32x3
+DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32, "f32x3": torch.float32}
 DEFAULT_SHAPES = ["32,8,256,64", "8,8,1024,64", "1,8,32,32"]
 
 
-def time_library(path, shape, dtype, reps):
+def time_library(path, shape, dtype_name, reps):
+    dtype = DTYPES[dtype_name]
     lib = sdpa.Exphil(path)
     B, H, T, d = shape
     torch.manual_seed(0)
@@ -44,7 +46,7 @@ def time_library(path, shape, dtype, reps):
     o = torch.empty_like(q)
     lse = torch.empty(B, H, T, device="cuda", dtype=torch.float32)
     grad_q, grad_k, grad_v = (torch.empty_like(q) for _ in range(3))
-    opts = sdpa.make_options("causal", 0, "BHTD", 0.0)
+    opts = sdpa.make_options("causal", 0, "BHTD", 0.0, dtype_name)
     forward = lib.bind_forward(q, k, v, opts, o, lse)
     backward = lib.bind_backward(q, k, v, o, lse, grad_o, opts, grad_q, grad_k, grad_v)
     fwd = pu.measure(forward, reps, 1.0)
@@ -68,7 +70,7 @@ def main(argv=None):
     for path in args.libs:
         label = Path(path).parent.name
         for shape in shapes:
-            fwd, both, err = time_library(path, shape, DTYPES[args.dtype], args.reps)
+            fwd, both, err = time_library(path, shape, args.dtype, args.reps)
             B, H, T, d = shape
             print(f"{label:10} B{B} h{H} T{T} d{d} {args.dtype}: fwd {fwd:8.1f} us  "
                   f"fwd+bwd {both:8.1f} us  err {err:.1e}", flush=True)

@@ -99,7 +99,11 @@ class AttentionOptions(ctypes.Structure):
         ("window", ctypes.c_int32),
         ("layout", ctypes.c_int32),
         ("scale", ctypes.c_float),
+        ("precision", ctypes.c_int32),
     ]
+
+
+PRECISION_CODES = {"exact": 0, "tf32x3": 1}
 
 
 def selective_scan_options(softplus=False, clamp=None):
@@ -109,10 +113,11 @@ def selective_scan_options(softplus=False, clamp=None):
     return SelectiveScanOptions(int(bool(softplus)), 1, float(clamp[0]), float(clamp[1]))
 
 
-def attention_options(mask="none", window=0, layout="BHTD", scale=0.0):
-    """scale 0 or None: 1 / sqrt(d)."""
+def attention_options(mask="none", window=0, layout="BHTD", scale=0.0, precision="exact"):
+    """scale 0 or None: 1 / sqrt(d); precision "tf32x3": f32 products on
+    tensor cores (f32 inputs only)."""
     return AttentionOptions(MASK_CODES[mask], int(window), LAYOUT_CODES[layout],
-                            float(scale or 0.0))
+                            float(scale or 0.0), PRECISION_CODES[precision])
 
 
 class ExphilError(RuntimeError):

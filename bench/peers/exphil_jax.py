@@ -45,12 +45,13 @@ Semantics, shapes and dtypes are those of include/exphil/exphil.h:
   its gradient is not returned (the public function has no such argument).
   A cotangent of h_final that JAX knows to be zero (h_final unused) is passed
   as a zero-element array too, so the backward skips it.
-* ``attention(q, k, v, mask="none", window=0, layout="bhtd", scale=None)
-  -> (o, lse)``: q ``[B, Hq, T, d]``, k and v ``[B, Hkv, S, d]`` (layout
-  "bhtd"), or ``[B, T, Hq, d]`` / ``[B, S, Hkv, d]`` (layout "bthd"); d in
-  32/64/96/128; Hq a multiple of Hkv; one dtype. mask "none", "causal"
-  (bottom-right aligned) or "window" (with ``window >= 1``); scale None means
-  1/sqrt(d). ``o`` has q's shape and dtype, ``lse`` is ``[B, Hq, T]`` f32.
+* ``attention(q, k, v, mask="none", window=0, layout="bhtd", scale=None,
+  precision="exact") -> (o, lse)``: q ``[B, Hq, T, d]``, k and v
+  ``[B, Hkv, S, d]`` (layout "bhtd"), or ``[B, T, Hq, d]`` / ``[B, S, Hkv, d]``
+  (layout "bthd"); d in 32/64/96/128; Hq a multiple of Hkv; one dtype. mask
+  "none", "causal" (bottom-right aligned) or "window" (with ``window >= 1``);
+  scale None means 1/sqrt(d); precision "tf32x3" (f32 only) runs the f32
+  products on tensor cores as three TF32 products each. ``o`` has q's shape and dtype, ``lse`` is ``[B, Hq, T]`` f32.
 
   Gradients of lse. The ``_bwd`` target takes the cotangent of o only. The
   custom VJP is defined with ``symbolic_zeros=True``: when the cotangent of
@@ -131,6 +132,7 @@ F32 = jnp.dtype(jnp.float32)
 
 MASKS = {"none": 0, "causal": 1, "window": 2}
 LAYOUTS = {"bhtd": 0, "bthd": 1}
+PRECISIONS = {"exact": 0, "tf32x3": 1}
 HEAD_WIDTHS = (32, 64, 96, 128)
 SELECTIVE_SCAN_MAX_N = 256
 
@@ -574,9 +576,10 @@ def _code(table, value, what):
     return code
 
 
-def _attention_attrs(mask, window, layout, scale):
+def _attention_attrs(mask, window, layout, scale, precision):
     return dict(mask=np.int32(mask), window=np.int32(window), layout=np.int32(layout),
-                scale=np.float32(0.0 if scale is None else scale))
+                scale=np.float32(0.0 if scale is None else scale),
+                precision=np.int32(_code(PRECISIONS, precision, "precision")))
 
 
 def _attention_rows(q, layout):
@@ -626,19 +629,20 @@ def _validate_attention(q, k, v, mask, window, layout, scale, where="attention f
                          f"got {scale}")
 
 
-def attention_fwd(q, k, v, mask="none", window=0, layout="bhtd", scale=None, validate=True):
+def attention_fwd(q, k, v, mask="none", window=0, layout="bhtd", scale=None, validate=True,
+                  precision="exact"):
     """Raw forward target: (o, lse [B, Hq, T] f32)."""
     mask_c, layout_c = _code(MASKS, mask, "mask"), _code(LAYOUTS, layout, "layout")
     if validate:
         _validate_attention(q, k, v, mask_c, window, layout_c, scale)
     out = (_sds(q.shape, q.dtype), _sds(_attention_rows(q, layout_c), F32))
     o, lse = _call("exphil_attention_fwd", out, q, k, v,
-                   **_attention_attrs(mask_c, window, layout_c, scale))
+                   **_attention_attrs(mask_c, window, layout_c, scale, precision))
     return o, lse
 
 
 def attention_bwd(q, k, v, o, lse, grad_o, mask="none", window=0, layout="bhtd", scale=None,
-                  validate=True):
+                  validate=True, precision="exact"):
     """Raw backward target: (grad_q, grad_k, grad_v)."""
     mask_c, layout_c = _code(MASKS, mask, "mask"), _code(LAYOUTS, layout, "layout")
     if validate:
@@ -650,7 +654,7 @@ def attention_bwd(q, k, v, o, lse, grad_o, mask="none", window=0, layout="bhtd",
         _check_f32(where, "lse", lse)
     out = (_sds(q.shape, q.dtype), _sds(k.shape, k.dtype), _sds(v.shape, v.dtype))
     gq, gk, gv = _call("exphil_attention_bwd", out, q, k, v, o, lse, grad_o,
-                       **_attention_attrs(mask_c, window, layout_c, scale))
+                       **_attention_attrs(mask_c, window, layout_c, scale, precision))
     return gq, gk, gv
 
 
@@ -662,8 +666,9 @@ def _rows_to_q_layout(g, layout_c):
 
 
 @functools.lru_cache(maxsize=None)
-def _attention_vjp(mask_c, window, layout_c, scale):
-    kw = dict(mask=mask_c, window=window, layout=layout_c, scale=scale, validate=False)
+def _attention_vjp(mask_c, window, layout_c, scale, precision):
+    kw = dict(mask=mask_c, window=window, layout=layout_c, scale=scale, validate=False,
+              precision=precision)
 
     @jax.custom_vjp
     def f(q, k, v):
@@ -697,14 +702,15 @@ def _attention_vjp(mask_c, window, layout_c, scale):
     return f
 
 
-def attention(q, k, v, mask="none", window=0, layout="bhtd", scale=None):
+def attention(q, k, v, mask="none", window=0, layout="bhtd", scale=None, precision="exact"):
     """Differentiable fused attention: (o, lse). See the module docstring for
     how a cotangent of lse is handled."""
     mask_c, layout_c = _code(MASKS, mask, "mask"), _code(LAYOUTS, layout, "layout")
     _validate_attention(q, k, v, mask_c, window, layout_c, scale)
     window = int(window) if mask_c == MASKS["window"] else 0
     scale_key = None if scale is None else float(np.float32(scale))
-    return _attention_vjp(mask_c, window, layout_c, scale_key)(q, k, v)
+    precision_c = _code(PRECISIONS, precision, "precision")
+    return _attention_vjp(mask_c, window, layout_c, scale_key, precision_c)(q, k, v)
 
 
 # ---------------------------------------------------------------------------

@@ -127,9 +127,9 @@ def _lse_shape(q, layout):
 
 
 def attention_forward(lib, q, k, v, mask="none", window=0, layout="BHTD", scale=0.0,
-                      want_lse=True):
+                      want_lse=True, precision="exact"):
     """(o, lse f32 [B, Hq, T] or None)."""
-    opts = xc.attention_options(mask, window, layout.upper(), scale)
+    opts = xc.attention_options(mask, window, layout.upper(), scale, precision)
     outs = run(lib, "attention_forward", dict(q=q, k=k, v=v),
                {"o": (q.shape, q.dtype),
                 "lse": (_lse_shape(q, layout), jnp.float32) if want_lse else None},
@@ -138,9 +138,9 @@ def attention_forward(lib, q, k, v, mask="none", window=0, layout="BHTD", scale=
 
 
 def attention_backward(lib, q, k, v, o, lse, grad_o, mask="none", window=0, layout="BHTD",
-                       scale=0.0):
+                       scale=0.0, precision="exact"):
     """(grad_q, grad_k, grad_v)."""
-    opts = xc.attention_options(mask, window, layout.upper(), scale)
+    opts = xc.attention_options(mask, window, layout.upper(), scale, precision)
     outs = run(lib, "attention_backward", dict(q=q, k=k, v=v, o=o, lse=lse, grad_o=grad_o),
                {"grad_q": (q.shape, q.dtype), "grad_k": (k.shape, k.dtype),
                 "grad_v": (v.shape, v.dtype)},

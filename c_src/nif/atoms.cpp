@@ -59,6 +59,8 @@ void make_atoms(ErlNifEnv* env) {
   a.window = mk("window");
   a.bhtd = mk("bhtd");
   a.bthd = mk("bthd");
+  a.exact = mk("exact");
+  a.tf32x3 = mk("tf32x3");
   a.y = mk("y");
   a.h_final = mk("h_final");
   a.grad_y = mk("grad_y");

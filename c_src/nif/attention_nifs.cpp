@@ -4,7 +4,8 @@
 // (sync: false). Tensor arguments, outputs:, stream:, sync: and errors are
 // those of the selective scan (selective_scan_nifs.cpp). What differs:
 //
-//   * mask:, window:, layout: and scale: become exphil::AttentionOptions.
+//   * mask:, window:, layout:, scale: and precision: become
+//     exphil::AttentionOptions.
 //     The NIF checks them itself, naming the option: the library reports a
 //     bad one as 'options', and reads a scale of 0 as "1 / sqrt(d)", which a
 //     caller writing scale: 0.0 did not mean, so a scale that is (or rounds
@@ -65,7 +66,8 @@ Inputs decode_inputs(ErlNifEnv* env, const ERL_NIF_TERM argv[]) {
 
 // The options of both directions.
 Options decode_options(ErlNifEnv* env, ERL_NIF_TERM term) {
-  return Options(env, term, {"mask", "window", "layout", "scale", "outputs", "sync", "stream"});
+  return Options(env, term,
+                 {"mask", "window", "layout", "scale", "precision", "outputs", "sync", "stream"});
 }
 
 bool given(const std::optional<ERL_NIF_TERM>& term) {
@@ -87,8 +89,9 @@ Enum decode_choice(ERL_NIF_TERM term, const char* argument, const char* expected
   bad_argument(argument, expected, term);
 }
 
-// mask:, window:, layout:, scale:. nil stands for an absent window or scale.
-AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts) {
+// mask:, window:, layout:, scale:, precision:. nil stands for an absent
+// window or scale. q_dtype: precision: :tf32x3 is for f32 inputs only.
+AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, DType q_dtype) {
   const Atoms& a = atoms();
   AttentionOptions options;
   if (auto term = opts.get("mask"))
@@ -126,6 +129,14 @@ AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts) {
                    *term);
     options.scale = static_cast<float>(scale);
   }
+
+  if (auto term = opts.get("precision")) {
+    options.precision = decode_choice<AttentionPrecision>(
+        *term, "precision", ":exact or :tf32x3 (f32 inputs only)",
+        {{a.exact, AttentionPrecision::exact}, {a.tf32x3, AttentionPrecision::tf32x3}});
+    if (options.precision == AttentionPrecision::tf32x3 && q_dtype != DType::f32)
+      bad_argument("precision", ":exact with f16 or bf16 inputs (:tf32x3 multiplies f32)", *term);
+  }
   return options;
 }
 
@@ -158,7 +169,7 @@ ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM 
     const Atoms& a = atoms();
     const Options opts = decode_options(env, argv[3]);
     const Inputs in = decode_inputs(env, argv);
-    const AttentionOptions options = decode_attention_options(env, opts);
+    const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in, options.layout);
@@ -189,7 +200,7 @@ ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM
     const TensorArg o = decode_tensor(env, argv[3], "o", in.device);
     const TensorArg lse = decode_tensor(env, argv[4], "lse", in.device);
     const TensorArg grad_o = decode_tensor(env, argv[5], "grad_o", in.device);
-    const AttentionOptions options = decode_attention_options(env, opts);
+    const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in, options.layout);

@@ -1,6 +1,6 @@
 // The attention handlers, exphil_attention_fwd and _bwd. The mask, window,
-// layout and scale attributes are passed to the library unchecked; it
-// reports bad values with the names of exphil.h.
+// layout, scale and precision attributes are passed to the library
+// unchecked; it reports bad values with the names of exphil.h.
 #include <cstdint>
 #include <utility>
 
@@ -25,15 +25,18 @@ auto with_attention_attributes(Binding&& binding) {
       .template Attr<int32_t>("mask")
       .template Attr<int32_t>("window")
       .template Attr<int32_t>("layout")
-      .template Attr<float>("scale");
+      .template Attr<float>("scale")
+      .template Attr<int32_t>("precision");
 }
 
-AttentionOptions options_of(int32_t mask, int32_t window, int32_t layout, float scale) {
+AttentionOptions options_of(int32_t mask, int32_t window, int32_t layout, float scale,
+                            int32_t precision) {
   AttentionOptions options;
   options.mask = static_cast<AttentionMask>(mask);
   options.window = window;
   options.layout = static_cast<AttentionLayout>(layout);
   options.scale = scale;
+  options.precision = static_cast<AttentionPrecision>(precision);
   return options;
 }
 
@@ -48,11 +51,11 @@ AttentionInputs describe_inputs(BufferViews& views, const ffi::AnyBuffer& q,
 
 ffi::Error forward(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi::AnyBuffer v,
                    ffi::Result<ffi::AnyBuffer> o, ffi::Result<ffi::AnyBuffer> lse, int32_t mask,
-                   int32_t window, int32_t layout, float scale) {
+                   int32_t window, int32_t layout, float scale, int32_t precision) {
   BufferViews views(kForwardTarget);
   AttentionForwardArgs args;
   args.in = describe_inputs(views, q, k, v);
-  args.options = options_of(mask, window, layout, scale);
+  args.options = options_of(mask, window, layout, scale, precision);
   args.o = views.result("o", *o);
   args.lse = views.result("lse", *lse);
   if (!views.ok()) return views.error();
@@ -63,11 +66,11 @@ ffi::Error backward(cudaStream_t stream, ffi::AnyBuffer q, ffi::AnyBuffer k, ffi
                     ffi::AnyBuffer o, ffi::AnyBuffer lse, ffi::AnyBuffer grad_o,
                     ffi::Result<ffi::AnyBuffer> grad_q, ffi::Result<ffi::AnyBuffer> grad_k,
                     ffi::Result<ffi::AnyBuffer> grad_v, int32_t mask, int32_t window,
-                    int32_t layout, float scale) {
+                    int32_t layout, float scale, int32_t precision) {
   BufferViews views(kBackwardTarget);
   AttentionBackwardArgs args;
   args.in = describe_inputs(views, q, k, v);
-  args.options = options_of(mask, window, layout, scale);
+  args.options = options_of(mask, window, layout, scale, precision);
   args.o = views.operand("o", o);
   args.lse = views.operand("lse", lse);
   args.grad_o = views.operand("grad_o", grad_o);

@@ -10,10 +10,11 @@ namespace exphil::kernels {
 
 namespace {
 
-// Calls f(Elem{}, std::integral_constant<int, kD>{}) for the call's dtype
-// and head width.
+// Calls f(Elem{}, std::integral_constant<int, kD>{}) for the call's dtype,
+// precision and head width.
 template <class F>
-LaunchResult dispatch(DType dtype, int head_dim, F&& f) {
+LaunchResult dispatch(const AttentionProblem& problem, F&& f) {
+  const int head_dim = problem.shape.head_dim;
   auto by_width = [&](auto elem) -> LaunchResult {
     switch (head_dim) {
       case 32: return f(elem, std::integral_constant<int, 32>{});
@@ -23,8 +24,10 @@ LaunchResult dispatch(DType dtype, int head_dim, F&& f) {
     }
     return {cudaErrorInvalidValue, "attention dispatch (unsupported head width)"};
   };
-  switch (dtype) {
-    case DType::f32: return by_width(float{});
+  switch (problem.dtype) {
+    case DType::f32:
+      if (problem.precision == AttentionPrecision::tf32x3) return by_width(Tf32x3{});
+      return by_width(float{});
     case DType::f16: return by_width(__half{});
     case DType::bf16: return by_width(__nv_bfloat16{});
   }
@@ -35,7 +38,7 @@ LaunchResult dispatch(DType dtype, int head_dim, F&& f) {
 
 LaunchResult launch_attention_forward(const AttentionForwardParams& params,
                                       const AttentionPlan& plan, cudaStream_t stream) noexcept {
-  return dispatch(params.problem.dtype, params.problem.shape.head_dim, [&](auto elem, auto width) {
+  return dispatch(params.problem, [&](auto elem, auto width) {
     return run_attention_forward<decltype(elem), decltype(width)::value>(params, plan, stream);
   });
 }
@@ -43,7 +46,7 @@ LaunchResult launch_attention_forward(const AttentionForwardParams& params,
 LaunchResult launch_attention_backward(const AttentionBackwardParams& params,
                                        const AttentionPlan& plan, float* d_workspace,
                                        cudaStream_t stream) noexcept {
-  return dispatch(params.problem.dtype, params.problem.shape.head_dim, [&](auto elem, auto width) {
+  return dispatch(params.problem, [&](auto elem, auto width) {
     return run_attention_backward<decltype(elem), decltype(width)::value>(params, plan,
                                                                            d_workspace, stream);
   });

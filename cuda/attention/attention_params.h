@@ -20,6 +20,11 @@ struct AttentionShape {
 
 enum class AttentionMaskKind : int32_t { none = 0, causal = 1, window = 2 };
 
+// How f32 products run: exact f32 FMAs, or on tensor cores as three TF32
+// products (attention_warp_mma_tf32x3.cuh). f16 and bf16 ignore it (the
+// runtime accepts only exact for them).
+enum class AttentionPrecision : int32_t { exact = 0, tf32x3 = 1 };
+
 // Element strides of a [B, H, L, d] tensor whatever its memory order (the
 // head dimension is always contiguous). Both public layouts are expressed
 // this way, so the kernels have no notion of layout.
@@ -33,6 +38,7 @@ struct AttentionProblem {
   AttentionShape shape;
   DType dtype = DType::f32;
   AttentionMaskKind mask = AttentionMaskKind::none;
+  AttentionPrecision precision = AttentionPrecision::exact;
   int64_t window = 0;
   float scale = 0.0f;         // the softmax scale actually applied
   AttentionStrides q_strides;  // q, o, grad_o, grad_q

@@ -282,3 +282,5 @@ struct WarpMma<float> {
 };
 
 }  // namespace exphil::kernels::attn
+
+#include "attention/attention_warp_mma_tf32x3.cuh"  // WarpMma<Tf32x3>

@@ -20,11 +20,19 @@ enum class AttentionLayout : int32_t {
   bthd = EXPHIL_ATTENTION_BTHD,  // [B, T, H, d]
 };
 
+// How f32 inputs are multiplied (exphil.h, "Arithmetic"): exact f32 FMAs,
+// or three TF32 tensor-core products each. f16 and bf16 take exact only.
+enum class AttentionPrecision : int32_t {
+  exact = EXPHIL_ATTENTION_EXACT,
+  tf32x3 = EXPHIL_ATTENTION_TF32X3,
+};
+
 struct AttentionOptions {
   AttentionMask mask = AttentionMask::none;
   int window = 0;     // with AttentionMask::window: >= 1
   AttentionLayout layout = AttentionLayout::bhtd;
   float scale = 0.0f;  // 0: 1 / sqrt(d)
+  AttentionPrecision precision = AttentionPrecision::exact;
 };
 
 // q [B, Hq, T, d]; k, v [B, Hkv, S, d] (or [B, T, H, d] with bthd), one dtype.

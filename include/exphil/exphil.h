@@ -344,7 +344,14 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
  * Arithmetic. Softmax and every sum are f32. f16 and bf16 inputs run on tensor
  * cores (mma.sync, sm_80 and later), with the probabilities and the
  * gradients of the scores rounded to the input dtype before their products,
- * as FlashAttention does. f32 inputs run in exact f32 FMAs (no TF32).
+ * as FlashAttention does. f32 inputs run in exact f32 FMAs (no TF32) unless
+ * options->precision is EXPHIL_ATTENTION_TF32X3: then their products run on
+ * tensor cores, each operand split into two TF32 values and each product
+ * taken as three TF32 products (what PyTorch's memory-efficient attention
+ * does for f32). That drops about 2^-21 of each product, against 2^-24 per
+ * exact FMA: results near f32's, not bitwise those of the exact path, and
+ * still bitwise deterministic. With f16 and bf16 only EXPHIL_ATTENTION_EXACT
+ * is accepted.
  *
  * forward:  writes o and lse (lse may be NULL: not written).
  * backward: takes q, k, v, the forward's o and lse (both required: the
@@ -354,7 +361,8 @@ EXPHIL_API exphil_status exphil_selective_scan_backward(
  *           grad_k and grad_v sum over the query heads that share each
  *           key/value head. No atomics: bitwise deterministic. Temporary
  *           device memory: B * Hq * T floats.
- * options may be NULL: no mask, layout BHTD, scale 1 / sqrt(d).
+ * options may be NULL: no mask, layout BHTD, scale 1 / sqrt(d), exact
+ * precision. Zero-initialised options mean the same.
  * ------------------------------------------------------------------------- */
 typedef enum exphil_attention_mask {
   EXPHIL_ATTENTION_MASK_NONE = 0,
@@ -367,12 +375,18 @@ typedef enum exphil_attention_layout {
   EXPHIL_ATTENTION_BTHD = 1  /* [batch, time, heads, head width] */
 } exphil_attention_layout;
 
+typedef enum exphil_attention_precision {
+  EXPHIL_ATTENTION_EXACT = 0, /* f32 products in exact f32 FMAs */
+  EXPHIL_ATTENTION_TF32X3 = 1 /* f32 only: three TF32 tensor-core products */
+} exphil_attention_precision;
+
 typedef struct exphil_attention_options {
   int32_t mask;   /* an exphil_attention_mask */
   int32_t window; /* with EXPHIL_ATTENTION_MASK_WINDOW: keys seen, >= 1 */
   int32_t layout; /* an exphil_attention_layout */
   float scale;    /* 0: 1 / sqrt(d); otherwise finite, used as given (so a
                      scale of exactly 0 cannot be asked for) */
+  int32_t precision; /* an exphil_attention_precision (added in 0.2.0) */
 } exphil_attention_options;
 
 EXPHIL_API exphil_status exphil_attention_forward(

@@ -132,13 +132,29 @@ defmodule ExPhil.Native.AttentionErrorsTest do
     c = call()
 
     assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :mask, :window, :layout, :scale, :outputs, :sync, :stream, got :h0/,
+                 ~r/argument 'opts': expected option names among :mask, :window, :layout, :scale, :precision, :outputs, :sync, :stream, got :h0/,
                  fn -> forward(c, h0: c.q) end
 
     assert_raise ArgumentError, ~r/argument 'opts': expected option names among .*, got :lse/, fn -> backward(c, lse: c.lse) end
     assert_raise ArgumentError, ~r/argument 'opts': expected a keyword list or a map, got "causal"/, fn -> forward(c, "causal") end
     assert_both(~r/argument 'sync': expected true or false, got :maybe/, c, sync: :maybe)
     assert_both(~r/argument 'stream': expected :managed or an ExPhil.Native.Stream, got 1/, c, stream: 1)
+  end
+
+  test "precision is checked, naming the option, and :tf32x3 is for f32 inputs only" do
+    for bad <- [:tf32, :fast, nil, 1, "exact"] do
+      assert_both(~r/argument 'precision': expected :exact or :tf32x3 \(f32 inputs only\), got #{Regex.escape(inspect(bad))}/, call(),
+        precision: bad
+      )
+    end
+
+    for type <- [{:f, 16}, {:bf, 16}] do
+      {q, kv} = {{{1, 2, 4, 32}, type}, {{1, 1, 6, 32}, type}}
+      c = call(q: q, k: kv, v: kv, o: q, grad_o: q, grad_q: q, grad_k: kv, grad_v: kv)
+      assert_both(~r/argument 'precision': expected :exact with f16 or bf16 inputs \(:tf32x3 multiplies f32\), got :tf32x3/, c,
+        precision: :tf32x3
+      )
+    end
   end
 
   test "mask, window, layout and scale are checked, naming the option" do
@@ -511,6 +527,17 @@ defmodule ExPhil.Native.AttentionTest do
 
       assert {:ok, bwd} = backward(s, fwd.o, fwd.lse)
       assert Enum.sort(Map.keys(bwd)) == [:grad_k, :grad_q, :grad_v]
+      check(s, bwd)
+    end
+  end
+
+  # precision: :tf32x3 (f32 products on tensor cores) within f32's tolerance
+  for {dims, opts} <- Enum.take_every(@cases, 2) do
+    test "{:f, 32} #{inspect(dims)} #{inspect(opts)} precision: :tf32x3: forward and backward match the reference" do
+      s = problem(unquote(Macro.escape(dims)), unquote(opts), {:f, 32})
+      assert {:ok, fwd} = forward(s, precision: :tf32x3)
+      check(s, fwd)
+      assert {:ok, bwd} = backward(s, fwd.o, fwd.lse, precision: :tf32x3)
       check(s, bwd)
     end
   end

@@ -52,6 +52,7 @@ struct FakeAttention {
     options.window = 0;
     options.layout = layout;
     options.scale = 0.0f;
+    options.precision = EXPHIL_ATTENTION_EXACT;
   }
 
   // The head width d of every tensor that has one.
@@ -575,6 +576,26 @@ TEST_CASE("attention: options outside their ranges are rejected", "[abi][attenti
     f.options.scale = scale;
     INFO("scale " << scale);
     expect_invalid_both(f, "options", "expected a finite scale (0 for 1 / sqrt(d)), got ");
+  }
+  for (int32_t precision : {2, -1}) {
+    FakeAttention f;
+    f.options.precision = precision;
+    INFO("precision " << precision);
+    expect_invalid_both(f, "options",
+                        "expected precision 0 (exact) or 1 (tf32x3), got " +
+                            std::to_string(precision));
+  }
+}
+
+TEST_CASE("attention: precision tf32x3 is refused with f16 and bf16 inputs", "[abi][attention]") {
+  for (const auto& [dtype, name] : {std::pair{EXPHIL_F16, "f16"}, std::pair{EXPHIL_BF16, "bf16"}}) {
+    FakeAttention f(dtype);
+    f.options.precision = EXPHIL_ATTENTION_TF32X3;
+    INFO(name);
+    expect_invalid_both(f, "options",
+                        std::string("precision 1 (tf32x3) applies to f32 inputs; expected precision "
+                                    "0 (exact) with q of dtype ") +
+                            name + ", got 1");
   }
 }
 

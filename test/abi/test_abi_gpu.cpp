@@ -1,6 +1,7 @@
 // The C ABI of libexphil.so on a GPU: every op through exphil.h against the
-// reference, and the device-side checks: host, pinned and out-of-allocation
-// memory rejected by name, managed memory and caller streams accepted.
+// reference (attention in both precisions of f32), and the device-side
+// checks: host, pinned and out-of-allocation memory rejected by name,
+// managed memory and caller streams accepted.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "abi_calls.hpp"
+#include "attention_harness.hpp"
 #include "exphil/exphil.h"
 #include "scan_harness.hpp"
 
@@ -69,6 +71,23 @@ TEST_CASE("every op through the C ABI matches the reference", "[gpu][abi]") {
     }
   }
   CHECK(cudaStreamDestroy(stream) == cudaSuccess);
+}
+
+// exphil_attention_options.precision reaches the kernels: tf32x3 within f32's
+// tolerance and not the exact path's bytes.
+TEST_CASE("attention through the C ABI, f32 exact and tf32x3, matches the reference",
+          "[gpu][abi]") {
+  AttentionRun exact = attention_run(DType::f32, 64, {2, 4, 2, 100, 130}, AttentionMask::causal);
+  AttentionRun tf32x3 = exact;
+  tf32x3.options.precision = AttentionPrecision::tf32x3;
+  const uint64_t seed = test_seed();
+  const AttentionCheck e = check_attention(exact, attention_abi_runner(), seed);
+  const AttentionCheck t = check_attention(tf32x3, attention_abi_runner(), seed);
+  INFO(describe(exact) << " seed=" << seed << "\nexact: " << e.report() << "\ntf32x3: " << t.report());
+  CHECK(e.failures.empty());
+  CHECK(t.failures.empty());
+  CHECK(t.outputs.o != e.outputs.o);
+  CHECK(t.outputs.grad_k != e.outputs.grad_k);
 }
 
 TEST_CASE("memory that is not on the device is rejected by name", "[gpu][abi]") {

@@ -21,8 +21,11 @@ TEST_CASE("attention forward and backward are bitwise reproducible", "[gpu][atte
   // so there f16 and bf16 run the Hopper kernels (attention_*_wgmma.cuh).
   const AttentionDims shapes[] = {{3, 8, 2, 300, 333}, {4, 8, 4, 300, 600}};
   for (const AttentionDims& dims : shapes) {
-    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
-      const AttentionRun r = attention_run(dtype, 64, dims, AttentionMask::causal);
+    // f32 twice: exact, then precision tf32x3
+    for (int variant = 0; variant < 4; ++variant) {
+      const DType dtype = variant == 2 ? DType::f16 : variant == 3 ? DType::bf16 : DType::f32;
+      AttentionRun r = attention_run(dtype, 64, dims, AttentionMask::causal);
+      if (variant == 1) r.options.precision = AttentionPrecision::tf32x3;
       if (!within_test_size(r)) continue;
       const uint64_t seed = test_seed();
       INFO(describe(r) << " seed=" << seed);

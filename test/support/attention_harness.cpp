@@ -137,6 +137,7 @@ std::string describe(const AttentionRun& r) {
                                                 : "")
     << (r.options.layout == AttentionLayout::bthd ? " layout=BTHD" : " layout=BHTD");
   if (r.options.scale != 0.0f) s << " scale=" << r.options.scale;
+  if (r.options.precision == AttentionPrecision::tf32x3) s << " precision=tf32x3";
   if (r.warps) s << " warps=" << r.warps;
   if (!r.write_lse) s << " no-lse";
   if (!r.grad_q || !r.grad_k || !r.grad_v)

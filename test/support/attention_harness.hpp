@@ -11,6 +11,8 @@
 // error 2^-11 / 2^-8 of every term); f32 carries the relative error of the
 // scores' f32 dot products through exp. lse comes from f32 scores for every
 // dtype and is judged absolutely, against the largest score magnitude.
+// f32 with precision tf32x3 is held to f32's tolerances: its products are
+// within about 2^-21 of exact, and the terms factor allows 1e-4.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +95,7 @@ inline AttentionRunner attention_abi_runner() {
     c.window = o.window;
     c.layout = static_cast<int32_t>(o.layout);
     c.scale = o.scale;
+    c.precision = static_cast<int32_t>(o.precision);
     return c;
   };
   AttentionRunner r;

@@ -479,23 +479,25 @@ def check_attention_case(dtype, spec, seed, tol_scale):
     go = dev(rng.standard_normal(qs), dtype)
     gl = dev(rng.standard_normal((B, Hq, T)), jnp.float32)
     kw = dict(mask=mask, window=window, layout=layout, scale=scale)
+    ours_kw = dict(precision=spec.get("precision", "exact"))
 
-    def make(fn):
+    def make(fn, extra):
         if lse_ct:
             def run(q, k, v, go, gl):
-                out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, **kw), q, k, v)
+                out, vjp = jax.vjp(lambda q, k, v: fn(q, k, v, **kw, **extra), q, k, v)
                 return out, vjp((go, gl))
         else:
             # lse as aux: not differentiated, so its cotangent is a symbolic
             # zero (the wrapper's fast path)
             def run(q, k, v, go, gl):
-                o, vjp, lse = jax.vjp(lambda q, k, v: fn(q, k, v, **kw), q, k, v, has_aux=True)
+                o, vjp, lse = jax.vjp(lambda q, k, v: fn(q, k, v, **kw, **extra), q, k, v,
+                                      has_aux=True)
                 return (o, lse), vjp(go)
         return jax.jit(run)
 
-    (o, lse), (gq, gk, gv) = jax.block_until_ready(make(ex.attention)(q, k, v, go, gl))
+    (o, lse), (gq, gk, gv) = jax.block_until_ready(make(ex.attention, ours_kw)(q, k, v, go, gl))
     (ro, rlse), (rgq, rgk, rgv) = jax.block_until_ready(
-        make(ref.attention_ref)(up(q), up(k), up(v), up(go), up(gl)))
+        make(ref.attention_ref, {})(up(q), up(k), up(v), up(go), up(gl)))
     tol = ATTN_TOL[key_of(dtype)]
     s = scale if scale else 1.0 / math.sqrt(d)
     terms = abs(s) * amax(go) * amax(v) * max(amax(q), amax(k))
@@ -560,6 +562,9 @@ def attention_specs(args):
             edge = edge[1:3]
         for e in edge:
             specs.append(dict(e, dn=dn, scale=None, lse_ct=True, seed=int(rng.integers(0, 2 ** 31))))
+    # f32 with precision tf32x3 (products on tensor cores), held to f32's
+    # tolerances: every f32 case again
+    specs += [dict(sp, precision="tf32x3") for sp in specs if sp["dn"] == "f32"]
     return specs
 
 
@@ -570,7 +575,8 @@ def section_attention(runner, args):
                 + f" {sp['layout'].upper()} B{sp['B']} Hq{sp['Hkv'] * sp['gqa']}/Hkv{sp['Hkv']} "
                 f"T{sp['T']} S{sp['S']} d{sp['d']}"
                 + (f" scale={sp['scale']:.3f}" if sp["scale"] else "")
-                + (" ct=o,lse" if sp["lse_ct"] else " ct=o"))
+                + (" ct=o,lse" if sp["lse_ct"] else " ct=o")
+                + (" precision=tf32x3" if sp.get("precision") == "tf32x3" else ""))
         runner.case("attention", name, lambda sp=sp: check_attention_case(
             DTYPES[sp["dn"]], sp, sp["seed"], args.tol_scale))
 

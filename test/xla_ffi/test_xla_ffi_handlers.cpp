@@ -63,7 +63,8 @@ void add_attributes(CallFrameBuilder& frame, Attributes attributes) {
       frame.attribute("mask", int32_t{1})
           .attribute("window", int32_t{0})
           .attribute("layout", int32_t{0})
-          .attribute("scale", 0.0f);
+          .attribute("scale", 0.0f)
+          .attribute("precision", int32_t{0});
       break;
   }
 }
@@ -141,7 +142,11 @@ TEST_CASE("handlers: operand, result and attribute lists of the contract",
               .operands(s.operands, f64, {1})
               .results(s.results, f64, {1})
               .call(s.handler);
-      CHECK_THAT(o.message, Contains("Wrong number of attributes: expected 4 but got 0"));
+      // selective scan: softplus, clamp, dt_min, dt_max; attention: mask,
+      // window, layout, scale, precision
+      const int expected = s.attributes == Attributes::attention ? 5 : 4;
+      CHECK_THAT(o.message, Contains("Wrong number of attributes: expected " +
+                                     std::to_string(expected) + " but got 0"));
     }
 
     // With everything decoded (attribute names and types included), the

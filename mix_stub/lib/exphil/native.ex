@@ -30,7 +30,7 @@ defmodule ExPhil.Native do
 
   Scaled dot-product attention with grouped-query heads,
   `attention_forward/4` and `attention_backward/7`, takes `:mask`,
-  `:window`, `:layout` and `:scale` (its docs say which); `:outputs`,
+  `:window`, `:layout`, `:scale` and `:precision` (its docs say which); `:outputs`,
   `:sync` and `:stream` are as below.
 
   Options of the linear recurrences (keyword list or map):
@@ -382,6 +382,7 @@ defmodule ExPhil.Native do
           | {:window, pos_integer() | nil}
           | {:layout, :bhtd | :bthd}
           | {:scale, number() | nil}
+          | {:precision, :exact | :tf32x3}
           | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
           | {:sync, boolean()}
           | {:stream, :managed | Stream.t()}
@@ -406,7 +407,8 @@ defmodule ExPhil.Native do
   32, 64, 96 or 128; B, Hq, Hkv, T and S are any size of at least 1. Every
   tensor's memory must be 16-byte aligned (device allocations are).
   Softmax and every sum are f32; `{:f, 16}` and `{:bf, 16}` run on tensor
-  cores (sm_80 and later), `{:f, 32}` in exact f32.
+  cores (sm_80 and later), `{:f, 32}` in exact f32 unless
+  `precision: :tf32x3` asks for tensor cores.
 
   Options:
 
@@ -422,6 +424,12 @@ defmodule ExPhil.Native do
     * `:layout` - `:bhtd` (default) or `:bthd`, as above.
     * `:scale` - the factor of the scores, a nonzero number within f32's
       range; `nil` (default): `1 / sqrt(d)`.
+    * `:precision` - how `{:f, 32}` inputs are multiplied: `:exact`
+      (default, f32 FMAs) or `:tf32x3`, on tensor cores, each product as
+      three TF32 products of split operands (what PyTorch's
+      memory-efficient backend does for f32): faster, within about 2^-21
+      of each product rather than f32's 2^-24, still deterministic.
+      `{:f, 16}` and `{:bf, 16}` inputs take `:exact` only.
     * `:outputs` - destination passing, as for every op: `:o` (required)
       and `:lse` (optional: not written if absent). Without it, both are
       new buffers.
@@ -443,7 +451,7 @@ defmodule ExPhil.Native do
   outputs `o` and `lse` (from the same inputs and options), and `grad_o`
   (shape and type of `q`), the gradient of the loss with respect to `o`.
   The options `:mask`, `:window`, `:layout` and `:scale` must be the
-  forward's.
+  forward's; `:precision` is the backward's own.
 
   Options, besides those:
 

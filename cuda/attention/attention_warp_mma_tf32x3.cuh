@@ -1,0 +1,158 @@
+// Warp-level products of the attention kernels for f32 tensors on tensor
+// cores: the WarpMma contract (attention_warp_mma.cuh) for Tf32x3, the
+// opt-in AttentionPrecision::tf32x3.
+//
+// Algorithm: each f32 operand x is split into two TF32 values, big = x
+// rounded to the nearest TF32 and small = x - big (exact in f32) truncated
+// to TF32, and a product a . b runs as three m16n8k8 TF32 instructions,
+// small . big + big . small + big . big, the small terms first so that they
+// are not lost against the large one. |x - big - small| <= 2^-22 |x|, and
+// the dropped small . small is below 2^-22 |a b|: about 2^-21 of each
+// product, against f32's 2^-24 per FMA. The results meet the f32
+// tolerances of the tests and are not bitwise those of the exact-FMA
+// kernels. PyTorch's memory-efficient attention runs its f32 products the
+// same way on sm_80 and later.
+//
+// Cost: the splits, not the tensor cores, bound these products: every
+// operand element a warp loads is split where it is used. Rounding by
+// integer add and mask (2 instructions) rather than cvt.rna.tf32.f32, and
+// truncating small by a mask, made B32 h8 T256 d64 causal 83 -> 70 us
+// forward and 360 -> 286 us forward + backward on an H100 (bench/RESULTS.md).
+//
+// Layout: the m16n8k8 TF32 fragments. With g = lane / 4 and t = lane % 4
+// (FragmentLanes' tensor-core numbering: the C layout is that of m16n8k16),
+//   A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
+//   B (8 x 8, k x n): b0 (t, g), b1 (t + 4, g).
+// a_frag_b_kn takes its A from a score fragment in the C layout, whose
+// lane holds columns 2t and 2t + 1 of each 8-column tile: k positions t and
+// t + 4 of the instruction stand for columns 2t and 2t + 1, and B's rows
+// are read in the same order, so no shuffle is needed (the k order of a
+// product's sum is free). Shared-memory rows are d + 4 floats
+// (attention_row_stride), so that lanes (g, t) reading element [g][t] (the
+// nk form) or [2t][g] (the kn form) hit 32 distinct banks: every load is
+// a conflict-free 4-byte load.
+//
+// Limits: k a multiple of 8. Nothing is held between calls (HeldA is empty):
+// the split of A is recomputed from shared memory, which costs fewer
+// registers than holding two TF32 copies of the forward's Q.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/attention_fragment.cuh"
+#include "common/dtype.cuh"
+
+namespace exphil::kernels::attn {
+
+// x = big + small + (at most 2^-22 x), both TF32: f32 bit patterns whose
+// low 13 mantissa bits are zero (the hardware's TF32 may read more bits,
+// so they are cleared rather than left for it to ignore).
+struct Tf32Split {
+  uint32_t big, small;
+};
+constexpr uint32_t kTf32Mask = 0xffffe000u;
+// Nearest TF32, ties away from zero (cvt.rna's rounding: adding half a TF32
+// ulp to the magnitude bits carries into the exponent where it must). inf
+// stays inf and a quiet NaN stays NaN.
+__device__ __forceinline__ uint32_t round_to_tf32(float x) {
+  return (__float_as_uint(x) + 0x1000u) & kTf32Mask;
+}
+__device__ __forceinline__ Tf32Split split_tf32(float x) {
+  const uint32_t big = round_to_tf32(x);
+  return {big, __float_as_uint(x - __uint_as_float(big)) & kTf32Mask};
+}
+
+// c += A . B, one m16n8k8 TF32 instruction. Not volatile: the compiler may
+// interleave the independent products of a step.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+template <>
+struct WarpMma<Tf32x3> {
+  template <int kK>
+  struct HeldA {};
+  template <int kK>
+  __device__ __forceinline__ static void hold_a(HeldA<kK>& /*held*/, const Tf32x3* /*a*/,
+                                                int /*lda*/) {}
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& /*held*/,
+                                                     const Tf32x3* a, int lda, const Tf32x3* b,
+                                                     int ldb, float* scratch) {
+    a_smem_b_nk<kNT, kK>(c, a, lda, b, ldb, scratch);
+  }
+
+  // c[kNT] += A[16][kK] . B^T, A row-major and B as [8 kNT][kK] rows, both
+  // in shared memory.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_b_nk(float (&c)[kNT][4], const Tf32x3* a, int lda,
+                                                     const Tf32x3* b, int ldb, float* /*scratch*/) {
+    static_assert(kK % 8 == 0, "k must be a multiple of 8");
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+    const float* a_lo = &a[g * lda].value;
+    const float* a_hi = &a[(g + 8) * lda].value;
+    const float* b_row = &b[g * ldb].value;
+#pragma unroll
+    for (int k = 0; k < kK; k += 8) {
+      const Tf32Split af[4] = {split_tf32(a_lo[k + t]), split_tf32(a_hi[k + t]),
+                               split_tf32(a_lo[k + t + 4]), split_tf32(a_hi[k + t + 4])};
+      step<kNT>(c, af, [&](int j, int half) { return b_row[8 * j * ldb + k + t + 4 * half]; });
+    }
+  }
+
+  // c[kNT] += P . B, P the 16 x kK score fragment `p` (C layout), B as
+  // [kK][8 kNT] rows in shared memory.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_frag_b_kn(float (&c)[kNT][4], const float (&p)[kK / 8][4],
+                                                     const Tf32x3* b, int ldb, float* /*scratch*/) {
+    static_assert(kK % 8 == 0, "k must be a multiple of 8");
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+#pragma unroll
+    for (int i = 0; i < kK / 8; ++i) {
+      // k positions t and t + 4 are the fragment's columns 2t and 2t + 1
+      const Tf32Split af[4] = {split_tf32(p[i][0]), split_tf32(p[i][2]), split_tf32(p[i][1]),
+                               split_tf32(p[i][3])};
+      const float* b_rows = &b[(8 * i + 2 * t) * ldb + g].value;
+      step<kNT>(c, af, [&](int j, int half) { return b_rows[half * ldb + 8 * j]; });
+    }
+  }
+
+ private:
+  // c[kNT] += A . B over one 8-wide k step, with A split as af and B's
+  // element (b0 for half 0, b1 for half 1) of 8-column tile j read by
+  // b(j, half). Tiles go four at a time, each of the three passes over all
+  // four, so that no product waits on the one before it.
+  template <int kNT, class ReadB>
+  __device__ __forceinline__ static void step(float (&c)[kNT][4], const Tf32Split (&af)[4],
+                                              ReadB b) {
+    constexpr int kGroup = kNT < 4 ? kNT : 4;
+    static_assert(kNT % kGroup == 0, "tiles come in groups of four");
+#pragma unroll
+    for (int j0 = 0; j0 < kNT; j0 += kGroup) {
+      Tf32Split bf[kGroup][2];
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j) {
+        bf[j][0] = split_tf32(b(j0 + j, 0));
+        bf[j][1] = split_tf32(b(j0 + j, 1));
+      }
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+        mma_tf32(c[j0 + j], af[0].small, af[1].small, af[2].small, af[3].small, bf[j][0].big,
+                 bf[j][1].big);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+        mma_tf32(c[j0 + j], af[0].big, af[1].big, af[2].big, af[3].big, bf[j][0].small,
+                 bf[j][1].small);
+#pragma unroll
+      for (int j = 0; j < kGroup; ++j)
+        mma_tf32(c[j0 + j], af[0].big, af[1].big, af[2].big, af[3].big, bf[j][0].big,
+                 bf[j][1].big);
+    }
+  }
+};
+
+}  // namespace exphil::kernels::attn
