@@ -8,7 +8,8 @@ What
    grad_q, grad_k and grad_v with a float64 reference differentiated by torch
    autograd (explicit matmul + mask + softmax, ``repeat_interleave`` for
    grouped-query heads). It shares no code with the library or its C++ tests.
-   Cases: every combination of dtype (f32, bf16, f16), mask (none, causal,
+   Cases: every combination of dtype (f32, f32x3 = f32 with precision
+   tf32x3, bf16, f16), mask (none, causal,
    window), GQA ratio Hq/Hkv (1, 2, 4), layout (BHTD, BTHD) and head width d
    (32, 64, 96, 128), each with a random B, Hkv, T, S (T != S mostly), window
    and sometimes an explicit scale, drawn fresh each run from a printed seed
@@ -55,7 +56,9 @@ forward always writes lse (as a training forward must); torch's forward runs
 under no_grad. torch's forward + backward is sdpa followed by
 torch.autograd.grad with a preallocated grad_out; the library's is one forward
 call (o, lse) and one backward call. TF32 is disabled for torch matmuls, so
-torch's math backend in f32 is true f32, as the library's f32 path is.
+torch's math backend in f32 is true f32, as the library's f32 path is (its
+f32x3 rows run the library's f32 with precision tf32x3; torch's rows are
+the same as for f32).
 
 Tolerances: element-wise |ours - ref| <= tol_scale * (atol * max|ref| +
 rtol * |ref|), max|ref| over the compared tensor's finite entries; the
