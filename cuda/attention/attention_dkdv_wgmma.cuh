@@ -126,19 +126,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
     // queries. Every warp takes part (the products are the warpgroup's);
     // keys that no query of the tile sees get P = 0 below.
     float pt[kNT][4], dpt[kNT][4];
-    wgmma::fence();
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma::mma_ss<Elem, kQT>(pt, wgmma::k_major<kKeys>(k_s, k), wgmma::k_major<kQT>(q_tile, k),
-                               k > 0);
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma::mma_ss<Elem, kQT>(dpt, wgmma::k_major<kKeys>(v_s, k),
-                               wgmma::k_major<kQT>(do_tile, k), k > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::hold(pt);
-    wgmma::hold(dpt);
+    wgmma::product_pair<Elem, kD, kKeys, kQT>(pt, dpt, k_s, q_tile, v_s, do_tile);
 
     const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                               tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};

@@ -89,19 +89,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_bloc
     // Every warp takes part (the products are the warpgroup's); rows that
     // see none of the tile get P = 0 below.
     float s[kNT][4], dp[kNT][4];
-    wgmma::fence();
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma::mma_ss<Elem, kKT>(s, wgmma::k_major<kRows>(q_s, k), wgmma::k_major<kKT>(k_tile, k),
-                               k > 0);
-#pragma unroll
-    for (int k = 0; k < kD / 16; ++k)
-      wgmma::mma_ss<Elem, kKT>(dp, wgmma::k_major<kRows>(do_s, k),
-                               wgmma::k_major<kKT>(v_tile, k), k > 0);
-    wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::hold(s);
-    wgmma::hold(dp);
+    wgmma::product_pair<Elem, kD, kRows, kKT>(s, dp, q_s, k_tile, do_s, v_tile);
 
     const TileSpan span[2] = {tile_span(my_rows.lo[0], my_rows.hi[0], k0, kKT),
                               tile_span(my_rows.lo[1], my_rows.hi[1], k0, kKT)};

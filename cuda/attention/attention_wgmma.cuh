@@ -231,6 +231,27 @@ __device__ __forceinline__ void mma_rs(float (&d)[kN / 8][4], const uint32_t (&a
   }
 }
 
+// s = A1 B1^T and t = A2 B2^T, each [kRowsA x kN] over a head width of kD:
+// A tiles [kRowsA x kD] and B tiles [kN x kD], K-major in shared memory.
+// Both products are issued before either is waited for; every warp of the
+// warpgroup takes part. The backward's scores and their gradients (S and
+// dP, or their transposes).
+template <class Elem, int kD, int kRowsA, int kN>
+__device__ __forceinline__ void product_pair(float (&s)[kN / 8][4], float (&t)[kN / 8][4],
+                                             uint32_t a1, uint32_t b1, uint32_t a2, uint32_t b2) {
+  fence();
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    mma_ss<Elem, kN>(s, k_major<kRowsA>(a1, k), k_major<kN>(b1, k), k > 0);
+#pragma unroll
+  for (int k = 0; k < kD / 16; ++k)
+    mma_ss<Elem, kN>(t, k_major<kRowsA>(a2, k), k_major<kN>(b2, k), k > 0);
+  commit();
+  wait<0>();
+  hold(s);
+  hold(t);
+}
+
 #undef EXPHIL_WGMMA_ACC4
 #undef EXPHIL_WGMMA_ACC_N32
 #undef EXPHIL_WGMMA_D_N32
