@@ -208,12 +208,10 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot,
                           bool heaviest_first) {
   using namespace attn;
-  constexpr AttentionStorage kStorage = attention_storage<Elem>;
-  constexpr int kQT = attention_query_tile(kStorage, kD);
+  constexpr int kQT = attention_query_tile(sizeof(Elem), kD);
   constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
   constexpr int kDT = kD / 8;
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
-  constexpr int kTileLd = attention_tile_row_stride(kStorage, kD);
   const AttentionProblem& pr = p.problem;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
@@ -222,9 +220,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* k_s = reinterpret_cast<Elem*>(smem);
   Elem* v_s = k_s + rows * kLd;
-  Elem* q_s = v_s + rows * kLd;                  // [kStages][kQT][kTileLd]
-  Elem* do_s = q_s + kStages * kQT * kTileLd;    // [kStages][kQT][kTileLd]
-  float* lse_s = reinterpret_cast<float*>(do_s + kStages * kQT * kTileLd);  // [kStages][kQT]
+  Elem* q_s = v_s + rows * kLd;              // [kStages][kQT][kLd]
+  Elem* do_s = q_s + kStages * kQT * kLd;    // [kStages][kQT][kLd]
+  float* lse_s = reinterpret_cast<float*>(do_s + kStages * kQT * kLd);  // [kStages][kQT]
   float* dot_s = lse_s + kStages * kQT;                                  // [kStages][kQT]
   float* scratch =
       dot_s + kStages * kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
@@ -246,10 +244,10 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   auto load_tile = [&](int64_t n, int stage) {
     const int64_t h = kv_head * group + n / tiles_per_head;
     const int64_t i0 = q_begin + (n % tiles_per_head) * kQT;
-    load_rows_async<Elem, kD>(q_s + stage * kQT * kTileLd, kTileLd,
+    load_rows_async<Elem, kD>(q_s + stage * kQT * kLd, kLd,
                               head_rows<Elem>(p.d_q, pr.q_strides, b, h) + i0 * q_row, q_row, kQT,
                               T - i0);
-    load_rows_async<Elem, kD>(do_s + stage * kQT * kTileLd, kTileLd,
+    load_rows_async<Elem, kD>(do_s + stage * kQT * kLd, kLd,
                               head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + i0 * q_row, q_row,
                               kQT, T - i0);
     // lse and rowdot travel with their rows, so that no warp waits for a
@@ -299,28 +297,24 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       }
       cp_async_wait<0>();
     }
-    if constexpr (kStorage.split_tiles) {
-      split_copied_rows<kD>(q_s + stage * kQT * kTileLd, kTileLd, kQT);
-      split_copied_rows<kD>(do_s + stage * kQT * kTileLd, kTileLd, kQT);
-    }
     __syncthreads();
     const int64_t i0 = q_begin + (n % tiles_per_head) * kQT;
     if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
-      const Elem* q_tile = q_s + stage * kQT * kTileLd;
-      const Elem* do_tile = do_s + stage * kQT * kTileLd;
+      const Elem* q_tile = q_s + stage * kQT * kLd;
+      const Elem* do_tile = do_s + stage * kQT * kLd;
       const float* lse_tile = lse_s + stage * kQT;
       const float* dot_tile = dot_s + stage * kQT;
       // Transposed scores: rows are this warp's keys, columns the tile's queries.
       float pt[kNT][4] = {}, dpt[kNT][4] = {};
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   q_tile, kTileLd, scratch);
+                                                   q_tile, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   do_tile, kTileLd, scratch);
+                                                   do_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                                 tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
       dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kTileLd, scratch);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kTileLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
@@ -344,8 +338,6 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   constexpr int kNT = kKT / 8;
   constexpr int kDT = kD / 8;
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
-  constexpr AttentionStorage kStorage = attention_storage<Elem>;
-  constexpr int kTileLd = attention_tile_row_stride(kStorage, kD);
   const AttentionProblem& pr = p.problem;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
@@ -354,9 +346,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* q_s = reinterpret_cast<Elem*>(smem);
   Elem* do_s = q_s + rows * kLd;
-  Elem* k_s = do_s + rows * kLd;               // [kStages][kKT][kTileLd]
-  Elem* v_s = k_s + kStages * kKT * kTileLd;   // [kStages][kKT][kTileLd]
-  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kTileLd) +
+  Elem* k_s = do_s + rows * kLd;           // [kStages][kKT][kLd]
+  Elem* v_s = k_s + kStages * kKT * kLd;   // [kStages][kKT][kLd]
+  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
   const BlockCoord at = block_coord(heaviest_first, true);
@@ -371,10 +363,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
   auto load_kv = [&](int64_t k0, int stage) {
-    load_rows_async<Elem, kD>(k_s + stage * kKT * kTileLd, kTileLd, d_k + k0 * kv_row, kv_row,
-                              kKT, S - k0);
-    load_rows_async<Elem, kD>(v_s + stage * kKT * kTileLd, kTileLd, d_v + k0 * kv_row, kv_row,
-                              kKT, S - k0);
+    load_rows_async<Elem, kD>(k_s + stage * kKT * kLd, kLd, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
   };
 
   load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
@@ -412,23 +402,19 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       }
       cp_async_wait<0>();
     }
-    if constexpr (kStorage.split_tiles) {
-      split_copied_rows<kD>(k_s + stage * kKT * kTileLd, kTileLd, kKT);
-      split_copied_rows<kD>(v_s + stage * kKT * kTileLd, kTileLd, kKT);
-    }
     __syncthreads();
     if (k0 < warp_hi && k0 + kKT > warp_lo) {
-      const Elem* k_tile = k_s + stage * kKT * kTileLd;
-      const Elem* v_tile = v_s + stage * kKT * kTileLd;
+      const Elem* k_tile = k_s + stage * kKT * kLd;
+      const Elem* v_tile = v_s + stage * kKT * kLd;
       float s[kNT][4] = {}, dp[kNT][4] = {};
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(s, q_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   k_tile, kTileLd, scratch);
+                                                   k_tile, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dp, do_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   v_tile, kTileLd, scratch);
+                                                   v_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
       dq_tile_scores<Elem>(s, dp, span, scale_log2, row_lse, row_dot);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_tile, kTileLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }

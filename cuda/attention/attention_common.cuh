@@ -3,20 +3,12 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "attention/attention_config.h"
 #include "attention/attention_fragment.cuh"
 #include "attention/attention_params.h"
 #include "common/dtype.cuh"
 #include "common/fast_exp2.cuh"
-
-namespace exphil::kernels {
-// How Elem's kernels keep their operands in shared memory: Tf32x3 splits
-// its streamed tiles (attention_warp_mma_tf32x3.cuh).
-template <class Elem>
-constexpr AttentionStorage attention_storage{sizeof(Elem), std::is_same_v<Elem, Tf32x3>};
-}  // namespace exphil::kernels
 
 namespace exphil::kernels::attn {
 
@@ -180,8 +172,8 @@ __device__ __forceinline__ void cp_async_wait() {
 // Starts copying rows [0, rows) of width kD from `src` (row stride in
 // elements) to shared memory (row stride ld) with cp.async, rows at and past
 // `valid` as zeros (a zero-byte source fills the 16 bytes with zeros), in
-// 16-byte vectors spread over the block's threads (split_copied_rows()
-// walks them in the same order). The caller commits and waits.
+// 16-byte vectors spread over the block's threads. The caller commits and
+// waits.
 template <class Elem, int kD>
 __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* src,
                                                 int64_t row_stride, int rows, int64_t valid) {

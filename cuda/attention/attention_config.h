@@ -18,20 +18,6 @@
 
 namespace exphil::kernels {
 
-// How one call's kernels keep operands in shared memory: elements of
-// elem_bytes bytes and, with split_tiles (f32 under
-// AttentionPrecision::tf32x3), every streamed tile (what a kernel's loop
-// walks: K and V, or Q and dO) split once per block into its two TF32
-// halves, each row's big values then its small ones
-// (attention_warp_mma_tf32x3.cuh). Rows a block keeps for its whole life
-// stay plain. Built implicitly from an element size for the unsplit case.
-struct AttentionStorage {
-  std::size_t elem_bytes;
-  bool split_tiles;
-  EXPHIL_ATTN_HD constexpr AttentionStorage(std::size_t bytes, bool split = false)
-      : elem_bytes(bytes), split_tiles(split) {}
-};
-
 constexpr int kAttnRowsPerWarp = 16;
 constexpr int kAttnMaxWarps = 4;
 // Within what every target GPU allows per block (99 KB on sm_86/sm_89).
@@ -58,29 +44,24 @@ EXPHIL_ATTN_HD constexpr int attention_min_blocks(std::size_t elem_bytes, int he
 }
 
 // Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
-// narrower because their elements take twice the shared memory, and split
-// ones at d >= 96 narrower still, so that the dQ and dK/dV kernels keep
-// two-warp blocks within kAttnMaxSharedBytes.
-EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim) {
-  return s.elem_bytes != 4 ? 64 : s.split_tiles && head_dim >= 96 ? 16 : 32;
+// narrower because their elements take twice the shared memory.
+EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {
+  return elem_bytes == 4 ? 32 : 64;
 }
 // The tile a call uses: f16/bf16 calls that see at most kAttnShortKeys keys
 // (the per-frame inference shapes, S = 32) take 32-key tiles too, since a
 // 64-key tile would be half empty. A shorter tile's shared memory is
-// smaller, so plans sized with attention_key_tile(s, d) always fit.
+// smaller, so plans sized with attention_key_tile() always fit.
 constexpr int kAttnShortKeys = 32;
-EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim,
-                                                long long kv_len) {
-  const int tile = attention_key_tile(s, head_dim);
-  return kv_len <= kAttnShortKeys && tile > kAttnShortKeys ? kAttnShortKeys : tile;
+EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes, long long kv_len) {
+  return kv_len <= kAttnShortKeys ? 32 : attention_key_tile(elem_bytes);
 }
 
 // Query rows per step of the dK/dV kernel's loop: its registers hold dK and
 // dV (d floats per thread) plus two 16 x tile score fragments, so a narrow
-// tile leaves room for more resident warps. Split tiles at d >= 96 take 16,
-// as their key tiles do.
-EXPHIL_ATTN_HD constexpr int attention_query_tile(AttentionStorage s, int head_dim) {
-  return s.split_tiles && head_dim >= 96 ? 16 : 32;
+// tile leaves room for more resident warps.
+EXPHIL_ATTN_HD constexpr int attention_query_tile(std::size_t /*elem_bytes*/, int /*head_dim*/) {
+  return 32;
 }
 
 // Elements per padded shared-memory row of head width d.
@@ -88,27 +69,15 @@ EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int he
   return head_dim + static_cast<int>(16 / elem_bytes);
 }
 
-// Elements per row of a streamed tile: split rows hold both halves, the
-// big values in [0, d) and the small ones in [d, 2d), padded as plain rows
-// are (2d is a multiple of 32 floats, so the banks fall as for d + 4).
-EXPHIL_ATTN_HD constexpr int attention_tile_row_stride(AttentionStorage s, int head_dim) {
-  return s.split_tiles ? 2 * head_dim + 4 : attention_row_stride(s.elem_bytes, head_dim);
-}
-EXPHIL_ATTN_HD constexpr std::size_t attention_tile_rows_bytes(AttentionStorage s, int head_dim,
-                                                               int rows) {
-  return static_cast<std::size_t>(rows) * attention_tile_row_stride(s, head_dim) * s.elem_bytes;
-}
-
-// Exact f32 only: per-warp staging of a 16 x k score fragment in shared memory,
+// f32 only: per-warp staging of a 16 x k score fragment in shared memory,
 // rows padded by 4 floats so that neither the float2 stores of a half-warp
 // nor the float4 row loads (8 rows) conflict, in f32's lane numbering.
 EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 4; }
-EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(AttentionStorage s, int warps,
+EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps,
                                                              int k) {
-  return s.elem_bytes == 4 && !s.split_tiles ? static_cast<std::size_t>(warps) *
-                                                   kAttnRowsPerWarp * attention_scratch_stride(k) *
-                                                   sizeof(float)
-                                             : 0;
+  return elem_bytes == 4 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *
+                               attention_scratch_stride(k) * sizeof(float)
+                         : 0;
 }
 
 EXPHIL_ATTN_HD constexpr std::size_t attention_rows_bytes(std::size_t elem_bytes, int head_dim,
@@ -124,17 +93,18 @@ EXPHIL_ATTN_HD constexpr int attention_stages(std::size_t elem_bytes) {
 }
 
 // Q of the block's rows, the K and V tiles of every stage, the f32 staging;
-// for key tiles of kt keys (attention_key_tile(s, head_dim) when omitted).
-EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,
+// for key tiles of kt keys (attention_key_tile(elem_bytes) when omitted).
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
                                                                     int head_dim, int warps,
                                                                     int kt) {
-  return attention_rows_bytes(s.elem_bytes, head_dim, kAttnRowsPerWarp * warps) +
-         attention_tile_rows_bytes(s, head_dim, 2 * kt * attention_stages(s.elem_bytes)) +
-         attention_scratch_bytes(s, warps, kt);
+  return attention_rows_bytes(elem_bytes, head_dim,
+                              kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
+         attention_scratch_bytes(elem_bytes, warps, kt);
 }
-EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
                                                                     int head_dim, int warps) {
-  return attention_forward_shared_bytes(s, head_dim, warps, attention_key_tile(s, head_dim));
+  return attention_forward_shared_bytes(elem_bytes, head_dim, warps,
+                                        attention_key_tile(elem_bytes));
 }
 
 // The Hopper forward (attention_forward_wgmma.cuh): one warpgroup of 64
@@ -196,27 +166,26 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t
 
 // Q and dO of the block's rows, the K and V tiles of every stage, the f32
 // staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(AttentionStorage s, int head_dim,
-                                                               int warps, int kt) {
-  return attention_rows_bytes(s.elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps) +
-         attention_tile_rows_bytes(s, head_dim, 2 * kt * attention_stages(s.elem_bytes)) +
-         attention_scratch_bytes(s, warps, kt);
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
+                                                               int head_dim, int warps, int kt) {
+  return attention_rows_bytes(elem_bytes, head_dim,
+                              2 * kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
+         attention_scratch_bytes(elem_bytes, warps, kt);
 }
-EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(AttentionStorage s, int head_dim,
-                                                               int warps) {
-  return attention_dq_shared_bytes(s, head_dim, warps, attention_key_tile(s, head_dim));
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
+                                                               int head_dim, int warps) {
+  return attention_dq_shared_bytes(elem_bytes, head_dim, warps, attention_key_tile(elem_bytes));
 }
 
 // K and V of the block's rows; per stage a Q tile, a dO tile, and the
 // tile's lse and rowsum(dO * O); the f32 staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(AttentionStorage s,
+EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(std::size_t elem_bytes,
                                                                  int head_dim, int warps) {
-  const int qt = attention_query_tile(s, head_dim);
-  const int stages = attention_stages(s.elem_bytes);
-  return attention_rows_bytes(s.elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps) +
-         attention_tile_rows_bytes(s, head_dim, 2 * qt * stages) +
+  const int qt = attention_query_tile(elem_bytes, head_dim);
+  const int stages = attention_stages(elem_bytes);
+  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * qt * stages) +
          2 * static_cast<std::size_t>(qt) * stages * sizeof(float) +
-         attention_scratch_bytes(s, warps, qt);
+         attention_scratch_bytes(elem_bytes, warps, qt);
 }
 
 }  // namespace exphil::kernels

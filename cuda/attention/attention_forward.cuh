@@ -37,8 +37,6 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   constexpr int kNT = kKT / 8;  // 8-key tiles of one score fragment
   constexpr int kDT = kD / 8;   // 8-column tiles of the output
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
-  constexpr AttentionStorage kStorage = attention_storage<Elem>;
-  constexpr int kTileLd = attention_tile_row_stride(kStorage, kD);
   const AttentionProblem& pr = p.problem;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
@@ -46,9 +44,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   constexpr int kStages = attention_stages(sizeof(Elem));
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* q_s = reinterpret_cast<Elem*>(smem);
-  Elem* k_s = q_s + rows * kLd;                 // [kStages][kKT][kTileLd]
-  Elem* v_s = k_s + kStages * kKT * kTileLd;    // [kStages][kKT][kTileLd]
-  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kTileLd) +
+  Elem* k_s = q_s + rows * kLd;                 // [kStages][kKT][kLd]
+  Elem* v_s = k_s + kStages * kKT * kLd;        // [kStages][kKT][kLd]
+  float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
   const BlockCoord at = block_coord(heaviest_first, true);
@@ -63,10 +61,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
   auto load_kv = [&](int64_t k0, int stage) {
-    load_rows_async<Elem, kD>(k_s + stage * kKT * kTileLd, kTileLd, d_k + k0 * kv_row, kv_row,
-                              kKT, S - k0);
-    load_rows_async<Elem, kD>(v_s + stage * kKT * kTileLd, kTileLd, d_v + k0 * kv_row, kv_row,
-                              kKT, S - k0);
+    load_rows_async<Elem, kD>(k_s + stage * kKT * kLd, kLd, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
   };
 
   load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
@@ -104,25 +100,20 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       }
       cp_async_wait<0>();
     }
-    if constexpr (kStorage.split_tiles) {
-      split_copied_rows<kD>(k_s + stage * kKT * kTileLd, kTileLd, kKT);
-      split_copied_rows<kD>(v_s + stage * kKT * kTileLd, kTileLd, kKT);
-    }
     __syncthreads();
     if (k0 < warp_hi && k0 + kKT > warp_lo) {
-      const Elem* k_tile = k_s + stage * kKT * kTileLd;
-      const Elem* v_tile = v_s + stage * kKT * kTileLd;
+      const Elem* k_tile = k_s + stage * kKT * kLd;
+      const Elem* v_tile = v_s + stage * kKT * kLd;
       if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
         WarpMma<Elem>::hold_a(q_held, q_warp, kLd);
         q_is_held = true;
       }
       float s[kNT][4] = {};
-      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLd, k_tile, kTileLd,
-                                                   scratch);
+      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLd, k_tile, kLd, scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
       online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kTileLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled
   }

@@ -13,16 +13,11 @@
 // kernels. PyTorch's memory-efficient attention runs its f32 products the
 // same way on sm_80 and later.
 //
-// Cost: the splits, not the tensor cores, bound these products. Rounding by
+// Cost: the splits, not the tensor cores, bound these products: every
+// operand element a warp loads is split where it is used. Rounding by
 // integer add and mask (2 instructions) rather than cvt.rna.tf32.f32, and
 // truncating small by a mask, made B32 h8 T256 d64 causal 83 -> 70 us
 // forward and 360 -> 286 us forward + backward on an H100 (bench/RESULTS.md).
-// Every B operand is a streamed tile (K and V, or Q and dO) that all the
-// block's warps read, so the block splits each tile once, in place, as it
-// lands (split_copied_rows()), instead of every warp splitting every
-// element it loads: a B element costs each warp two 4-byte loads, where it
-// cost one load and four instructions. A operands (the block's own rows,
-// or a score fragment) are split where they are used.
 //
 // Layout: the m16n8k8 TF32 fragments. With g = lane / 4 and t = lane % 4
 // (FragmentLanes' tensor-core numbering: the C layout is that of m16n8k16),
@@ -32,20 +27,17 @@
 // lane holds columns 2t and 2t + 1 of each 8-column tile: k positions t and
 // t + 4 of the instruction stand for columns 2t and 2t + 1, and B's rows
 // are read in the same order, so no shuffle is needed (the k order of a
-// product's sum is free). B is a split tile (attention_tile_row_stride():
-// a row of width w holds its big values in [0, w) and its small ones in
-// [w, 2w), then 4 floats of padding) and A a plain row of d + 4 floats
-// (attention_row_stride()): either way a row is 4 floats past a multiple
-// of 32, so that lanes (g, t) reading element [g][t] (the nk form) or
-// [2t][g] (the kn form) hit 32 distinct banks: every load is a
-// conflict-free 4-byte load.
+// product's sum is free). Shared-memory rows are d + 4 floats
+// (attention_row_stride), so that lanes (g, t) reading element [g][t] (the
+// nk form) or [2t][g] (the kn form) hit 32 distinct banks: every load is
+// a conflict-free 4-byte load.
 //
-// Limits: k a multiple of 8; B's rows are the head width wide (kK in the nk
-// form, 8 kNT in the kn form), as in every product of the kernels. Nothing
-// is held between calls (HeldA is empty): the split of A is recomputed
-// from shared memory, which costs fewer registers than holding two TF32
-// copies of the forward's Q. Tiles and stages are f32's except where split
-// rows' size decides (attention_config.h, AttentionStorage).
+// Limits: k a multiple of 8. Nothing is held between calls (HeldA is empty):
+// the split of A is recomputed from shared memory, which costs fewer
+// registers than holding two TF32 copies of the forward's Q. Tiles, stages
+// and shared memory are f32's (attention_config.h keys them on the element
+// size), the exact path's per-warp staging buffer included, which these
+// products leave unused.
 #pragma once
 
 #include <cstdint>
@@ -83,29 +75,6 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Splits rows [0, rows) of a streamed tile in place once load_rows_async()
-// has copied them (plain f32, rows of attention_tile_row_stride() = ld
-// floats) and this thread has passed its cp_async_wait(): every x becomes
-// big at its own place and small kD floats on. Each thread splits the
-// 16-byte vectors it copied itself, walking them in load_rows_async()'s
-// order, because a thread sees its own cp.async writes after its wait but
-// another thread's only after a barrier; the caller's barrier then
-// publishes the split tile. Rows zero-filled past the sequence split into
-// zeros.
-template <int kD>
-__device__ __forceinline__ void split_copied_rows(Tf32x3* tile, int ld, int rows) {
-  constexpr int kChunks = kD / 4;
-  for (int idx = threadIdx.x; idx < rows * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = (idx % kChunks) * 4;
-    float* big = &tile[r * ld + c].value;
-    const float4 x = *reinterpret_cast<const float4*>(big);
-    const Tf32Split s0 = split_tf32(x.x), s1 = split_tf32(x.y), s2 = split_tf32(x.z),
-                    s3 = split_tf32(x.w);
-    *reinterpret_cast<uint4*>(big) = make_uint4(s0.big, s1.big, s2.big, s3.big);
-    *reinterpret_cast<uint4*>(big + kD) = make_uint4(s0.small, s1.small, s2.small, s3.small);
-  }
-}
-
 template <>
 struct WarpMma<Tf32x3> {
   template <int kK>
@@ -134,9 +103,7 @@ struct WarpMma<Tf32x3> {
     for (int k = 0; k < kK; k += 8) {
       const Tf32Split af[4] = {split_tf32(a_lo[k + t]), split_tf32(a_hi[k + t]),
                                split_tf32(a_lo[k + t + 4]), split_tf32(a_hi[k + t + 4])};
-      step<kNT>(c, af, [&](int j, int half) {
-        return split_at<kK>(b_row + 8 * j * ldb + k + t + 4 * half);
-      });
+      step<kNT>(c, af, [&](int j, int half) { return b_row[8 * j * ldb + k + t + 4 * half]; });
     }
   }
 
@@ -153,22 +120,14 @@ struct WarpMma<Tf32x3> {
       const Tf32Split af[4] = {split_tf32(p[i][0]), split_tf32(p[i][2]), split_tf32(p[i][1]),
                                split_tf32(p[i][3])};
       const float* b_rows = &b[(8 * i + 2 * t) * ldb + g].value;
-      step<kNT>(c, af,
-                [&](int j, int half) { return split_at<8 * kNT>(b_rows + half * ldb + 8 * j); });
+      step<kNT>(c, af, [&](int j, int half) { return b_rows[half * ldb + 8 * j]; });
     }
   }
 
  private:
-  // The split B element at `big` of a split tile whose rows are kWidth
-  // values wide: its small half is kWidth floats on.
-  template <int kWidth>
-  __device__ __forceinline__ static Tf32Split split_at(const float* big) {
-    return {__float_as_uint(big[0]), __float_as_uint(big[kWidth])};
-  }
-
   // c[kNT] += A . B over one 8-wide k step, with A split as af and B's
-  // element (b0 for half 0, b1 for half 1) of 8-column tile j, split, read
-  // by b(j, half). Tiles go four at a time, each of the three passes over all
+  // element (b0 for half 0, b1 for half 1) of 8-column tile j read by
+  // b(j, half). Tiles go four at a time, each of the three passes over all
   // four, so that no product waits on the one before it.
   template <int kNT, class ReadB>
   __device__ __forceinline__ static void step(float (&c)[kNT][4], const Tf32Split (&af)[4],
@@ -180,8 +139,8 @@ struct WarpMma<Tf32x3> {
       Tf32Split bf[kGroup][2];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        bf[j][0] = b(j0 + j, 0);
-        bf[j][1] = b(j0 + j, 1);
+        bf[j][0] = split_tf32(b(j0 + j, 0));
+        bf[j][1] = split_tf32(b(j0 + j, 1));
       }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j)

@@ -149,10 +149,10 @@ TEST_CASE("attention plans honour forced warps where shared memory allows", "[pl
 namespace {
 
 // The most warps, halving from `wanted`, whose block fits the limit.
-int fitting_warps(int wanted, std::size_t (*bytes)(AttentionStorage, int, int),
-                  AttentionStorage storage, int d) {
+int fitting_warps(int wanted, std::size_t (*bytes)(std::size_t, int, int), std::size_t elem,
+                  int d) {
   int w = wanted;
-  while (w > 1 && bytes(storage, d, w) > kMaxShared) w /= 2;
+  while (w > 1 && bytes(elem, d, w) > kMaxShared) w /= 2;
   return w;
 }
 
@@ -197,50 +197,6 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
   const char* why = attention_unsupported(kBackward, over, large, DType::f32);
   REQUIRE(why != nullptr);
   CHECK_THAT(std::string(why), Catch::Matchers::Contains("shared memory"));
-}
-
-TEST_CASE("tf32x3 plans split f32's streamed tiles, narrower at d >= 96, within the limit",
-          "[plan]") {
-  constexpr auto kTf32x3 = AttentionPrecision::tf32x3;
-  const AttentionShape shapes[] = {shape(32, 8, 8, 256, 256, 0), shape(1, 8, 8, 32, 32, 0),
-                                   shape(2, 4, 2, 5, 7, 0), shape(1, 32, 4, 4096, 4096, 0)};
-  for (int d : kHeadDims)
-    for (AttentionShape s : shapes)
-      for (int forced : {0, 1, 2, 4})
-        for (auto direction : {kForward, kBackward}) {
-          s.head_dim = d;
-          INFO("d " << d << " T " << s.q_len << " forced " << forced);
-          const AttentionPlan plan =
-              plan_attention(direction, s, DType::f32, kCausal, kH100SMs, forced, false, kTf32x3);
-          CHECK(plan.split_tiles);
-          CHECK(plan.key_tile == (d >= 96 ? 16 : 32));
-          const AttentionStorage split(4, true);
-          CHECK(attention_forward_shared_bytes(split, d, plan.forward_warps, plan.key_tile) <=
-                kMaxShared);
-          if (direction == kBackward) {
-            CHECK(attention_dq_shared_bytes(split, d, plan.dq_warps, plan.key_tile) <= kMaxShared);
-            CHECK(attention_dkdv_shared_bytes(split, d, plan.dkdv_warps) <= kMaxShared);
-          }
-          CHECK(attention_unsupported(direction, plan, s, DType::f32) == nullptr);
-        }
-  // Split rows take twice the bytes, so the limit bites sooner than for
-  // exact f32: the training shape keeps four-warp blocks up to d = 96, and
-  // at d = 128 only the forward does.
-  for (int d : kHeadDims) {
-    INFO("d " << d);
-    const AttentionPlan plan = plan_attention(kBackward, shape(32, 8, 8, 256, 256, d), DType::f32,
-                                              kCausal, kH100SMs, 0, false, kTf32x3);
-    CHECK(plan.forward_warps == 4);
-    CHECK(plan.dq_warps == (d == 128 ? 2 : 4));
-    CHECK(plan.dkdv_warps == (d == 128 ? 2 : 4));
-  }
-  // Only f32 splits: the option means nothing to f16 and bf16, and exact
-  // f32 keeps plain tiles.
-  const AttentionShape s = shape(32, 8, 8, 256, 256, 64);
-  CHECK_FALSE(plan_attention(kForward, s, DType::f32, kCausal, kH100SMs, 0).split_tiles);
-  for (DType dtype : {DType::f16, DType::bf16})
-    CHECK_FALSE(
-        plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0, false, kTf32x3).split_tiles);
 }
 
 TEST_CASE("attention planner reports the sizes the kernels cannot run", "[plan]") {
