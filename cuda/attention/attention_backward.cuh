@@ -136,9 +136,8 @@ __device__ __forceinline__ void dq_tile_scores(const float (&s)[kNT][4], float (
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int half = e >> 1;
-      const float prob = whole || in_span<Elem>(span, j, e)
-                             ? exp2_ftz(s[j][e] * scale_log2 - row_lse[half])
-                             : 0.0f;
+      const float p = exp2_ftz(s[j][e] * scale_log2 - row_lse[half]);
+      const float prob = whole ? p : (in_span<Elem>(span, j, e) ? p : 0.0f);
       dp[j][e] = prob * (dp[j][e] - row_dot[half]);  // dS
     }
 }
@@ -158,9 +157,8 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int col = 8 * j + 2 * t + (e & 1);
-      const float prob = whole || in_span<Elem>(span, j, e)
-                             ? exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2))
-                             : 0.0f;
+      const float p = exp2_ftz(fmaf(lse_tile[col], -kLog2e, pt[j][e] * scale_log2));
+      const float prob = whole ? p : (in_span<Elem>(span, j, e) ? p : 0.0f);
       pt[j][e] = prob;
       dpt[j][e] = prob * (dpt[j][e] - dot_tile[col]);  // now dS^T
     }

@@ -69,11 +69,15 @@ __device__ __forceinline__ bool warp_sees_whole_tile(const TileSpan (&span)[2], 
                                      span[1].hi == tile);
 }
 // Whether fragment element e of 8-column tile j (C layout) is in its row's
-// span.
+// span: col - lo < hi - lo as unsigned, one compare that callers turn into
+// a select. (Written as col >= lo && col < hi, and or-ed with a tile-wide
+// flag, it compiled to a branch per score, with the fragment copied around
+// each: the Hopper forward's masked tile cost more than two whole ones.)
 template <class Elem>
 __device__ __forceinline__ bool in_span(const TileSpan (&span)[2], int j, int e) {
   const int col = 8 * j + 2 * FragmentLanes<Elem>::col() + (e & 1);
-  return col >= span[e >> 1].lo && col < span[e >> 1].hi;
+  const TileSpan& r = span[e >> 1];
+  return static_cast<unsigned>(col - r.lo) < static_cast<unsigned>(max(r.hi - r.lo, 0));
 }
 
 // The (row block, head, batch) a block computes. The grid is (row blocks,

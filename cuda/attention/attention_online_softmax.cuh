@@ -25,12 +25,18 @@ template <class Elem, int kNT, int kDT>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&o)[kDT][4],
                                                     float (&m)[2], float (&l)[2],
                                                     const TileSpan (&span)[2], float scale_log2) {
-  const bool whole = warp_sees_whole_tile(span, 8 * kNT);
+  if (warp_sees_whole_tile(span, 8 * kNT)) {
 #pragma unroll
-  for (int j = 0; j < kNT; ++j)
+    for (int j = 0; j < kNT; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      s[j][e] = whole || in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+      for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+  }
   float tile_max[2];
   fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
   float base[2];
@@ -67,9 +73,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
 //    scores: their row max, scaled once, is the scaled row max, and one
 //    FFMA per score, s * scale - m, feeds the exponential. Masked tiles
 //    scale first, and the same FFMA multiplies by 1.
-//  - The mask is a select per score with no branch (in_span's
-//    short-circuit compiled to a branch per score, and the compiler copied
-//    the whole fragment around them).
+//  - The mask is a select per score with no branch (in_span).
 //  - The running max m may lag the scores' max by up to kAttnMaxLag (base
 //    2): the warp moves m, and rescales o and l, only when some row's max
 //    rose by more than that, or had no max before. Weights are then at
@@ -84,20 +88,11 @@ __device__ __forceinline__ void online_softmax_tile_lazy(float (&s)[kNT][4], flo
   const bool whole = warp_sees_whole_tile(span, 8 * kNT);
   const bool raw = whole && scale_log2 > 0.0f;  // warp-uniform
   if (!raw) {
-    // in_span as one compare: col is in [lo, hi) when col - lo < hi - lo
-    // as unsigned. (in_span itself, or-ed with `whole`, branches per score;
-    // the sm_80 kernels keep it until the same change is measured there.)
-    const int col0 = 2 * FragmentLanes<Elem>::col();
-    const unsigned width[2] = {static_cast<unsigned>(max(span[0].hi - span[0].lo, 0)),
-                               static_cast<unsigned>(max(span[1].hi - span[1].lo, 0))};
 #pragma unroll
     for (int j = 0; j < kNT; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int col = col0 + 8 * j + (e & 1);
-        const bool in = static_cast<unsigned>(col - span[e >> 1].lo) < width[e >> 1];
-        s[j][e] = in ? s[j][e] * scale_log2 : -CUDART_INF_F;
-      }
+      for (int e = 0; e < 4; ++e)
+        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
   }
   const float mul = raw ? scale_log2 : 1.0f;
   float tile_max[2];
