@@ -32,7 +32,8 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
                      kernels::attention_wgmma_available(context.compute_capability());
   const kernels::AttentionPlan plan =
       kernels::plan_attention(direction, call.shape, problem.dtype, problem.mask,
-                              context.sm_count(), options ? options->warps_per_block : 0, wgmma);
+                              context.sm_count(), options ? options->warps_per_block : 0, wgmma,
+                              problem.precision);
   if (const char* why =
           kernels::attention_unsupported(direction, plan, call.shape, problem.dtype)) {
     const auto& s = call.shape;

@@ -3,12 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "attention/attention_config.h"
 #include "attention/attention_fragment.cuh"
 #include "attention/attention_params.h"
 #include "common/dtype.cuh"
 #include "common/fast_exp2.cuh"
+
+namespace exphil::kernels {
+// What shapes Elem's tiles and shared memory (attention_config.h).
+template <class Elem>
+constexpr AttentionStorage attention_storage{sizeof(Elem), std::is_same_v<Elem, Tf32x3>};
+}  // namespace exphil::kernels
 
 namespace exphil::kernels::attn {
 

@@ -18,6 +18,18 @@
 
 namespace exphil::kernels {
 
+// What shapes a call's tiles and shared memory besides the head width: its
+// elements' size and, for f32, whether its products run on tensor cores
+// (tf32x3: AttentionPrecision::tf32x3, attention_warp_mma_tf32x3.cuh),
+// which stage nothing per warp and take wider key tiles. Built implicitly
+// from an element size for every other call.
+struct AttentionStorage {
+  std::size_t elem_bytes;
+  bool tf32x3;
+  EXPHIL_ATTN_HD constexpr AttentionStorage(std::size_t bytes, bool tensor_core_f32 = false)
+      : elem_bytes(bytes), tf32x3(tensor_core_f32) {}
+};
+
 constexpr int kAttnRowsPerWarp = 16;
 constexpr int kAttnMaxWarps = 4;
 // Within what every target GPU allows per block (99 KB on sm_86/sm_89).
@@ -44,23 +56,28 @@ EXPHIL_ATTN_HD constexpr int attention_min_blocks(std::size_t elem_bytes, int he
 }
 
 // Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
-// narrower because their elements take twice the shared memory.
-EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes) {
-  return elem_bytes == 4 ? 32 : 64;
+// narrower because their elements take twice the shared memory, except
+// tf32x3's up to d = 64, which have the staging buffer's room: 64 keys made
+// its B32 h8 T256 d64 causal forward 66.3 -> 62.8 us and B8 h8 T1024
+// 195.8 -> 183.8 us on an H100, where exact f32 lost 3% (bench/RESULTS.md).
+EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim) {
+  return s.elem_bytes != 4 || (s.tf32x3 && head_dim <= 64) ? 64 : 32;
 }
 // The tile a call uses: f16/bf16 calls that see at most kAttnShortKeys keys
 // (the per-frame inference shapes, S = 32) take 32-key tiles too, since a
 // 64-key tile would be half empty. A shorter tile's shared memory is
-// smaller, so plans sized with attention_key_tile() always fit.
+// smaller, so plans sized with attention_key_tile(s, d) always fit.
 constexpr int kAttnShortKeys = 32;
-EXPHIL_ATTN_HD constexpr int attention_key_tile(std::size_t elem_bytes, long long kv_len) {
-  return kv_len <= kAttnShortKeys ? 32 : attention_key_tile(elem_bytes);
+EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim,
+                                                long long kv_len) {
+  const int tile = attention_key_tile(s, head_dim);
+  return kv_len <= kAttnShortKeys && tile > kAttnShortKeys ? kAttnShortKeys : tile;
 }
 
 // Query rows per step of the dK/dV kernel's loop: its registers hold dK and
 // dV (d floats per thread) plus two 16 x tile score fragments, so a narrow
 // tile leaves room for more resident warps.
-EXPHIL_ATTN_HD constexpr int attention_query_tile(std::size_t /*elem_bytes*/, int /*head_dim*/) {
+EXPHIL_ATTN_HD constexpr int attention_query_tile(AttentionStorage /*s*/, int /*head_dim*/) {
   return 32;
 }
 
@@ -69,15 +86,15 @@ EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int he
   return head_dim + static_cast<int>(16 / elem_bytes);
 }
 
-// f32 only: per-warp staging of a 16 x k score fragment in shared memory,
+// Exact f32 only: per-warp staging of a 16 x k score fragment in shared memory,
 // rows padded by 4 floats so that neither the float2 stores of a half-warp
 // nor the float4 row loads (8 rows) conflict, in f32's lane numbering.
 EXPHIL_ATTN_HD constexpr int attention_scratch_stride(int k) { return k + 4; }
-EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(std::size_t elem_bytes, int warps,
+EXPHIL_ATTN_HD constexpr std::size_t attention_scratch_bytes(AttentionStorage s, int warps,
                                                              int k) {
-  return elem_bytes == 4 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *
-                               attention_scratch_stride(k) * sizeof(float)
-                         : 0;
+  return s.elem_bytes == 4 && !s.tf32x3 ? static_cast<std::size_t>(warps) * kAttnRowsPerWarp *
+                                              attention_scratch_stride(k) * sizeof(float)
+                                        : 0;
 }
 
 EXPHIL_ATTN_HD constexpr std::size_t attention_rows_bytes(std::size_t elem_bytes, int head_dim,
@@ -93,18 +110,17 @@ EXPHIL_ATTN_HD constexpr int attention_stages(std::size_t elem_bytes) {
 }
 
 // Q of the block's rows, the K and V tiles of every stage, the f32 staging;
-// for key tiles of kt keys (attention_key_tile(elem_bytes) when omitted).
-EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
+// for key tiles of kt keys (attention_key_tile(s, head_dim) when omitted).
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,
                                                                     int head_dim, int warps,
                                                                     int kt) {
-  return attention_rows_bytes(elem_bytes, head_dim,
-                              kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
-         attention_scratch_bytes(elem_bytes, warps, kt);
+  return attention_rows_bytes(s.elem_bytes, head_dim,
+                              kAttnRowsPerWarp * warps + 2 * kt * attention_stages(s.elem_bytes)) +
+         attention_scratch_bytes(s, warps, kt);
 }
-EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(std::size_t elem_bytes,
+EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,
                                                                     int head_dim, int warps) {
-  return attention_forward_shared_bytes(elem_bytes, head_dim, warps,
-                                        attention_key_tile(elem_bytes));
+  return attention_forward_shared_bytes(s, head_dim, warps, attention_key_tile(s, head_dim));
 }
 
 // The Hopper forward (attention_forward_wgmma.cuh): one warpgroup of 64
@@ -166,26 +182,27 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t
 
 // Q and dO of the block's rows, the K and V tiles of every stage, the f32
 // staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
-                                                               int head_dim, int warps, int kt) {
-  return attention_rows_bytes(elem_bytes, head_dim,
-                              2 * kAttnRowsPerWarp * warps + 2 * kt * attention_stages(elem_bytes)) +
-         attention_scratch_bytes(elem_bytes, warps, kt);
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(AttentionStorage s, int head_dim,
+                                                               int warps, int kt) {
+  return attention_rows_bytes(s.elem_bytes, head_dim,
+                              2 * kAttnRowsPerWarp * warps + 2 * kt * attention_stages(s.elem_bytes)) +
+         attention_scratch_bytes(s, warps, kt);
 }
-EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(std::size_t elem_bytes,
-                                                               int head_dim, int warps) {
-  return attention_dq_shared_bytes(elem_bytes, head_dim, warps, attention_key_tile(elem_bytes));
+EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(AttentionStorage s, int head_dim,
+                                                               int warps) {
+  return attention_dq_shared_bytes(s, head_dim, warps, attention_key_tile(s, head_dim));
 }
 
 // K and V of the block's rows; per stage a Q tile, a dO tile, and the
 // tile's lse and rowsum(dO * O); the f32 staging.
-EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(std::size_t elem_bytes,
+EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(AttentionStorage s,
                                                                  int head_dim, int warps) {
-  const int qt = attention_query_tile(elem_bytes, head_dim);
-  const int stages = attention_stages(elem_bytes);
-  return attention_rows_bytes(elem_bytes, head_dim, 2 * kAttnRowsPerWarp * warps + 2 * qt * stages) +
+  const int qt = attention_query_tile(s, head_dim);
+  const int stages = attention_stages(s.elem_bytes);
+  return attention_rows_bytes(s.elem_bytes, head_dim,
+                              2 * kAttnRowsPerWarp * warps + 2 * qt * stages) +
          2 * static_cast<std::size_t>(qt) * stages * sizeof(float) +
-         attention_scratch_bytes(elem_bytes, warps, qt);
+         attention_scratch_bytes(s, warps, qt);
 }
 
 }  // namespace exphil::kernels

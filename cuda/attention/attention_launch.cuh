@@ -48,9 +48,13 @@ LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, i
   return {};
 }
 
-// f32 has one key tile; f16/bf16 add the short one (attention_key_tile()).
-template <class Elem>
-constexpr bool kHasShortTile = attention_key_tile(sizeof(Elem)) != kAttnShortKeys;
+// The key tile of Elem's calls at head width kD past the short calls, and
+// whether they add the short one (attention_key_tile()): f16/bf16 and
+// tf32x3 up to d = 64 do, exact f32 has only its 32-key tile.
+template <class Elem, int kD>
+constexpr int kKeyTile = attention_key_tile(attention_storage<Elem>, kD);
+template <class Elem, int kD>
+constexpr bool kHasShortTile = kKeyTile<Elem, kD> > kAttnShortKeys;
 
 template <class Elem, int kD, int kKT>
 LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& plan,
@@ -59,7 +63,7 @@ LaunchResult forward(const AttentionForwardParams& params, const AttentionPlan& 
   return launch_row_blocks<attention_forward_kernel<Elem, kD, kKT>>(
       {"cudaFuncSetAttribute (attention_forward_kernel shared memory)",
        "launch of attention_forward_kernel"},
-      attention_forward_shared_bytes(sizeof(Elem), kD, plan.forward_warps, kKT),
+      attention_forward_shared_bytes(attention_storage<Elem>, kD, plan.forward_warps, kKT),
       plan.forward_warps, s.q_len, s.q_heads, s.batch, stream, params,
       plan.forward_heaviest_first);
 }
@@ -83,7 +87,8 @@ LaunchResult dq_with_tile(const AttentionBackwardParams& params, const Attention
   const AttentionShape& s = params.problem.shape;
   return launch_row_blocks<attention_dq_kernel<Elem, kD, kKT>>(
       {"cudaFuncSetAttribute (attention_dq_kernel shared memory)", "launch of attention_dq_kernel"},
-      attention_dq_shared_bytes(sizeof(Elem), kD, plan.dq_warps, kKT), plan.dq_warps, s.q_len,
+      attention_dq_shared_bytes(attention_storage<Elem>, kD, plan.dq_warps, kKT), plan.dq_warps,
+      s.q_len,
       s.q_heads, s.batch, stream, params, d_rowdot_out, plan.dq_heaviest_first);
 }
 
@@ -104,12 +109,11 @@ LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan
     }
   }
 #endif
-  if constexpr (kHasShortTile<Elem>) {
+  if constexpr (kHasShortTile<Elem, kD>) {
     if (plan.key_tile == kAttnShortKeys)
       return dq_with_tile<Elem, kD, kAttnShortKeys>(params, plan, d_rowdot_out, stream);
   }
-  return dq_with_tile<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, d_rowdot_out,
-                                                                   stream);
+  return dq_with_tile<Elem, kD, kKeyTile<Elem, kD>>(params, plan, d_rowdot_out, stream);
 }
 
 template <class Elem, int kD>
@@ -137,10 +141,10 @@ LaunchResult run_attention_forward(const AttentionForwardParams& params, const A
     if (plan.forward_wgmma) return forward_wgmma<Elem, kD>(params, plan, stream);
   }
 #endif
-  if constexpr (kHasShortTile<Elem>) {
+  if constexpr (kHasShortTile<Elem, kD>) {
     if (plan.key_tile == kAttnShortKeys) return forward<Elem, kD, kAttnShortKeys>(params, plan, stream);
   }
-  return forward<Elem, kD, attention_key_tile(sizeof(Elem))>(params, plan, stream);
+  return forward<Elem, kD, kKeyTile<Elem, kD>>(params, plan, stream);
 }
 
 template <class Elem, int kD>
@@ -175,7 +179,8 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   return launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
       {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
        "launch of attention_dkdv_kernel"},
-      attention_dkdv_shared_bytes(sizeof(Elem), kD, plan.dkdv_warps), plan.dkdv_warps, s.kv_len,
+      attention_dkdv_shared_bytes(attention_storage<Elem>, kD, plan.dkdv_warps), plan.dkdv_warps,
+      s.kv_len,
       s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
       plan.dkdv_heaviest_first);
 }

@@ -19,10 +19,12 @@ bool attention_wgmma_available(int compute_capability) noexcept;
 // Chooses the layout of one call (attention_plan.cpp). forced_warps (1, 2
 // or 4) fixes the warps per block where shared memory allows; 0 chooses.
 // wgmma: attention_wgmma_available() for the call's device, and the caller
-// allows the Hopper kernels.
+// allows the Hopper kernels. precision: the call's (f32 calls under tf32x3
+// take other tiles and shared memory).
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& shape,
                              DType dtype, AttentionMaskKind mask, int sm_count,
-                             int forced_warps, bool wgmma = false) noexcept;
+                             int forced_warps, bool wgmma = false,
+                             AttentionPrecision precision = AttentionPrecision::exact) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not.
 const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,

@@ -80,6 +80,9 @@ struct AttentionPlan {
   int dq_warps = 4;       // backward, dQ kernel
   int dkdv_warps = 4;     // backward, dK/dV kernel
   int key_tile = 64;      // keys per step of the forward and dQ kernels
+  // f32 under AttentionPrecision::tf32x3, whose tiles and shared memory
+  // differ from exact f32's (AttentionStorage in attention_config.h).
+  bool tf32x3 = false;
   // The forward runs the Hopper kernel (attention_forward_wgmma.cuh), whose
   // blocks are 64 rows and whose key tile is 64, instead of the sm_80 one.
   bool forward_wgmma = false;

@@ -21,11 +21,11 @@ namespace exphil::kernels {
 
 namespace {
 
-using SharedBytes = std::size_t (*)(std::size_t, int, int);
+using SharedBytes = std::size_t (*)(AttentionStorage, int, int);
 
 // row_groups: the (batch, head) pairs, each with `len` rows to cover.
-int choose_warps(int64_t row_groups, int64_t len, int sm_count,
-                 std::size_t elem, int head_dim, SharedBytes shared, int forced) {
+int choose_warps(int64_t row_groups, int64_t len, int sm_count, AttentionStorage storage,
+                 int head_dim, SharedBytes shared, int forced) {
   auto blocks = [&](int w) { return row_groups * attention_row_blocks(len, w); };
   int w = kAttnMaxWarps;
   if (forced == 1 || forced == 2 || forced == 4) {
@@ -33,7 +33,8 @@ int choose_warps(int64_t row_groups, int64_t len, int sm_count,
   } else {
     while (w > 1 && blocks(w) < sm_count) w /= 2;
   }
-  while (w > 1 && shared(elem, head_dim, w) > static_cast<std::size_t>(kAttnMaxSharedBytes)) w /= 2;
+  while (w > 1 && shared(storage, head_dim, w) > static_cast<std::size_t>(kAttnMaxSharedBytes))
+    w /= 2;
   return w;
 }
 
@@ -50,10 +51,12 @@ bool attention_wgmma_available(int compute_capability) noexcept {
 
 AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape& s, DType dtype,
                              AttentionMaskKind mask, int sm_count, int forced_warps,
-                             bool wgmma) noexcept {
+                             bool wgmma, AttentionPrecision precision) noexcept {
   const std::size_t elem = dtype_size(dtype);
   AttentionPlan plan;
-  plan.key_tile = attention_key_tile(elem, s.kv_len);
+  plan.tf32x3 = dtype == DType::f32 && precision == AttentionPrecision::tf32x3;
+  const AttentionStorage storage(elem, plan.tf32x3);
+  plan.key_tile = attention_key_tile(storage, s.head_dim, s.kv_len);
   const bool uneven = mask != AttentionMaskKind::none;
   // block_coord() renumbers blocks in 32-bit arithmetic: a grid of more
   // blocks (more than any tensor in memory needs) keeps grid order.
@@ -61,7 +64,7 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
     const int64_t blocks = row_groups * attention_row_blocks(len, warps);
     return uneven && blocks > sm_count && blocks <= int64_t{UINT32_MAX};
   };
-  plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
+  plan.forward_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, storage, s.head_dim,
                                     attention_forward_shared_bytes, forced_warps);
   // The Hopper forward's blocks are one warpgroup, four warps: it takes the
   // calls whose sm_80 plan has four-warp blocks (grids that fill the GPU)
@@ -71,9 +74,9 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
                        plan.forward_warps == kAttnWgmmaThreads / 32 && s.kv_len > kAttnShortKeys;
   plan.forward_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.forward_warps);
   if (direction == AttentionDirection::backward) {
-    plan.dq_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, elem, s.head_dim,
+    plan.dq_warps = choose_warps(s.batch * s.q_heads, s.q_len, sm_count, storage, s.head_dim,
                                  attention_dq_shared_bytes, forced_warps);
-    plan.dkdv_warps = choose_warps(s.batch * s.kv_heads, s.kv_len, sm_count, elem, s.head_dim,
+    plan.dkdv_warps = choose_warps(s.batch * s.kv_heads, s.kv_len, sm_count, storage, s.head_dim,
                                    attention_dkdv_shared_bytes, forced_warps);
     plan.dq_heaviest_first = reorder(s.batch * s.q_heads, s.q_len, plan.dq_warps);
     plan.dkdv_heaviest_first = reorder(s.batch * s.kv_heads, s.kv_len, plan.dkdv_warps);
@@ -96,17 +99,19 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
   if (attention_row_blocks(s.q_len, 1) > kMaxGridX || attention_row_blocks(s.kv_len, 1) > kMaxGridX)
     return "T or S is over the grid's x extent";
   const std::size_t elem = dtype_size(dtype);
+  const AttentionStorage storage(elem, plan.tf32x3);
   const auto cap = static_cast<std::size_t>(kAttnMaxSharedBytes);
   const bool too_big =
       direction == AttentionDirection::forward
           ? (plan.forward_wgmma ? attention_forward_wgmma_shared_bytes(elem, s.head_dim)
-                                : attention_forward_shared_bytes(elem, s.head_dim,
+                                : attention_forward_shared_bytes(storage, s.head_dim,
                                                                  plan.forward_warps, plan.key_tile)) > cap
           : (plan.dq_wgmma ? attention_dq_wgmma_shared_bytes(elem, s.head_dim)
-                           : attention_dq_shared_bytes(elem, s.head_dim, plan.dq_warps,
+                           : attention_dq_shared_bytes(storage, s.head_dim, plan.dq_warps,
                                                        plan.key_tile)) > cap ||
-                (plan.dkdv_wgmma ? attention_dkdv_wgmma_shared_bytes(elem, s.head_dim)
-                                 : attention_dkdv_shared_bytes(elem, s.head_dim, plan.dkdv_warps)) > cap;
+                (plan.dkdv_wgmma
+                     ? attention_dkdv_wgmma_shared_bytes(elem, s.head_dim)
+                     : attention_dkdv_shared_bytes(storage, s.head_dim, plan.dkdv_warps)) > cap;
   if (too_big)
     return "a block's shared memory is over the limit (internal planner error)";
   return nullptr;

@@ -34,10 +34,10 @@
 //
 // Limits: k a multiple of 8. Nothing is held between calls (HeldA is empty):
 // the split of A is recomputed from shared memory, which costs fewer
-// registers than holding two TF32 copies of the forward's Q. Tiles, stages
-// and shared memory are f32's (attention_config.h keys them on the element
-// size), the exact path's per-warp staging buffer included, which these
-// products leave unused.
+// registers than holding two TF32 copies of the forward's Q. Stages are
+// f32's; key tiles are 64 keys up to d = 64, and no per-warp staging buffer
+// is allocated, since these products stage nothing (attention_config.h,
+// AttentionStorage).
 #pragma once
 
 #include <cstdint>

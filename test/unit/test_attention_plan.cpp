@@ -149,10 +149,10 @@ TEST_CASE("attention plans honour forced warps where shared memory allows", "[pl
 namespace {
 
 // The most warps, halving from `wanted`, whose block fits the limit.
-int fitting_warps(int wanted, std::size_t (*bytes)(std::size_t, int, int), std::size_t elem,
-                  int d) {
+int fitting_warps(int wanted, std::size_t (*bytes)(AttentionStorage, int, int),
+                  AttentionStorage storage, int d) {
   int w = wanted;
-  while (w > 1 && bytes(elem, d, w) > kMaxShared) w /= 2;
+  while (w > 1 && bytes(storage, d, w) > kMaxShared) w /= 2;
   return w;
 }
 
@@ -197,6 +197,53 @@ TEST_CASE("attention plans shrink blocks whose shared memory is over the limit",
   const char* why = attention_unsupported(kBackward, over, large, DType::f32);
   REQUIRE(why != nullptr);
   CHECK_THAT(std::string(why), Catch::Matchers::Contains("shared memory"));
+}
+
+TEST_CASE("tf32x3 plans take 64-key tiles up to d = 64, no staging, within the limit",
+          "[plan]") {
+  constexpr auto kTf32x3 = AttentionPrecision::tf32x3;
+  const AttentionStorage tensor_core_f32(4, true);
+  const AttentionShape shapes[] = {shape(32, 8, 8, 256, 256, 0), shape(1, 8, 8, 32, 32, 0),
+                                   shape(2, 4, 2, 5, 7, 0), shape(1, 32, 4, 4096, 4096, 0),
+                                   shape(1, 8, 8, 64, 33, 0)};
+  for (int d : kHeadDims)
+    for (AttentionShape s : shapes)
+      for (int forced : {0, 1, 2, 4})
+        for (auto direction : {kForward, kBackward}) {
+          s.head_dim = d;
+          INFO("d " << d << " T " << s.q_len << " S " << s.kv_len << " forced " << forced);
+          const AttentionPlan plan =
+              plan_attention(direction, s, DType::f32, kCausal, kH100SMs, forced, false, kTf32x3);
+          CHECK(plan.tf32x3);
+          const bool wide = d <= 64 && s.kv_len > kAttnShortKeys;
+          CHECK(plan.key_tile == (wide ? 64 : 32));
+          CHECK(attention_forward_shared_bytes(tensor_core_f32, d, plan.forward_warps,
+                                               plan.key_tile) <= kMaxShared);
+          if (direction == kBackward) {
+            CHECK(attention_dq_shared_bytes(tensor_core_f32, d, plan.dq_warps, plan.key_tile) <=
+                  kMaxShared);
+            CHECK(attention_dkdv_shared_bytes(tensor_core_f32, d, plan.dkdv_warps) <= kMaxShared);
+          }
+          CHECK(attention_unsupported(direction, plan, s, DType::f32) == nullptr);
+        }
+  // The staging buffer tf32x3 does without pays for the wider tile: the
+  // training shape keeps exact f32's warps per block at every width.
+  for (int d : kHeadDims) {
+    INFO("d " << d);
+    const AttentionShape s = shape(32, 8, 8, 256, 256, d);
+    const AttentionPlan exact = plan_attention(kBackward, s, DType::f32, kCausal, kH100SMs, 0);
+    const AttentionPlan plan =
+        plan_attention(kBackward, s, DType::f32, kCausal, kH100SMs, 0, false, kTf32x3);
+    CHECK(plan.forward_warps == exact.forward_warps);
+    CHECK(plan.dq_warps == exact.dq_warps);
+    CHECK(plan.dkdv_warps == exact.dkdv_warps);
+    CHECK(attention_scratch_bytes(tensor_core_f32, 4, plan.key_tile) == 0);
+  }
+  // The option means nothing to f16 and bf16, and exact f32 keeps its plan.
+  const AttentionShape s = shape(32, 8, 8, 256, 256, 64);
+  CHECK_FALSE(plan_attention(kForward, s, DType::f32, kCausal, kH100SMs, 0).tf32x3);
+  for (DType dtype : {DType::f16, DType::bf16})
+    CHECK_FALSE(plan_attention(kForward, s, dtype, kCausal, kH100SMs, 0, false, kTf32x3).tf32x3);
 }
 
 TEST_CASE("attention planner reports the sizes the kernels cannot run", "[plan]") {
