@@ -63,9 +63,10 @@ EXPHIL_ATTN_HD constexpr int attention_min_blocks(std::size_t elem_bytes, int he
 EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim) {
   return s.elem_bytes != 4 || (s.tf32x3 && head_dim <= 64) ? 64 : 32;
 }
-// The tile a call uses: f16/bf16 calls that see at most kAttnShortKeys keys
-// (the per-frame inference shapes, S = 32) take 32-key tiles too, since a
-// 64-key tile would be half empty. A shorter tile's shared memory is
+// The tile a call uses: calls with 64-key tiles (f16/bf16, tf32x3 up to
+// d = 64) that see at most kAttnShortKeys keys (the per-frame inference
+// shapes, S = 32) take 32-key tiles, since a 64-key tile would be half
+// empty. A shorter tile's shared memory is
 // smaller, so plans sized with attention_key_tile(s, d) always fit.
 constexpr int kAttnShortKeys = 32;
 EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim,
