@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot,
                           bool heaviest_first) {
   using namespace attn;
-  constexpr int kQT = attention_query_tile(sizeof(Elem), kD);
+  constexpr int kQT = attention_query_tile(attention_storage<Elem>, kD);
   constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
   constexpr int kDT = kD / 8;
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
