@@ -66,8 +66,8 @@ EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim
 // The tile a call uses: calls with 64-key tiles (f16/bf16, tf32x3 up to
 // d = 64) that see at most kAttnShortKeys keys (the per-frame inference
 // shapes, S = 32) take 32-key tiles, since a 64-key tile would be half
-// empty. A shorter tile's shared memory is
-// smaller, so plans sized with attention_key_tile(s, d) always fit.
+// empty. A shorter tile's shared memory is smaller, so plans sized with
+// attention_key_tile(s, d) always fit.
 constexpr int kAttnShortKeys = 32;
 EXPHIL_ATTN_HD constexpr int attention_key_tile(AttentionStorage s, int head_dim,
                                                 long long kv_len) {

@@ -88,8 +88,7 @@ LaunchResult dq_with_tile(const AttentionBackwardParams& params, const Attention
   return launch_row_blocks<attention_dq_kernel<Elem, kD, kKT>>(
       {"cudaFuncSetAttribute (attention_dq_kernel shared memory)", "launch of attention_dq_kernel"},
       attention_dq_shared_bytes(attention_storage<Elem>, kD, plan.dq_warps, kKT), plan.dq_warps,
-      s.q_len,
-      s.q_heads, s.batch, stream, params, d_rowdot_out, plan.dq_heaviest_first);
+      s.q_len, s.q_heads, s.batch, stream, params, d_rowdot_out, plan.dq_heaviest_first);
 }
 
 // d_rowdot_out: where the dQ kernel leaves rowsum(dO * O) for the dK/dV
@@ -180,8 +179,7 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
       {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
        "launch of attention_dkdv_kernel"},
       attention_dkdv_shared_bytes(attention_storage<Elem>, kD, plan.dkdv_warps), plan.dkdv_warps,
-      s.kv_len,
-      s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
+      s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
       plan.dkdv_heaviest_first);
 }
 

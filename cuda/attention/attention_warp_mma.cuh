@@ -197,17 +197,23 @@ struct WarpMma {
   }
 };
 
-// Exact fp32 on the CUDA cores, same contract. `scratch` is this warp's
-// 16 x attention_scratch_stride(kK) floats (a_frag_b_kn only).
-template <>
-struct WarpMma<float> {
-  // The f32 products read A from shared memory as they go (its float4
-  // loads are broadcasts): nothing is held.
+// The hold_a() of products that hold nothing and read A from shared memory
+// as they go: both f32 contracts (exact here, tf32x3 in
+// attention_warp_mma_tf32x3.cuh).
+template <class Elem>
+struct ReadsAFromShared {
   template <int kK>
   struct HeldA {};
   template <int kK>
-  __device__ __forceinline__ static void hold_a(HeldA<kK>& /*held*/, const float* /*a*/,
+  __device__ __forceinline__ static void hold_a(HeldA<kK>& /*held*/, const Elem* /*a*/,
                                                 int /*lda*/) {}
+};
+
+// Exact fp32 on the CUDA cores, same contract. `scratch` is this warp's
+// 16 x attention_scratch_stride(kK) floats (a_frag_b_kn only). Its float4
+// loads of A are broadcasts, so it holds nothing.
+template <>
+struct WarpMma<float> : ReadsAFromShared<float> {
   // The forward's product, with its k loop unrolled in full so that the
   // loads run ahead of the FMAs: the forward has registers to spare (122 at
   // d = 64) and ran 11% faster at B32 h8 T256 d64. The backward's products

@@ -76,12 +76,7 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
 }
 
 template <>
-struct WarpMma<Tf32x3> {
-  template <int kK>
-  struct HeldA {};
-  template <int kK>
-  __device__ __forceinline__ static void hold_a(HeldA<kK>& /*held*/, const Tf32x3* /*a*/,
-                                                int /*lda*/) {}
+struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
   template <int kNT, int kK>
   __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& /*held*/,
                                                      const Tf32x3* a, int lda, const Tf32x3* b,
