@@ -142,6 +142,24 @@ __device__ __forceinline__ void dq_tile_scores(const float (&s)[kNT][4], float (
     }
 }
 
+// The dK/dV kernels' last step: dK (times the softmax scale) and dV of the
+// warp's 16 keys from warp_key0, each unless its pointer is null (kv_row:
+// the rows' stride, S: the keys; what the kernels already hold).
+template <class Elem, int kDT>
+__device__ __forceinline__ void store_key_grads(const AttentionBackwardParams& p, int64_t b,
+                                                int64_t kv_head, int64_t kv_row, int64_t S,
+                                                int64_t warp_key0, const float (&dk)[kDT][4],
+                                                const float (&dv)[kDT][4]) {
+  const AttentionProblem& pr = p.problem;
+  const float one[2] = {1.0f, 1.0f}, scale[2] = {pr.scale, pr.scale};
+  if (p.d_grad_k != nullptr)
+    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_k, pr.kv_strides, b, kv_head), kv_row,
+                              warp_key0, S, dk, scale);
+  if (p.d_grad_v != nullptr)
+    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_v, pr.kv_strides, b, kv_head), kv_row,
+                              warp_key0, S, dv, one);
+}
+
 // The dK/dV kernels' step from a tile's transposed scores (rows the keys,
 // columns the tile's queries, whose lse and Di are lse_tile[] and
 // dot_tile[]) to P^T, left in pt, and dS^T, left in dpt; queries outside a
@@ -166,14 +184,21 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 }  // namespace attn
 
 // rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c]: rowdot_threads()
-// threads per row, each with one 16-byte vector of O and of dO.
+// threads per row, each with one 16-byte vector of O and of dO. Before the
+// fused backward (attention_backward_fused.cuh) it also zeroes that
+// kernel's `counters` words (none when d_counters is null).
 template <class Elem, int kD>
-__global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot) {
+__global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
+                                        uint32_t* d_counters, int64_t counters) {
   using namespace attn;
   constexpr int kPerRow = rowdot_threads<Elem, kD>();
   constexpr int kVec = 16 / sizeof(Elem);
   const AttentionProblem& pr = p.problem;
   const int64_t rows = pr.shape.batch * pr.shape.q_heads * pr.shape.q_len;
+  if (d_counters != nullptr)
+    for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < counters;
+         w += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      d_counters[w] = 0;
   const int part = threadIdx.x % kPerRow;
   // Warp-uniform loop bounds: every lane reaches the shuffles.
   constexpr int kRowsPerWarp = 32 / kPerRow;
@@ -319,13 +344,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   cp_async_wait<0>();
 
   if (!warp_has_keys) return;
-  const float one[2] = {1.0f, 1.0f}, scale[2] = {pr.scale, pr.scale};
-  if (p.d_grad_k != nullptr)
-    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_k, pr.kv_strides, b, kv_head), kv_row,
-                              warp_key0, S, dk, scale);
-  if (p.d_grad_v != nullptr)
-    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_v, pr.kv_strides, b, kv_head), kv_row,
-                              warp_key0, S, dv, one);
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
 }
 
 template <class Elem, int kD, int kKT>

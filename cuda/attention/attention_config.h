@@ -181,6 +181,25 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t
                                       2 * kAttnWgmmaRows + 4 * kAttnWgmmaKeyTile, 0);
 }
 
+// The fused backward (attention_backward_fused.cuh): the dK/dV kernel's
+// blocks of four warps over 64 keys, computing dQ as well, for tf32x3 up to
+// d = 64. Each 32-query tile's dS^T goes through shared memory, [64 keys]
+// [32 queries] padded to 40 floats (conflict-free with the swizzle of
+// km_offset() in attention_warp_mma_tf32x3.cuh). The tiles' dQ is summed
+// over key blocks in global memory in one fixed order, which per-slice
+// counters enforce: 4 (one per warp's slice) per query tile of every
+// (batch, query head), and one more word that hands out block tickets.
+constexpr int kAttnFusedWarps = 4;
+constexpr int kAttnFusedKeys = kAttnRowsPerWarp * kAttnFusedWarps;
+constexpr int kAttnFusedQueryTile = 32;
+constexpr int kAttnFusedDsStride = 40;
+EXPHIL_ATTN_HD constexpr bool attention_fused_backward_head_dim(int d) { return d <= 64; }
+EXPHIL_ATTN_HD constexpr int64_t attention_fused_sync_words(int64_t batch, int64_t q_heads,
+                                                            int64_t q_len) {
+  return 1 + batch * q_heads * ((q_len + kAttnFusedQueryTile - 1) / kAttnFusedQueryTile) *
+                 kAttnFusedWarps;
+}
+
 // Q and dO of the block's rows, the K and V tiles of every stage, the f32
 // staging.
 EXPHIL_ATTN_HD constexpr std::size_t attention_dq_shared_bytes(AttentionStorage s, int head_dim,
@@ -204,6 +223,13 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(AttentionStorag
                               2 * kAttnRowsPerWarp * warps + 2 * qt * stages) +
          2 * static_cast<std::size_t>(qt) * stages * sizeof(float) +
          attention_scratch_bytes(s, warps, qt);
+}
+
+// The fused backward's: the tf32x3 dK/dV kernel's (single-stage 32-query
+// tiles, no staging) and the dS^T tile.
+EXPHIL_ATTN_HD constexpr std::size_t attention_fused_backward_shared_bytes(int head_dim) {
+  return attention_dkdv_shared_bytes(AttentionStorage(4, true), head_dim, kAttnFusedWarps) +
+         static_cast<std::size_t>(kAttnFusedKeys) * kAttnFusedDsStride * sizeof(float);
 }
 
 }  // namespace exphil::kernels

@@ -153,13 +153,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
   cp_async_wait<0>();
 
   if (warp_key0 >= S) return;
-  const float one[2] = {1.0f, 1.0f}, scale[2] = {pr.scale, pr.scale};
-  if (p.d_grad_k != nullptr)
-    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_k, pr.kv_strides, b, kv_head), kv_row,
-                              warp_key0, S, dk, scale);
-  if (p.d_grad_v != nullptr)
-    store_fragment<Elem, kDT>(head_rows<Elem>(p.d_grad_v, pr.kv_strides, b, kv_head), kv_row,
-                              warp_key0, S, dv, one);
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
 #else
   (void)p;
   (void)d_rowdot;

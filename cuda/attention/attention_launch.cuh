@@ -4,10 +4,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
 #include "attention/attention_backward.cuh"
+#include "attention/attention_backward_fused.cuh"
 #include "attention/attention_config.h"
 #include "attention/attention_forward.cuh"
 #if EXPHIL_ATTENTION_WGMMA
@@ -115,17 +117,45 @@ LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan
   return dq_with_tile<Elem, kD, kKeyTile<Elem, kD>>(params, plan, d_rowdot_out, stream);
 }
 
+// d_counters: the fused kernel's counters, zeroed here (null: none).
 template <class Elem, int kD>
-LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, cudaStream_t stream) {
+LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, uint32_t* d_counters,
+                    int64_t counters, cudaStream_t stream) {
   const AttentionShape& s = params.problem.shape;
   const int64_t rows = s.batch * s.q_heads * s.q_len;
   const int64_t rows_per_block = kRowdotThreads / attn::rowdot_threads<Elem, kD>();
   const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
   attention_rowdot_kernel<Elem, kD>
       <<<static_cast<unsigned>(blocks < kMaxRowdotBlocks ? blocks : kMaxRowdotBlocks),
-         kRowdotThreads, 0, stream>>>(params, d_rowdot);
+         kRowdotThreads, 0, stream>>>(params, d_rowdot, d_counters, counters);
   EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
   return {};
+}
+
+// Whether Elem at head width kD has the fused backward.
+template <class Elem, int kD>
+constexpr bool kHasFusedBackward =
+    std::is_same_v<Elem, Tf32x3> && attention_fused_backward_head_dim(kD);
+
+// The rowsum kernel, which also zeroes the counters, then the fused kernel
+// over the key blocks (attention_backward_fused.cuh). d_workspace: the
+// rows' sums, then the counters.
+template <class Elem, int kD>
+LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_workspace,
+                            cudaStream_t stream) {
+  const AttentionShape& s = params.problem.shape;
+  float* d_rowdot = d_workspace;
+  uint32_t* d_sync = reinterpret_cast<uint32_t*>(d_workspace + s.batch * s.q_heads * s.q_len);
+  if (const LaunchResult r =
+          rowdot<Elem, kD>(params, d_rowdot, d_sync,
+                           attention_fused_sync_words(s.batch, s.q_heads, s.q_len), stream);
+      !r.ok())
+    return r;
+  return launch_row_blocks<attention_backward_fused_kernel<Elem, kD>>(
+      {"cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)",
+       "launch of attention_backward_fused_kernel"},
+      attention_fused_backward_shared_bytes(kD), kAttnFusedWarps, s.kv_len, s.kv_heads, s.batch,
+      stream, params, static_cast<const float*>(d_rowdot), d_sync);
 }
 
 }  // namespace attn_launch
@@ -154,6 +184,10 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   clear_stale_launch_error();
   const AttentionShape& s = params.problem.shape;
   const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
+  if constexpr (kHasFusedBackward<Elem, kD>) {
+    if (plan.fused_backward && key_grads && params.d_grad_q != nullptr)
+      return fused_backward<Elem, kD>(params, d_workspace, stream);
+  }
   // rowsum(dO * O) reaches the dK/dV kernel through d_workspace, from the
   // dQ kernel, or from a kernel of its own when there is no dQ to compute.
   if (params.d_grad_q != nullptr) {
@@ -161,7 +195,8 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
         dq<Elem, kD>(params, plan, key_grads ? d_workspace : nullptr, stream);
     if (!r.ok()) return r;
   } else if (key_grads) {
-    if (const LaunchResult r = rowdot<Elem, kD>(params, d_workspace, stream); !r.ok()) return r;
+    if (const LaunchResult r = rowdot<Elem, kD>(params, d_workspace, nullptr, 0, stream); !r.ok())
+      return r;
   }
   if (!key_grads) return {};
 #if EXPHIL_ATTENTION_WGMMA

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
+#include "attention/attention_config.h"
 #include "attention/attention_params.h"
 #include "common/launch_result.h"
 
@@ -31,12 +33,20 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
                                   const AttentionShape& shape, DType dtype) noexcept;
 
 // Device memory a backward call with these outputs needs: rowsum(dO * O)
-// for the dK/dV kernel (plan.ws_floats), none without dK and dV (the dQ
-// kernel keeps its rows' sums to itself). The forward needs none.
+// for the dK/dV or fused kernel (plan.ws_floats), followed, when the fused
+// kernel computes dQ with dK or dV, by its counters
+// (attention_fused_sync_words()); none without dK and dV (the dQ kernel
+// keeps its rows' sums to itself). The forward needs none.
 inline std::size_t attention_backward_workspace_bytes(const AttentionBackwardParams& params,
                                                       const AttentionPlan& plan) noexcept {
   const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
-  return key_grads ? static_cast<std::size_t>(plan.ws_floats) * sizeof(float) : 0;
+  if (!key_grads) return 0;
+  const std::size_t rowdot = static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
+  if (!plan.fused_backward || params.d_grad_q == nullptr) return rowdot;
+  const AttentionShape& s = params.problem.shape;
+  return rowdot + static_cast<std::size_t>(attention_fused_sync_words(s.batch, s.q_heads,
+                                                                      s.q_len)) *
+                      sizeof(uint32_t);
 }
 
 // Enqueue the kernels on `stream` (the current device must own it).
@@ -49,7 +59,8 @@ LaunchResult launch_attention_backward(const AttentionBackwardParams& params,
                                        cudaStream_t stream) noexcept;
 
 // Kernel launches of a backward call with these outputs: dQ (which also
-// computes rowsum(dO * O)) or the rowsum kernel, then dK/dV.
+// computes rowsum(dO * O)) or the rowsum kernel, then dK/dV or, fused, the
+// kernel that computes all three.
 int attention_backward_kernel_count(const AttentionBackwardParams& params) noexcept;
 
 }  // namespace exphil::kernels

@@ -92,6 +92,10 @@ struct AttentionPlan {
   // The backward's dQ kernel is the Hopper one (attention_dq_wgmma.cuh), 64
   // query rows per block and 64-key tiles.
   bool dq_wgmma = false;
+  // A backward with dQ and dK or dV runs one kernel for all three
+  // (attention_backward_fused.cuh) instead of the dQ and dK/dV kernels:
+  // tf32x3 up to d = 64 with four-warp dK/dV blocks.
+  bool fused_backward = false;
   // Per kernel: hand its blocks out heaviest first (block_coord() in
   // attention_common.cuh). Set for masked calls whose grid has more blocks
   // than the GPU has SMs, where blocks of uneven work queue behind each

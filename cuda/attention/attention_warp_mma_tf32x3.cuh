@@ -75,6 +75,15 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], uint32_t a0, uint32_t a1
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+// Where a_smem_km_b_kn's A keeps element (m, k), m < 16: row k of lda
+// floats, m swapped with m ^ 8 in rows whose bit 2 is set. With lda = 8
+// (mod 32) the reads (lanes at rows 2t and 2t + 1, columns g and g + 8)
+// and the float2 stores of a score fragment's transpose (rows g, columns
+// 2t) both fall in 32 distinct banks.
+__device__ __forceinline__ int km_offset(int k, int m, int lda) {
+  return k * lda + (m ^ ((k & 4) << 1));
+}
+
 template <>
 struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
   template <int kNT, int kK>
@@ -99,6 +108,26 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
       const Tf32Split af[4] = {split_tf32(a_lo[k + t]), split_tf32(a_hi[k + t]),
                                split_tf32(a_lo[k + t + 4]), split_tf32(a_hi[k + t + 4])};
       step<kNT>(c, af, [&](int j, int half) { return b_row[8 * j * ldb + k + t + 4 * half]; });
+    }
+  }
+
+  // c[kNT] += A . B, A [16][kK] stored k-major in shared memory as
+  // km_offset() places it (the fused backward's dS^T tile read as dS), B as
+  // [kK][8 kNT] rows in shared memory. k positions t and t + 4 are rows 2t
+  // and 2t + 1 of both, as in a_frag_b_kn.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_km_b_kn(float (&c)[kNT][4], const float* a,
+                                                        int lda, const Tf32x3* b, int ldb) {
+    static_assert(kK % 8 == 0, "k must be a multiple of 8");
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+#pragma unroll
+    for (int k = 0; k < kK; k += 8) {
+      const int k0 = k + 2 * t, k1 = k0 + 1;
+      const Tf32Split af[4] = {
+          split_tf32(a[km_offset(k0, g, lda)]), split_tf32(a[km_offset(k0, g + 8, lda)]),
+          split_tf32(a[km_offset(k1, g, lda)]), split_tf32(a[km_offset(k1, g + 8, lda)])};
+      const float* b_rows = &b[k0 * ldb + g].value;
+      step<kNT>(c, af, [&](int j, int half) { return b_rows[half * ldb + 8 * j]; });
     }
   }
 

@@ -76,6 +76,9 @@ struct AttentionLaunchInfo {
   // The backward's dQ and dK/dV kernels were the Hopper ones (sm_90 only).
   bool warpgroup_dq = false;
   bool warpgroup_dkdv = false;
+  // The backward computed dQ, dK and dV in one kernel (after the rowsum
+  // kernel): f32 with precision tf32x3, d <= 64, four-warp key blocks.
+  bool fused_backward = false;
 };
 
 // Launch overrides for tests and benchmarks; zero fields mean "choose".

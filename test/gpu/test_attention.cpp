@@ -61,9 +61,11 @@ constexpr int kLengthCount = 7;
 // For one dtype and head width: each length with itself and with another
 // (so both T < S and T > S occur), under each mask, cycling the GQA ratio,
 // the head counts and the layout so that every combination of them meets
-// long and short sequences.
+// long and short sequences. `warps`: forced warps per block (0 chooses);
+// `fused`: whether every backward must run the fused kernel.
 void grid(DType dtype, int head_dim,
-          AttentionPrecision precision = AttentionPrecision::exact) {
+          AttentionPrecision precision = AttentionPrecision::exact, int warps = 0,
+          bool fused = false) {
   int n = 0;
   for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal, AttentionMask::window})
     for (int i = 0; i < kLengthCount; ++i)
@@ -82,8 +84,10 @@ void grid(DType dtype, int head_dim,
         r.options.window = static_cast<int>(1 + (r.kv_len * (n % 4)) / 5);
         r.options.layout = n % 2 ? AttentionLayout::bthd : AttentionLayout::bhtd;
         r.options.precision = precision;
+        r.warps = warps;
         ++n;
-        run_case(r);
+        const std::optional<AttentionCheck> c = run_case(r);
+        if (c && fused) CHECK(c->backward_layout.fused_backward);
       }
 }
 
@@ -118,6 +122,20 @@ EXPHIL_ATTENTION_TF32X3_GRID(32)
 EXPHIL_ATTENTION_TF32X3_GRID(64)
 EXPHIL_ATTENTION_TF32X3_GRID(96)
 EXPHIL_ATTENTION_TF32X3_GRID(128)
+
+// Four-warp blocks make every tf32x3 backward up to d = 64 the fused kernel
+// (attention_backward_fused.cuh), whose dQ sums run across blocks in a
+// fixed order: the grid's tiles that no key block sees, chains of up to 16
+// key blocks per query tile (S = 1024), GQA's query heads per key block.
+#define EXPHIL_ATTENTION_FUSED_GRID(d)                                                         \
+  TEST_CASE("attention f32 tf32x3 d" #d " fused backward grid: every mask, T and S, GQA and " \
+            "layouts",                                                                         \
+            "[gpu][attention]") {                                                              \
+    grid(DType::f32, d, AttentionPrecision::tf32x3, 4, true);                                  \
+  }
+
+EXPHIL_ATTENTION_FUSED_GRID(32)
+EXPHIL_ATTENTION_FUSED_GRID(64)
 
 // The tf32x3 grid above would pass on the exact kernels too: results that
 // differ from the exact path's bytes (and both within tolerance) show that
@@ -275,10 +293,17 @@ TEST_CASE("attention rows that see no key: o = 0, lse = -inf, no gradient", "[gp
       // Causal with T > S: the first 60 rows see nothing.
       AttentionRun r = attention_run(dtype, 32, {1, 1, 1, 90, 30}, AttentionMask::causal);
       r.options.precision = precision;
-      run_case(r);
-      r.options.mask = AttentionMask::window;
-      r.options.window = 1;
-      run_case(r);
+      // tf32x3 in four-warp blocks: the fused backward, whose rowsum kernel
+      // zeroes the dQ of the first query tile, which no key block visits.
+      for (int warps : {0, 4}) {
+        if (warps != 0 && precision != AttentionPrecision::tf32x3) continue;
+        r.warps = warps;
+        r.options.mask = AttentionMask::causal;
+        run_case(r);
+        r.options.mask = AttentionMask::window;
+        r.options.window = 1;
+        run_case(r);
+      }
     }
   }
 }

@@ -3,8 +3,9 @@
 // small problems shrink their blocks to fill the GPU, forced warps are
 // honoured where memory allows, short f16/bf16 calls take the 32-key tile,
 // the sizes the kernels cannot run are reported, the backward's workspace
-// is B * Hq * T floats, and masked calls with more blocks than SMs hand
-// them out heaviest first.
+// is B * Hq * T floats (and the fused backward's counters), tf32x3 up to
+// d = 64 with four-warp key blocks fuses its backward, and masked calls
+// with more blocks than SMs hand them out heaviest first.
 #include <catch2/catch.hpp>
 
 #include <cstddef>
@@ -293,6 +294,58 @@ TEST_CASE("attention workspace: B * Hq * T floats for a backward with dK or dV, 
       p.d_grad_k = &dummy;
       CHECK(attention_backward_workspace_bytes(p, bwd) == std::size_t{3 * 8 * 100} * sizeof(float));
     }
+}
+
+TEST_CASE("attention fuses the backward for tf32x3 up to d = 64 in four-warp key blocks",
+          "[plan]") {
+  constexpr auto kTf32x3 = AttentionPrecision::tf32x3;
+  const AttentionShape large = shape(32, 8, 8, 256, 256, 64);  // 1024 key blocks
+  const AttentionShape small = shape(1, 8, 8, 64, 64, 64);     // 8 key blocks of 4 warps
+  for (int d : kHeadDims)
+    for (int forced : {0, 1, 2, 4}) {
+      INFO("d " << d << " forced " << forced);
+      AttentionShape s = large;
+      s.head_dim = d;
+      const AttentionPlan plan =
+          plan_attention(kBackward, s, DType::f32, kCausal, kH100SMs, forced, false, kTf32x3);
+      const bool fused = d <= 64 && plan.dkdv_warps == 4;
+      CHECK(plan.fused_backward == fused);
+      CHECK(plan.fused_backward == (d <= 64 && (forced == 0 || forced == 4)));
+      CHECK(attention_unsupported(kBackward, plan, s, DType::f32) == nullptr);
+      if (fused) CHECK(attention_fused_backward_shared_bytes(d) <= kMaxShared);
+      CHECK(plan.ws_floats == 32 * 8 * 256);
+      // The forward, exact f32, f16 and bf16 never fuse.
+      CHECK_FALSE(
+          plan_attention(kForward, s, DType::f32, kCausal, kH100SMs, forced, false, kTf32x3)
+              .fused_backward);
+      for (DType dtype : kDtypes)
+        CHECK_FALSE(plan_attention(kBackward, s, dtype, kCausal, kH100SMs, forced).fused_backward);
+    }
+  // Blocks shrink below four warps to fill the GPU: the two-kernel backward.
+  CHECK_FALSE(
+      plan_attention(kBackward, small, DType::f32, kCausal, kH100SMs, 0, false, kTf32x3)
+          .fused_backward);
+  const AttentionPlan forced =
+      plan_attention(kBackward, small, DType::f32, kCausal, kH100SMs, 4, false, kTf32x3);
+  CHECK(forced.fused_backward);
+  // The fused kernel's workspace: the rows' sums, then one ticket word and
+  // four counters per 32-query tile of every (batch, query head); T = 33
+  // makes two tiles. Without dQ the call runs the rowsum and dK/dV
+  // kernels, whose workspace is the rows' sums alone.
+  const AttentionShape odd_shape = shape(3, 4, 2, 33, 70, 32);
+  const AttentionPlan odd =
+      plan_attention(kBackward, odd_shape, DType::f32, kCausal, kH100SMs, 4, false, kTf32x3);
+  CHECK(odd.fused_backward);
+  AttentionBackwardParams p;
+  p.problem.shape = odd_shape;
+  int dummy = 0;
+  p.d_grad_q = &dummy;
+  CHECK(attention_backward_workspace_bytes(p, odd) == 0);
+  p.d_grad_k = &dummy;
+  CHECK(attention_backward_workspace_bytes(p, odd) ==
+        std::size_t{3 * 4 * 33} * sizeof(float) + std::size_t{1 + 3 * 4 * 2 * 4} * 4);
+  p.d_grad_q = nullptr;
+  CHECK(attention_backward_workspace_bytes(p, odd) == std::size_t{3 * 4 * 33} * sizeof(float));
 }
 
 TEST_CASE("attention plans take 32-key tiles for f32 and for f16/bf16 calls with S <= 32",

@@ -1,0 +1,277 @@
+// Attention backward in one kernel for tf32x3 (f32 on tensor cores) up to
+// d = 64: dK and dV as attention_dkdv_kernel computes them, and dQ in the
+// same walk, so that the scores and dP are computed once instead of twice.
+//
+// Algorithm. A block takes 64 keys (16 per warp) of one (batch, key head)
+// and walks, for each query head of the group, the 32-query tiles that can
+// see its keys. Per tile, as in the dK/dV kernel, each warp forms P^T and
+// dS^T for its keys (rows) and the tile's queries (columns) and adds
+// P^T dO to dV and dS^T Q to dK. It then stores its dS^T in shared memory,
+// and after a barrier each warp multiplies one slice of the tile's dQ,
+// 16 queries x d/2 columns, by all 64 keys: dQ_slice = scale dS K.
+//
+// Deterministic sums. A tile's dQ is the sum of the slices of every key
+// block that sees it, added into dQ (f32, in place) in ascending key block
+// order: the first stores its slice, each later one waits until the slice's
+// counter says the block before it is done, adds and stores (L2 only,
+// ld/st.cg), and counts one more. Every block walks its tiles from the last
+// query down, and no key block's last tile comes before the previous key
+// block's (under every mask): so the key block before this one meets each
+// tile they share at the same step of its walk or an earlier one, and,
+// having taken its ticket earlier, is usually done with the tile when this
+// one needs it.
+// No deadlock, whatever the grid and the GPU: blocks take their (key
+// block, batch, key head) from a ticket counter in the order they start,
+// key block the slowest index, so that every block a block waits for took
+// an earlier ticket: it has started, holds its SM, and waits only for
+// blocks with earlier tickets still. Key block 0 comes first, which is
+// also the heaviest under a causal mask (block_coord()'s order).
+// The rowsum kernel runs first: Di = rowsum(dO * O) for every row, and the
+// counters zeroed. (Di computed instead by every block that visits a tile,
+// from O rows loaded with it, saved that kernel's 3 us of 228 at B32 h8
+// T256 d64 and cost 2 to 3% at T1024 and T2048 on an H200, bench/RESULTS.md.)
+// Key block 0 zeroes dQ in the query tiles before its first, which see no
+// key and which no block visits.
+//
+// Layout and limits as the forward (attention_forward.cuh); four-warp
+// blocks only (each warp owns one of the tile's four dQ slices).
+#pragma once
+
+#include <type_traits>
+
+#include "attention/attention_backward.cuh"
+#include "attention/attention_config.h"
+#include "attention/attention_warp_mma_tf32x3.cuh"
+
+namespace exphil::kernels {
+
+namespace attn {
+__device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// A warp's dQ slice of one query tile in the fused kernel, added into dQ in
+// key block order: wait_turn(), then the slice's product (which hides the
+// load of what the blocks before added), then add_and_pass().
+// Rows at and past `valid` are skipped; `dst` is the slice's first column
+// of row 0.
+template <int kDT>
+struct DqSlice {
+  float* dst;
+  int64_t row_stride, row0, valid;
+  uint32_t* counter;
+  uint32_t turn;  // key blocks before this one that see the tile
+  float before[kDT][4];
+
+  // Waits until the `turn` blocks before this one have added their slices,
+  // then starts loading their sum (from L2: other SMs wrote it).
+  __device__ __forceinline__ void wait_turn() {
+    if (turn == 0) return;
+    if (threadIdx.x % 32 == 0)
+      while (load_acquire(counter) != turn) __nanosleep(32);
+    __syncwarp();
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = row0 + g + 8 * half;
+      const float2* in = reinterpret_cast<const float2*>(dst + row * row_stride + 2 * t);
+#pragma unroll
+      for (int j = 0; j < kDT; ++j) {
+        const float2 v = row < valid ? __ldcg(in + 4 * j) : make_float2(0.0f, 0.0f);
+        before[j][2 * half] = v.x;
+        before[j][2 * half + 1] = v.y;
+      }
+    }
+  }
+
+  // Stores the sum so far plus scale * c and counts this block in the
+  // counter. The warp barrier orders every lane's stores before lane 0's
+  // release (CUTLASS's semaphore does the same with a block barrier).
+  __device__ __forceinline__ void add_and_pass(const float (&c)[kDT][4], float scale) {
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = row0 + g + 8 * half;
+      if (row >= valid) continue;
+      float2* out = reinterpret_cast<float2*>(dst + row * row_stride + 2 * t);
+#pragma unroll
+      for (int j = 0; j < kDT; ++j) {
+        float2 v = make_float2(c[j][2 * half] * scale, c[j][2 * half + 1] * scale);
+        if (turn != 0) {
+          v.x += before[j][2 * half];
+          v.y += before[j][2 * half + 1];
+        }
+        __stcg(out + 4 * j, v);
+      }
+    }
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) store_release(counter, turn + 1);
+  }
+};
+}  // namespace attn
+
+template <class Elem, int kD>
+__global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
+    attention_backward_fused_kernel(const AttentionBackwardParams p, const float* d_rowdot,
+                                    uint32_t* d_sync) {
+  using namespace attn;
+  static_assert(std::is_same_v<Elem, Tf32x3> && attention_fused_backward_head_dim(kD),
+                "the fused backward is tf32x3's, up to d = 64");
+  static_assert(kAttnFusedQueryTile == attention_query_tile(attention_storage<Elem>, kD) &&
+                    attention_stages(sizeof(Elem)) == 1,
+                "the fused kernel's tiles and shared memory are the tf32x3 dK/dV kernel's");
+  constexpr int kQT = kAttnFusedQueryTile;
+  constexpr int kNT = kQT / 8;
+  constexpr int kDT = kD / 8;
+  constexpr int kSliceDT = kDT / 2;  // a warp's dQ slice: d / 2 columns
+  constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
+  constexpr int kRows = kAttnFusedKeys;
+  const AttentionProblem& pr = p.problem;
+  const int warp = threadIdx.x / 32;
+
+  extern __shared__ __align__(16) unsigned char smem[];
+  Elem* k_s = reinterpret_cast<Elem*>(smem);
+  Elem* v_s = k_s + kRows * kLd;
+  Elem* q_s = v_s + kRows * kLd;
+  Elem* do_s = q_s + kQT * kLd;
+  float* lse_s = reinterpret_cast<float*>(do_s + kQT * kLd);
+  float* dot_s = lse_s + kQT;
+  float* ds_s = dot_s + kQT;  // dS^T [kRows][kAttnFusedDsStride], km_offset()
+  __shared__ uint32_t ticket_s;
+
+  if (threadIdx.x == 0) ticket_s = atomicAdd(d_sync, 1u);
+  __syncthreads();
+  // Tickets in start order; the grid is (key blocks, key heads, batch).
+  const uint32_t groups = gridDim.y * gridDim.z;
+  const uint32_t key_block = ticket_s / groups, group = ticket_s - key_block * groups;
+  const int64_t b = group / gridDim.y, kv_head = group % gridDim.y;
+  uint32_t* counters = d_sync + 1;
+
+  const int64_t T = pr.shape.q_len, S = pr.shape.kv_len;
+  const int64_t group_heads = pr.shape.q_heads / pr.shape.kv_heads;
+  const int64_t q_tiles = (T + kQT - 1) / kQT;
+  const int64_t key0 = int64_t{key_block} * kRows;
+  const KeyRange keys = KeyRange::of(pr);
+  const int64_t q_row = pr.q_strides.row, kv_row = pr.kv_strides.row;
+
+  // The walk: for each query head of the group, the query tiles (aligned to
+  // kQT, so that every key block's slices of a tile coincide) that see any
+  // of the block's keys, last first.
+  const int64_t q_begin = keys.first_query(key0);
+  const int64_t q_end = keys.end_query(min(key0 + kRows, S), T);
+  const int64_t tile_lo = q_begin / kQT;
+  const int64_t tiles_per_head = q_end > q_begin ? (q_end - 1) / kQT - tile_lo + 1 : 0;
+  const int64_t tiles = group_heads * tiles_per_head;
+  auto tile_head = [&](int64_t n) { return kv_head * group_heads + n / tiles_per_head; };
+  auto tile_row0 = [&](int64_t n) { return (tile_lo + n % tiles_per_head) * kQT; };
+  auto load_tile = [&](int64_t n) {
+    const int64_t h = tile_head(n), i0 = tile_row0(n);
+    load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + i0 * q_row,
+                              q_row, kQT, T - i0);
+    load_rows_async<Elem, kD>(do_s, kLd,
+                              head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h) + i0 * q_row, q_row,
+                              kQT, T - i0);
+    const int64_t stats = (b * pr.shape.q_heads + h) * T + i0;
+    load_floats_async(lse_s, p.d_lse + stats, kQT, T - i0);
+    load_floats_async(dot_s, d_rowdot + stats, kQT, T - i0);
+  };
+
+  // Query tiles before key block 0's first see no key: its blocks zero
+  // their dQ rows.
+  if (key_block == 0) {
+    const int64_t unseen = min(tile_lo * kQT, T);
+    for (int64_t hh = 0; hh < group_heads; ++hh) {
+      float* dq = reinterpret_cast<float*>(
+          head_rows<Elem>(p.d_grad_q, pr.q_strides, b, kv_head * group_heads + hh));
+      for (int64_t idx = threadIdx.x; idx < unseen * (kD / 4); idx += blockDim.x)
+        reinterpret_cast<float4*>(dq + (idx / (kD / 4)) * q_row)[idx % (kD / 4)] =
+            make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+
+  load_rows_async<Elem, kD>(k_s, kLd, head_rows<Elem>(p.d_k, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                            kv_row, kRows, S - key0);
+  load_rows_async<Elem, kD>(v_s, kLd, head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head) + key0 * kv_row,
+                            kv_row, kRows, S - key0);
+  if (tiles > 0) load_tile(tiles - 1);
+  cp_async_commit();
+
+  // The dK/dV kernels' prologue, spelled out as they spell it: folded into
+  // a helper, this kernel spilled 64 bytes instead of 12 (ptxas, sm_90a).
+  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+  const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
+  const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
+  const bool warp_has_keys = warp_key0 < S;
+  const int64_t warp_q_begin = warp_has_keys ? keys.first_query(warp_key0) : 0;
+  const int64_t warp_q_end =
+      warp_has_keys ? keys.end_query(min(warp_key0 + kAttnRowsPerWarp, S), T) : 0;
+  const float scale_log2 = pr.scale * kLog2e;
+  int64_t key_q_lo[2], key_q_hi[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const bool valid = my_key[half] < S;
+    key_q_lo[half] = valid ? keys.first_query(my_key[half]) : 0;
+    key_q_hi[half] = valid ? keys.end_query(my_key[half] + 1, T) : 0;
+  }
+  // This warp's dQ slice of every tile: 16 queries from slice_row, d / 2
+  // columns from slice_col.
+  const int slice_row = kAttnRowsPerWarp * (warp & 1), slice_col = (kD / 2) * (warp >> 1);
+
+  float dk[kDT][4] = {}, dv[kDT][4] = {};
+  for (int64_t n = tiles - 1; n >= 0; --n) {
+    cp_async_wait<0>();
+    __syncthreads();  // the tile has landed; every warp is done with dS^T
+    const int64_t h = tile_head(n), i0 = tile_row0(n);
+    // Transposed scores: rows are this warp's keys, columns the tile's
+    // queries. A warp none of whose keys the tile sees leaves dS^T zero.
+    float pt[kNT][4] = {}, dpt[kNT][4] = {};
+    if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   q_s, kLd, nullptr);
+      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
+                                                   do_s, kLd, nullptr);
+      const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
+                                tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
+      dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_s, dot_s);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, nullptr);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, nullptr);
+    }
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int key = kAttnRowsPerWarp * warp + g + 8 * half;
+        *reinterpret_cast<float2*>(ds_s + km_offset(key, 8 * j + 2 * t, kAttnFusedDsStride)) =
+            make_float2(dpt[j][2 * half], dpt[j][2 * half + 1]);
+      }
+    __syncthreads();  // dS^T is whole; Q, dO and the row values are free
+    if (n > 0) {
+      load_tile(n - 1);  // lands while this tile's dQ is computed
+      cp_async_commit();
+    }
+    const int64_t tile = (b * pr.shape.q_heads + h) * q_tiles + i0 / kQT;
+    DqSlice<kSliceDT> slice{
+        reinterpret_cast<float*>(head_rows<Elem>(p.d_grad_q, pr.q_strides, b, h)) + slice_col,
+        q_row,
+        i0 + slice_row,
+        T,
+        counters + tile * kAttnFusedWarps + warp,
+        key_block - static_cast<uint32_t>(keys.lo(i0) / kRows)};
+    slice.wait_turn();
+    float dq[kSliceDT][4] = {};
+    WarpMma<Elem>::template a_smem_km_b_kn<kSliceDT, kRows>(dq, ds_s + slice_row,
+                                                            kAttnFusedDsStride, k_s + slice_col, kLd);
+    slice.add_and_pass(dq, pr.scale);
+  }
+  cp_async_wait<0>();
+
+  if (!warp_has_keys) return;
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
+}
+
+}  // namespace exphil::kernels
