@@ -167,10 +167,17 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
   const int64_t tile_lo = q_begin / kQT;
   const int64_t tiles_per_head = q_end > q_begin ? (q_end - 1) / kQT - tile_lo + 1 : 0;
   const int64_t tiles = group_heads * tiles_per_head;
-  auto tile_head = [&](int64_t n) { return kv_head * group_heads + n / tiles_per_head; };
-  auto tile_row0 = [&](int64_t n) { return (tile_lo + n % tiles_per_head) * kQT; };
-  auto load_tile = [&](int64_t n) {
-    const int64_t h = tile_head(n), i0 = tile_row0(n);
+  // A tile of the walk, (query head, first row), stepped back without
+  // divisions.
+  struct Tile {
+    int64_t h, i0;
+  };
+  const int64_t first_row = tile_lo * kQT, last_row = (tile_lo + tiles_per_head - 1) * kQT;
+  auto previous = [&](Tile x) {
+    return x.i0 == first_row ? Tile{x.h - 1, last_row} : Tile{x.h, x.i0 - kQT};
+  };
+  auto load_tile = [&](Tile x) {
+    const int64_t h = x.h, i0 = x.i0;
     load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + i0 * q_row,
                               q_row, kQT, T - i0);
     load_rows_async<Elem, kD>(do_s, kLd,
@@ -198,7 +205,8 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
                             kv_row, kRows, S - key0);
   load_rows_async<Elem, kD>(v_s, kLd, head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head) + key0 * kv_row,
                             kv_row, kRows, S - key0);
-  if (tiles > 0) load_tile(tiles - 1);
+  Tile at{kv_head * group_heads + group_heads - 1, last_row};
+  if (tiles > 0) load_tile(at);
   cp_async_commit();
 
   // The dK/dV kernels' prologue, spelled out as they spell it: folded into
@@ -223,10 +231,10 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
   const int slice_row = kAttnRowsPerWarp * (warp & 1), slice_col = (kD / 2) * (warp >> 1);
 
   float dk[kDT][4] = {}, dv[kDT][4] = {};
-  for (int64_t n = tiles - 1; n >= 0; --n) {
+  for (int64_t n = tiles - 1; n >= 0; --n, at = previous(at)) {
     cp_async_wait<0>();
     __syncthreads();  // the tile has landed; every warp is done with dS^T
-    const int64_t h = tile_head(n), i0 = tile_row0(n);
+    const int64_t h = at.h, i0 = at.i0;
     // Transposed scores: rows are this warp's keys, columns the tile's
     // queries. A warp none of whose keys the tile sees leaves dS^T zero.
     float pt[kNT][4] = {}, dpt[kNT][4] = {};
@@ -251,7 +259,7 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
       }
     __syncthreads();  // dS^T is whole; Q, dO and the row values are free
     if (n > 0) {
-      load_tile(n - 1);  // lands while this tile's dQ is computed
+      load_tile(previous(at));  // lands while this tile's dQ is computed
       cp_async_commit();
     }
     const int64_t tile = (b * pr.shape.q_heads + h) * q_tiles + i0 / kQT;
