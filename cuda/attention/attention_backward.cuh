@@ -17,7 +17,7 @@
 // A call without dQ runs attention_rowdot_kernel (a 16-byte vector of O and
 // dO per thread) for Di instead of kernel 1. Scores are recomputed twice
 // (kernels 1 and 2) instead of summing dQ across key blocks with atomics,
-// FlashAttention-2's way, which is not deterministic. For tf32x3 at
+// FlashAttention-2's way, which is not deterministic. For f32 at
 // d <= 64 in four-warp key blocks, one kernel replaces both after the
 // rowsum kernel (attention_backward_fused.cuh): it sums dQ across key
 // blocks in a fixed order that counters enforce.

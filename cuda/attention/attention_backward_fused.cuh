@@ -1,14 +1,16 @@
-// Attention backward in one kernel for tf32x3 (f32 on tensor cores) up to
-// d = 64: dK and dV as attention_dkdv_kernel computes them, and dQ in the
-// same walk, so that the scores and dP are computed once instead of twice.
+// Attention backward in one kernel for f32 up to d = 64, exact (FMAs) and
+// tf32x3 (tensor cores): dK and dV as attention_dkdv_kernel computes them,
+// and dQ in the same walk, so that the scores and dP are computed once
+// instead of twice.
 //
 // Algorithm. A block takes 64 keys (16 per warp) of one (batch, key head)
 // and walks, for each query head of the group, the 32-query tiles that can
 // see its keys. Per tile, as in the dK/dV kernel, each warp forms P^T and
 // dS^T for its keys (rows) and the tile's queries (columns) and adds
-// P^T dO to dV and dS^T Q to dK. It then stores its dS^T in shared memory,
-// and after a barrier each warp multiplies one slice of the tile's dQ,
-// 16 queries x d/2 columns, by all 64 keys: dQ_slice = scale dS K.
+// P^T dO to dV and dS^T Q to dK. It then stores its dS^T in shared memory
+// (FusedDs: transposed or not, as each contract reads it best), and after
+// a barrier each warp multiplies one slice of the tile's dQ, 16 queries x
+// d/2 columns, by all 64 keys: dQ_slice = scale dS K.
 //
 // Deterministic sums. A tile's dQ is the sum of the slices of every key
 // block that sees it, added into dQ (f32, in place) in ascending key block
@@ -60,7 +62,7 @@ __device__ __forceinline__ void store_release(uint32_t* p, uint32_t v) {
 // load of what the blocks before added), then add_and_pass().
 // Rows at and past `valid` are skipped; `dst` is the slice's first column
 // of row 0.
-template <int kDT>
+template <class Elem, int kDT>
 struct DqSlice {
   float* dst;
   int64_t row_stride, row0, valid;
@@ -75,7 +77,7 @@ struct DqSlice {
     if (threadIdx.x % 32 == 0)
       while (load_acquire(counter) != turn) __nanosleep(32);
     __syncwarp();
-    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+    const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = row0 + g + 8 * half;
@@ -93,7 +95,7 @@ struct DqSlice {
   // counter. The warp barrier orders every lane's stores before lane 0's
   // release (CUTLASS's semaphore does the same with a block barrier).
   __device__ __forceinline__ void add_and_pass(const float (&c)[kDT][4], float scale) {
-    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+    const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = row0 + g + 8 * half;
@@ -113,6 +115,56 @@ struct DqSlice {
     if (threadIdx.x % 32 == 0) store_release(counter, turn + 1);
   }
 };
+
+// How each f32 contract keeps a tile's dS in shared memory
+// (attention_fused_ds_floats()) and multiplies a warp's dQ slice by it.
+template <class Elem>
+struct FusedDs;
+
+// tf32x3: dS^T as the warps hold it, [keys][queries] (km_offset()), read
+// transposed by a_smem_km_b_kn.
+template <>
+struct FusedDs<Tf32x3> {
+  template <int kNT>
+  __device__ __forceinline__ static void store(float* ds, const float (&dst)[kNT][4], int key0) {
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+        *reinterpret_cast<float2*>(ds + km_offset(key0 + g + 8 * half, 8 * j + 2 * t,
+                                                  kAttnFusedDsStride)) =
+            make_float2(dst[j][2 * half], dst[j][2 * half + 1]);
+  }
+  template <int kDT, int kKeys>
+  __device__ __forceinline__ static void product(float (&c)[kDT][4], const float* ds, int row0,
+                                                 const Tf32x3* k, int ldk) {
+    WarpMma<Tf32x3>::template a_smem_km_b_kn<kDT, kKeys>(c, ds + row0, kAttnFusedDsStride, k,
+                                                          ldk);
+  }
+};
+
+// Exact f32: dS, [queries][keys], rows as a_smem_b_kn reads A. The
+// transposing stores are scalar; lanes (g, t) of one store hit banks
+// 8t + g + const (rows of 68 floats), all distinct.
+template <>
+struct FusedDs<float> {
+  static constexpr int kStride = attention_scratch_stride(kAttnFusedKeys);
+  template <int kNT>
+  __device__ __forceinline__ static void store(float* ds, const float (&dst)[kNT][4], int key0) {
+    const int g = FragmentLanes<float>::row(), t = FragmentLanes<float>::col();
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        ds[(8 * j + 2 * t + (e & 1)) * kStride + key0 + g + 8 * (e >> 1)] = dst[j][e];
+  }
+  template <int kDT, int kKeys>
+  __device__ __forceinline__ static void product(float (&c)[kDT][4], const float* ds, int row0,
+                                                 const float* k, int ldk) {
+    WarpMma<float>::template a_smem_b_kn<kDT, kKeys>(c, ds + row0 * kStride, kStride, k, ldk);
+  }
+};
 }  // namespace attn
 
 template <class Elem, int kD>
@@ -120,11 +172,11 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
     attention_backward_fused_kernel(const AttentionBackwardParams p, const float* d_rowdot,
                                     uint32_t* d_sync) {
   using namespace attn;
-  static_assert(std::is_same_v<Elem, Tf32x3> && attention_fused_backward_head_dim(kD),
-                "the fused backward is tf32x3's, up to d = 64");
+  static_assert(sizeof(Elem) == 4 && attention_fused_backward_head_dim(kD),
+                "the fused backward is f32's (exact and tf32x3), up to d = 64");
   static_assert(kAttnFusedQueryTile == attention_query_tile(attention_storage<Elem>, kD) &&
                     attention_stages(sizeof(Elem)) == 1,
-                "the fused kernel's tiles and shared memory are the tf32x3 dK/dV kernel's");
+                "the fused kernel's tiles and shared memory are the f32 dK/dV kernel's");
   constexpr int kQT = kAttnFusedQueryTile;
   constexpr int kNT = kQT / 8;
   constexpr int kDT = kD / 8;
@@ -141,7 +193,10 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
   Elem* do_s = q_s + kQT * kLd;
   float* lse_s = reinterpret_cast<float*>(do_s + kQT * kLd);
   float* dot_s = lse_s + kQT;
-  float* ds_s = dot_s + kQT;  // dS^T [kRows][kAttnFusedDsStride], km_offset()
+  // Exact f32's per-warp staging (none for tf32x3), then the tile's dS.
+  float* scratch = dot_s + kQT + warp * kAttnRowsPerWarp * attention_scratch_stride(kQT);
+  float* ds_s = dot_s + kQT + attention_scratch_bytes(attention_storage<Elem>, kAttnFusedWarps, kQT) /
+                                  sizeof(float);
   __shared__ uint32_t ticket_s;
 
   if (threadIdx.x == 0) ticket_s = atomicAdd(d_sync, 1u);
@@ -211,7 +266,7 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
 
   // The dK/dV kernels' prologue, spelled out as they spell it: folded into
   // a helper, this kernel spilled 64 bytes instead of 12 (ptxas, sm_90a).
-  const int g = FragmentLanes<Elem>::row(), t = FragmentLanes<Elem>::col();
+  const int g = FragmentLanes<Elem>::row();
   const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
   const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
   const bool warp_has_keys = warp_key0 < S;
@@ -240,30 +295,23 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
     float pt[kNT][4] = {}, dpt[kNT][4] = {};
     if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   q_s, kLd, nullptr);
+                                                   q_s, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   do_s, kLd, nullptr);
+                                                   do_s, kLd, scratch);
       const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                                 tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
       dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_s, dot_s);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, nullptr);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, nullptr);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, scratch);
+      WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, scratch);
     }
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int key = kAttnRowsPerWarp * warp + g + 8 * half;
-        *reinterpret_cast<float2*>(ds_s + km_offset(key, 8 * j + 2 * t, kAttnFusedDsStride)) =
-            make_float2(dpt[j][2 * half], dpt[j][2 * half + 1]);
-      }
-    __syncthreads();  // dS^T is whole; Q, dO and the row values are free
+    FusedDs<Elem>::template store<kNT>(ds_s, dpt, kAttnRowsPerWarp * warp);
+    __syncthreads();  // dS is whole; Q, dO and the row values are free
     if (n > 0) {
       load_tile(previous(at));  // lands while this tile's dQ is computed
       cp_async_commit();
     }
     const int64_t tile = (b * pr.shape.q_heads + h) * q_tiles + i0 / kQT;
-    DqSlice<kSliceDT> slice{
+    DqSlice<Elem, kSliceDT> slice{
         reinterpret_cast<float*>(head_rows<Elem>(p.d_grad_q, pr.q_strides, b, h)) + slice_col,
         q_row,
         i0 + slice_row,
@@ -272,8 +320,7 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
         key_block - static_cast<uint32_t>(keys.lo(i0) / kRows)};
     slice.wait_turn();
     float dq[kSliceDT][4] = {};
-    WarpMma<Elem>::template a_smem_km_b_kn<kSliceDT, kRows>(dq, ds_s + slice_row,
-                                                            kAttnFusedDsStride, k_s + slice_col, kLd);
+    FusedDs<Elem>::template product<kSliceDT, kRows>(dq, ds_s, slice_row, k_s + slice_col, kLd);
     slice.add_and_pass(dq, pr.scale);
   }
   cp_async_wait<0>();

@@ -182,10 +182,12 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t
 }
 
 // The fused backward (attention_backward_fused.cuh): the dK/dV kernel's
-// blocks of four warps over 64 keys, computing dQ as well, for tf32x3 up to
-// d = 64. Each 32-query tile's dS^T goes through shared memory, [64 keys]
-// [32 queries] padded to 40 floats (conflict-free with the swizzle of
-// km_offset() in attention_warp_mma_tf32x3.cuh). The tiles' dQ is summed
+// blocks of four warps over 64 keys, computing dQ as well, for f32 (exact
+// and tf32x3) up to d = 64. Each 32-query tile's dS goes through shared
+// memory: tf32x3 keeps dS^T, [64 keys][32 queries] padded to 40 floats
+// (conflict-free with the swizzle of km_offset() in
+// attention_warp_mma_tf32x3.cuh); exact f32 keeps dS, [32 queries][64 keys]
+// padded as its products read A (attention_scratch_stride()). The tiles' dQ is summed
 // over key blocks in global memory in one fixed order, which per-slice
 // counters enforce: 4 (one per warp's slice) per query tile of every
 // (batch, query head), and one more word that hands out block tickets.
@@ -194,6 +196,10 @@ constexpr int kAttnFusedKeys = kAttnRowsPerWarp * kAttnFusedWarps;
 constexpr int kAttnFusedQueryTile = 32;
 constexpr int kAttnFusedDsStride = 40;
 EXPHIL_ATTN_HD constexpr bool attention_fused_backward_head_dim(int d) { return d <= 64; }
+EXPHIL_ATTN_HD constexpr std::size_t attention_fused_ds_floats(AttentionStorage s) {
+  return s.tf32x3 ? std::size_t{kAttnFusedKeys} * kAttnFusedDsStride
+                  : std::size_t{kAttnFusedQueryTile} * attention_scratch_stride(kAttnFusedKeys);
+}
 EXPHIL_ATTN_HD constexpr int64_t attention_fused_sync_words(int64_t batch, int64_t q_heads,
                                                             int64_t q_len) {
   return 1 + batch * q_heads * ((q_len + kAttnFusedQueryTile - 1) / kAttnFusedQueryTile) *
@@ -225,11 +231,12 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dkdv_shared_bytes(AttentionStorag
          attention_scratch_bytes(s, warps, qt);
 }
 
-// The fused backward's: the tf32x3 dK/dV kernel's (single-stage 32-query
-// tiles, no staging) and the dS^T tile.
-EXPHIL_ATTN_HD constexpr std::size_t attention_fused_backward_shared_bytes(int head_dim) {
-  return attention_dkdv_shared_bytes(AttentionStorage(4, true), head_dim, kAttnFusedWarps) +
-         static_cast<std::size_t>(kAttnFusedKeys) * kAttnFusedDsStride * sizeof(float);
+// The fused backward's: the f32 dK/dV kernel's of four warps (single-stage
+// 32-query tiles; exact f32's staging) and the dS tile.
+EXPHIL_ATTN_HD constexpr std::size_t attention_fused_backward_shared_bytes(AttentionStorage s,
+                                                                           int head_dim) {
+  return attention_dkdv_shared_bytes(s, head_dim, kAttnFusedWarps) +
+         attention_fused_ds_floats(s) * sizeof(float);
 }
 
 }  // namespace exphil::kernels

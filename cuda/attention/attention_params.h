@@ -94,7 +94,7 @@ struct AttentionPlan {
   bool dq_wgmma = false;
   // A backward with dQ and dK or dV runs one kernel for all three
   // (attention_backward_fused.cuh) instead of the dQ and dK/dV kernels:
-  // tf32x3 up to d = 64 with four-warp dK/dV blocks.
+  // f32 (exact and tf32x3) up to d = 64 with four-warp dK/dV blocks.
   bool fused_backward = false;
   // Per kernel: hand its blocks out heaviest first (block_coord() in
   // attention_common.cuh). Set for masked calls whose grid has more blocks

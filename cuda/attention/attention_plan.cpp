@@ -84,7 +84,7 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
                       plan.dkdv_warps == kAttnWgmmaThreads / 32;
     plan.dq_wgmma = wgmma && elem == 2 && attention_dq_wgmma_head_dim(s.head_dim) &&
                     plan.dq_warps == kAttnWgmmaThreads / 32 && s.kv_len > kAttnShortKeys;
-    plan.fused_backward = plan.tf32x3 && attention_fused_backward_head_dim(s.head_dim) &&
+    plan.fused_backward = elem == 4 && attention_fused_backward_head_dim(s.head_dim) &&
                           plan.dkdv_warps == kAttnFusedWarps;
     plan.ws_floats = s.batch * s.q_heads * s.q_len;
   }
@@ -114,7 +114,8 @@ const char* attention_unsupported(AttentionDirection direction, const AttentionP
                 (plan.dkdv_wgmma
                      ? attention_dkdv_wgmma_shared_bytes(elem, s.head_dim)
                      : attention_dkdv_shared_bytes(storage, s.head_dim, plan.dkdv_warps)) > cap ||
-                (plan.fused_backward && attention_fused_backward_shared_bytes(s.head_dim) > cap);
+                (plan.fused_backward &&
+                 attention_fused_backward_shared_bytes(storage, s.head_dim) > cap);
   if (too_big)
     return "a block's shared memory is over the limit (internal planner error)";
   return nullptr;

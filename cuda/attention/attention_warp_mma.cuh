@@ -263,8 +263,18 @@ struct WarpMma<float> : ReadsAFromShared<float> {
           make_float2(p[i][2], p[i][3]);
     }
     __syncwarp();
-    const float* a_lo = scratch + g * lds;
-    const float* a_hi = scratch + (g + 8) * lds;
+    a_smem_b_kn<kNT, kK>(c, scratch, lds, b, ldb);
+  }
+
+  // c[kNT] += A . B, A [16][kK] row-major in shared memory (rows 16-byte
+  // aligned, lda a multiple of 4), B as [kK][8 kNT] rows: a_frag_b_kn's
+  // product once its fragment is staged, and the fused backward's dQ.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_b_kn(float (&c)[kNT][4], const float* a, int lda,
+                                                     const float* b, int ldb) {
+    const int g = FragmentLanes<float>::row(), t = FragmentLanes<float>::col();
+    const float* a_lo = a + g * lda;
+    const float* a_hi = a + (g + 8) * lda;
 #pragma unroll 2
     for (int k = 0; k < kK; k += 4) {
       const float4 x = *reinterpret_cast<const float4*>(a_lo + k);

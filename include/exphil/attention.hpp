@@ -77,7 +77,7 @@ struct AttentionLaunchInfo {
   bool warpgroup_dq = false;
   bool warpgroup_dkdv = false;
   // The backward computed dQ, dK and dV in one kernel (after the rowsum
-  // kernel): f32 with precision tf32x3, d <= 64, four-warp key blocks.
+  // kernel): f32 (either precision), d <= 64, four-warp key blocks.
   bool fused_backward = false;
 };
 

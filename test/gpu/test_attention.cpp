@@ -123,15 +123,17 @@ EXPHIL_ATTENTION_TF32X3_GRID(64)
 EXPHIL_ATTENTION_TF32X3_GRID(96)
 EXPHIL_ATTENTION_TF32X3_GRID(128)
 
-// Four-warp blocks make every tf32x3 backward up to d = 64 the fused kernel
+// Four-warp blocks make every f32 backward up to d = 64 the fused kernel
 // (attention_backward_fused.cuh), whose dQ sums run across blocks in a
 // fixed order: the grid's tiles that no key block sees, chains of up to 16
-// key blocks per query tile (S = 1024), GQA's query heads per key block.
-#define EXPHIL_ATTENTION_FUSED_GRID(d)                                                         \
-  TEST_CASE("attention f32 tf32x3 d" #d " fused backward grid: every mask, T and S, GQA and " \
-            "layouts",                                                                         \
-            "[gpu][attention]") {                                                              \
-    grid(DType::f32, d, AttentionPrecision::tf32x3, 4, true);                                  \
+// key blocks per query tile (S = 1024), GQA's query heads per key block;
+// tf32x3 and exact f32 keep their dS tiles differently.
+#define EXPHIL_ATTENTION_FUSED_GRID(d)                                                           \
+  TEST_CASE("attention f32 d" #d " fused backward grid, tf32x3 and exact: every mask, T and S, " \
+            "GQA and layouts",                                                                   \
+            "[gpu][attention]") {                                                                \
+    grid(DType::f32, d, AttentionPrecision::tf32x3, 4, true);                                    \
+    grid(DType::f32, d, AttentionPrecision::exact, 4, true);                                     \
   }
 
 EXPHIL_ATTENTION_FUSED_GRID(32)
@@ -293,10 +295,11 @@ TEST_CASE("attention rows that see no key: o = 0, lse = -inf, no gradient", "[gp
       // Causal with T > S: the first 60 rows see nothing.
       AttentionRun r = attention_run(dtype, 32, {1, 1, 1, 90, 30}, AttentionMask::causal);
       r.options.precision = precision;
-      // tf32x3 in four-warp blocks: the fused backward, whose rowsum kernel
-      // zeroes the dQ of the first query tile, which no key block visits.
+      // f32 in four-warp blocks: the fused backward, where no block walks
+      // the first query tile (its rows see no key) and key block 0 zeroes
+      // its dQ.
       for (int warps : {0, 4}) {
-        if (warps != 0 && precision != AttentionPrecision::tf32x3) continue;
+        if (warps != 0 && dtype != DType::f32) continue;
         r.warps = warps;
         r.options.mask = AttentionMask::causal;
         run_case(r);

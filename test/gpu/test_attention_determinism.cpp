@@ -22,14 +22,14 @@ TEST_CASE("attention forward and backward are bitwise reproducible", "[gpu][atte
   // so there f16 and bf16 run the Hopper kernels (attention_*_wgmma.cuh).
   const AttentionDims shapes[] = {{3, 8, 2, 300, 333}, {4, 8, 4, 300, 600}};
   for (const AttentionDims& dims : shapes) {
-    // f32 three times: exact, precision tf32x3, and tf32x3 in four-warp
+    // f32 four times: exact, precision tf32x3, and both in four-warp
     // blocks, which is the fused backward (its dQ summed across blocks in
     // an order that counters enforce).
-    for (int variant = 0; variant < 5; ++variant) {
+    for (int variant = 0; variant < 6; ++variant) {
       const DType dtype = variant == 2 ? DType::f16 : variant == 3 ? DType::bf16 : DType::f32;
       AttentionRun r = attention_run(dtype, 64, dims, AttentionMask::causal);
       if (variant == 1 || variant == 4) r.options.precision = AttentionPrecision::tf32x3;
-      if (variant == 4) r.warps = 4;
+      if (variant >= 4) r.warps = 4;
       if (!within_test_size(r)) continue;
       const uint64_t seed = test_seed();
       INFO(describe(r) << " seed=" << seed);
@@ -38,7 +38,7 @@ TEST_CASE("attention forward and backward are bitwise reproducible", "[gpu][atte
       const AttentionCheck other = check_attention(r, attention_cpp_runner(stream), seed);
       INFO(first.report());
       CHECK(first.failures.empty());
-      if (variant == 4) CHECK(first.backward_layout.fused_backward);
+      if (variant >= 4) CHECK(first.backward_layout.fused_backward);
       for (const AttentionCheck* c : {&again, &other}) {
         CHECK(c->outputs.o == first.outputs.o);
         CHECK(c->outputs.lse == first.outputs.lse);

@@ -3,7 +3,7 @@
 // small problems shrink their blocks to fill the GPU, forced warps are
 // honoured where memory allows, short f16/bf16 calls take the 32-key tile,
 // the sizes the kernels cannot run are reported, the backward's workspace
-// is B * Hq * T floats (and the fused backward's counters), tf32x3 up to
+// is B * Hq * T floats (and the fused backward's counters), f32 up to
 // d = 64 with four-warp key blocks fuses its backward, and masked calls
 // with more blocks than SMs hand them out heaviest first.
 #include <catch2/catch.hpp>
@@ -296,8 +296,7 @@ TEST_CASE("attention workspace: B * Hq * T floats for a backward with dK or dV, 
     }
 }
 
-TEST_CASE("attention fuses the backward for tf32x3 up to d = 64 in four-warp key blocks",
-          "[plan]") {
+TEST_CASE("attention fuses the f32 backward up to d = 64 in four-warp key blocks", "[plan]") {
   constexpr auto kTf32x3 = AttentionPrecision::tf32x3;
   const AttentionShape large = shape(32, 8, 8, 256, 256, 64);  // 1024 key blocks
   const AttentionShape small = shape(1, 8, 8, 64, 64, 64);     // 8 key blocks of 4 warps
@@ -312,13 +311,20 @@ TEST_CASE("attention fuses the backward for tf32x3 up to d = 64 in four-warp key
       CHECK(plan.fused_backward == fused);
       CHECK(plan.fused_backward == (d <= 64 && (forced == 0 || forced == 4)));
       CHECK(attention_unsupported(kBackward, plan, s, DType::f32) == nullptr);
-      if (fused) CHECK(attention_fused_backward_shared_bytes(d) <= kMaxShared);
+      if (fused) {
+        CHECK(attention_fused_backward_shared_bytes(AttentionStorage(4, true), d) <= kMaxShared);
+        CHECK(attention_fused_backward_shared_bytes(AttentionStorage(4), d) <= kMaxShared);
+      }
       CHECK(plan.ws_floats == 32 * 8 * 256);
-      // The forward, exact f32, f16 and bf16 never fuse.
+      // Exact f32 likewise; the forward, f16 and bf16 never fuse.
+      const AttentionPlan exact = plan_attention(kBackward, s, DType::f32, kCausal, kH100SMs, forced);
+      CHECK(exact.fused_backward == (d <= 64 && exact.dkdv_warps == 4));
+      CHECK(exact.fused_backward == plan.fused_backward);
+      CHECK(attention_unsupported(kBackward, exact, s, DType::f32) == nullptr);
       CHECK_FALSE(
           plan_attention(kForward, s, DType::f32, kCausal, kH100SMs, forced, false, kTf32x3)
               .fused_backward);
-      for (DType dtype : kDtypes)
+      for (DType dtype : {DType::f16, DType::bf16})
         CHECK_FALSE(plan_attention(kBackward, s, dtype, kCausal, kH100SMs, forced).fused_backward);
     }
   // Blocks shrink below four warps to fill the GPU: the two-kernel backward.
