@@ -27,7 +27,11 @@ mkdir -p "$logs"
 
 run_one() {
   local tool=$1 binary=$2 name=$3
+  # The name as a Catch2 test spec: ',', '[' and ']' escaped (a '[' would
+  # start a tag, and select nothing).
   local spec=${name//,/\\,}
+  spec=${spec//\[/\\[}
+  spec=${spec//]/\\]}
   local log="$logs/$tool-$binary-$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '_' | cut -c1-80).log"
   local cap="" api_errors=explicit
   if [ "$tool" = racecheck ]; then cap=${RACECHECK_MAX_ELEMENTS:-262144}; fi
