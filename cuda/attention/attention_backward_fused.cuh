@@ -36,10 +36,9 @@
 // key and which no block visits.
 //
 // Layout and limits as the forward (attention_forward.cuh); four-warp
-// blocks only (each warp owns one of the tile's four dQ slices).
+// blocks only (each warp owns one of the tile's four dQ slices), and at
+// most 2^32 of them (the tickets are 32-bit; the planner checks).
 #pragma once
-
-#include <type_traits>
 
 #include "attention/attention_backward.cuh"
 #include "attention/attention_config.h"

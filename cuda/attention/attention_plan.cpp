@@ -84,8 +84,12 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
                       plan.dkdv_warps == kAttnWgmmaThreads / 32;
     plan.dq_wgmma = wgmma && elem == 2 && attention_dq_wgmma_head_dim(s.head_dim) &&
                     plan.dq_warps == kAttnWgmmaThreads / 32 && s.kv_len > kAttnShortKeys;
+    // The fused kernel's tickets are 32-bit: a grid of more key blocks
+    // (more than any tensor in memory needs) takes the two kernels.
+    const int64_t key_blocks =
+        s.batch * s.kv_heads * attention_row_blocks(s.kv_len, kAttnFusedWarps);
     plan.fused_backward = elem == 4 && attention_fused_backward_head_dim(s.head_dim) &&
-                          plan.dkdv_warps == kAttnFusedWarps;
+                          plan.dkdv_warps == kAttnFusedWarps && key_blocks <= int64_t{UINT32_MAX};
     plan.ws_floats = s.batch * s.q_heads * s.q_len;
   }
   return plan;

@@ -327,6 +327,13 @@ TEST_CASE("attention fuses the f32 backward up to d = 64 in four-warp key blocks
       for (DType dtype : {DType::f16, DType::bf16})
         CHECK_FALSE(plan_attention(kBackward, s, dtype, kCausal, kH100SMs, forced).fused_backward);
     }
+  // More key blocks than 32-bit tickets count: the two-kernel backward.
+  const AttentionShape huge = shape(65535, 65535, 65535, 1024, 1024, 64);
+  const AttentionPlan huge_plan =
+      plan_attention(kBackward, huge, DType::f32, kCausal, kH100SMs, 0, false, kTf32x3);
+  CHECK(huge_plan.dkdv_warps == 4);
+  CHECK_FALSE(huge_plan.fused_backward);
+  CHECK_FALSE(plan_attention(kBackward, huge, DType::f32, kCausal, kH100SMs, 0).fused_backward);
   // Blocks shrink below four warps to fill the GPU: the two-kernel backward.
   CHECK_FALSE(
       plan_attention(kBackward, small, DType::f32, kCausal, kH100SMs, 0, false, kTf32x3)
