@@ -186,11 +186,12 @@ EXPHIL_ATTN_HD constexpr std::size_t attention_dq_wgmma_shared_bytes(std::size_t
 // and tf32x3) up to d = 64. Each 32-query tile's dS goes through shared
 // memory: tf32x3 keeps dS^T, [64 keys][32 queries] padded to 40 floats
 // (conflict-free with the swizzle of km_offset() in
-// attention_warp_mma_tf32x3.cuh); exact f32 keeps dS, [32 queries][64 keys]
-// padded as its products read A (attention_scratch_stride()). The tiles' dQ is summed
-// over key blocks in global memory in one fixed order, which per-slice
-// counters enforce: 4 (one per warp's slice) per query tile of every
-// (batch, query head), and one more word that hands out block tickets.
+// attention_warp_mma_tf32x3.cuh); exact f32 keeps dS, [32 queries][64
+// keys] padded as its products read A (attention_scratch_stride()). The
+// tiles' dQ is summed over key blocks in global memory in one fixed order,
+// which per-slice counters enforce: 4 (one per warp's slice) per query
+// tile of every (batch, query head), and one more word that hands out
+// block tickets.
 constexpr int kAttnFusedWarps = 4;
 constexpr int kAttnFusedKeys = kAttnRowsPerWarp * kAttnFusedWarps;
 constexpr int kAttnFusedQueryTile = 32;

@@ -133,8 +133,7 @@ LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, uint
 
 // Whether Elem at head width kD has the fused backward.
 template <class Elem, int kD>
-constexpr bool kHasFusedBackward =
-    sizeof(Elem) == 4 && attention_fused_backward_head_dim(kD);
+constexpr bool kHasFusedBackward = sizeof(Elem) == 4 && attention_fused_backward_head_dim(kD);
 
 // The rowsum kernel, which also zeroes the counters, then the fused kernel
 // over the key blocks (attention_backward_fused.cuh). d_workspace: the
@@ -154,8 +153,7 @@ LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_work
       {"cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)",
        "launch of attention_backward_fused_kernel"},
       attention_fused_backward_shared_bytes(attention_storage<Elem>, kD), kAttnFusedWarps,
-      s.kv_len, s.kv_heads, s.batch,
-      stream, params, static_cast<const float*>(d_rowdot), d_sync);
+      s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot), d_sync);
 }
 
 }  // namespace attn_launch
