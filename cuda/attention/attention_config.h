@@ -87,6 +87,13 @@ EXPHIL_ATTN_HD constexpr int attention_row_stride(std::size_t elem_bytes, int he
   return head_dim + static_cast<int>(16 / elem_bytes);
 }
 
+// Elements per shared-memory row of the forward's Q and K tiles: tf32x3
+// reads them with 8-byte loads (WarpMma<Tf32x3>::a_held_b_nk), which rows
+// of d + 8 floats keep conflict-free; V keeps attention_row_stride().
+EXPHIL_ATTN_HD constexpr int attention_forward_qk_stride(AttentionStorage s, int head_dim) {
+  return s.tf32x3 ? head_dim + 8 : attention_row_stride(s.elem_bytes, head_dim);
+}
+
 // Exact f32 only: per-warp staging of a 16 x k score fragment in shared memory,
 // rows padded by 4 floats so that neither the float2 stores of a half-warp
 // nor the float4 row loads (8 rows) conflict, in f32's lane numbering.
@@ -115,8 +122,10 @@ EXPHIL_ATTN_HD constexpr int attention_stages(std::size_t elem_bytes) {
 EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,
                                                                     int head_dim, int warps,
                                                                     int kt) {
-  return attention_rows_bytes(s.elem_bytes, head_dim,
-                              kAttnRowsPerWarp * warps + 2 * kt * attention_stages(s.elem_bytes)) +
+  const int qk_rows = kAttnRowsPerWarp * warps + kt * attention_stages(s.elem_bytes);
+  return static_cast<std::size_t>(qk_rows) * attention_forward_qk_stride(s, head_dim) *
+             s.elem_bytes +
+         attention_rows_bytes(s.elem_bytes, head_dim, kt * attention_stages(s.elem_bytes)) +
          attention_scratch_bytes(s, warps, kt);
 }
 EXPHIL_ATTN_HD constexpr std::size_t attention_forward_shared_bytes(AttentionStorage s,

@@ -37,6 +37,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   constexpr int kNT = kKT / 8;  // 8-key tiles of one score fragment
   constexpr int kDT = kD / 8;   // 8-column tiles of the output
   constexpr int kLd = attention_row_stride(sizeof(Elem), kD);
+  constexpr int kLdQK = attention_forward_qk_stride(attention_storage<Elem>, kD);
   const AttentionProblem& pr = p.problem;
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   const int rows = kAttnRowsPerWarp * warps;
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   constexpr int kStages = attention_stages(sizeof(Elem));
   extern __shared__ __align__(16) unsigned char smem[];
   Elem* q_s = reinterpret_cast<Elem*>(smem);
-  Elem* k_s = q_s + rows * kLd;                 // [kStages][kKT][kLd]
-  Elem* v_s = k_s + kStages * kKT * kLd;        // [kStages][kKT][kLd]
+  Elem* k_s = q_s + rows * kLdQK;               // [kStages][kKT][kLdQK]
+  Elem* v_s = k_s + kStages * kKT * kLdQK;      // [kStages][kKT][kLd]
   float* scratch = reinterpret_cast<float*>(v_s + kStages * kKT * kLd) +
                    warp * kAttnRowsPerWarp * attention_scratch_stride(kKT);
 
@@ -61,11 +62,12 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
   auto load_kv = [&](int64_t k0, int stage) {
-    load_rows_async<Elem, kD>(k_s + stage * kKT * kLd, kLd, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD>(k_s + stage * kKT * kLdQK, kLdQK, d_k + k0 * kv_row, kv_row, kKT,
+                              S - k0);
     load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
   };
 
-  load_rows_async<Elem, kD>(q_s, kLd, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
+  load_rows_async<Elem, kD>(q_s, kLdQK, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
                             q_row, rows, T - row0);
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
@@ -80,7 +82,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t row_lo[2] = {keys.lo(my_row[0]), keys.lo(my_row[1])};
   const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
-  const Elem* q_warp = q_s + kAttnRowsPerWarp * warp * kLd;
+  const Elem* q_warp = q_s + kAttnRowsPerWarp * warp * kLdQK;
   typename WarpMma<Elem>::template HeldA<kD> q_held;
   bool q_is_held = false;
   float o[kDT][4] = {};
@@ -102,14 +104,15 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     }
     __syncthreads();
     if (k0 < warp_hi && k0 + kKT > warp_lo) {
-      const Elem* k_tile = k_s + stage * kKT * kLd;
+      const Elem* k_tile = k_s + stage * kKT * kLdQK;
       const Elem* v_tile = v_s + stage * kKT * kLd;
       if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
-        WarpMma<Elem>::hold_a(q_held, q_warp, kLd);
+        WarpMma<Elem>::hold_a(q_held, q_warp, kLdQK);
         q_is_held = true;
       }
       float s[kNT][4] = {};
-      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLd, k_tile, kLd, scratch);
+      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLdQK, k_tile, kLdQK,
+                                                   scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
       online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);

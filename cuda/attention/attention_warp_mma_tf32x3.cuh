@@ -13,11 +13,14 @@
 // kernels. PyTorch's memory-efficient attention runs its f32 products the
 // same way on sm_80 and later.
 //
-// Cost: the splits, not the tensor cores, bound these products: every
-// operand element a warp loads is split where it is used. Rounding by
-// integer add and mask (2 instructions) rather than cvt.rna.tf32.f32, and
-// truncating small by a mask, made B32 h8 T256 d64 causal 83 -> 70 us
-// forward and 360 -> 286 us forward + backward on an H100 (bench/RESULTS.md).
+// Cost: every operand element a warp loads is split where it is used, and
+// the kernels are bound by latency at 3 blocks of 4 warps per SM (tensor
+// pipe under half busy, bench/RESULTS.md), so instructions and dependent
+// chains count. Rounding by integer add and mask (2 instructions) rather
+// than cvt.rna.tf32.f32, and truncating small by a mask, made B32 h8 T256
+// d64 causal 83 -> 70 us forward and 360 -> 286 us forward + backward on an
+// H100; the forward's S = Q K^T with 8-byte loads and eight tiles per pass
+// (a_held_b_nk) made its forward 63.0 -> 59.7 us on an H200.
 //
 // Layout: the m16n8k8 TF32 fragments. With g = lane / 4 and t = lane % 4
 // (FragmentLanes' tensor-core numbering: the C layout is that of m16n8k16),
@@ -30,7 +33,11 @@
 // product's sum is free). Shared-memory rows are d + 4 floats
 // (attention_row_stride), so that lanes (g, t) reading element [g][t] (the
 // nk form) or [2t][g] (the kn form) hit 32 distinct banks: every load is
-// a conflict-free 4-byte load.
+// a conflict-free 4-byte load. The forward's S = Q K^T (a_held_b_nk) maps
+// k positions t and t + 4 to columns 2t and 2t + 1 instead, so that a lane
+// reads both of a row's elements with one 8-byte load, from rows of d + 8
+// floats (attention_forward_qk_stride: lanes (g, t) of a half-warp read
+// [g][2t], 32 distinct banks).
 //
 // Limits: k a multiple of 8. Nothing is held between calls (HeldA is empty):
 // the split of A is recomputed from shared memory, which costs fewer
@@ -86,11 +93,32 @@ __device__ __forceinline__ int km_offset(int k, int m, int lda) {
 
 template <>
 struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
+  // The forward's S = Q K^T: a_smem_b_nk with k positions t and t + 4 of
+  // each 8-wide step standing for columns 2t and 2t + 1, so that a lane
+  // reads both of its elements of an A or B row with one 8-byte load: lda
+  // and ldb even (8 (mod 32) for no bank conflict). At k >= 64 its passes go
+  // over eight tiles rather than four: the forward has the registers (155 at
+  // d = 64, no spill), and B32 h8 T256 d64 ran 62.0 -> 59.7 us on an H200;
+  // at d = 32 eight were 1.2 us slower.
   template <int kNT, int kK>
   __device__ __forceinline__ static void a_held_b_nk(float (&c)[kNT][4], const HeldA<kK>& /*held*/,
                                                      const Tf32x3* a, int lda, const Tf32x3* b,
-                                                     int ldb, float* scratch) {
-    a_smem_b_nk<kNT, kK>(c, a, lda, b, ldb, scratch);
+                                                     int ldb, float* /*scratch*/) {
+    static_assert(kK % 8 == 0, "k must be a multiple of 8");
+    const int g = FragmentLanes<Tf32x3>::row(), t = FragmentLanes<Tf32x3>::col();
+    const float* a_lo = &a[g * lda + 2 * t].value;
+    const float* a_hi = &a[(g + 8) * lda + 2 * t].value;
+    const float* b_row = &b[g * ldb + 2 * t].value;
+#pragma unroll
+    for (int k = 0; k < kK; k += 8) {
+      const float2 lo = *reinterpret_cast<const float2*>(a_lo + k);
+      const float2 hi = *reinterpret_cast<const float2*>(a_hi + k);
+      const Tf32Split af[4] = {split_tf32(lo.x), split_tf32(hi.x), split_tf32(lo.y),
+                               split_tf32(hi.y)};
+      step<kNT, kK >= 64 ? 8 : 4>(c, af, [&](int j) {
+        return *reinterpret_cast<const float2*>(b_row + 8 * j * ldb + k);
+      });
+    }
   }
 
   // c[kNT] += A[16][kK] . B^T, A row-major and B as [8 kNT][kK] rows, both
@@ -107,7 +135,9 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
     for (int k = 0; k < kK; k += 8) {
       const Tf32Split af[4] = {split_tf32(a_lo[k + t]), split_tf32(a_hi[k + t]),
                                split_tf32(a_lo[k + t + 4]), split_tf32(a_hi[k + t + 4])};
-      step<kNT>(c, af, [&](int j, int half) { return b_row[8 * j * ldb + k + t + 4 * half]; });
+      step<kNT>(c, af, [&](int j) {
+        return make_float2(b_row[8 * j * ldb + k + t], b_row[8 * j * ldb + k + t + 4]);
+      });
     }
   }
 
@@ -127,7 +157,7 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
           split_tf32(a[km_offset(k0, g, lda)]), split_tf32(a[km_offset(k0, g + 8, lda)]),
           split_tf32(a[km_offset(k1, g, lda)]), split_tf32(a[km_offset(k1, g + 8, lda)])};
       const float* b_rows = &b[k0 * ldb + g].value;
-      step<kNT>(c, af, [&](int j, int half) { return b_rows[half * ldb + 8 * j]; });
+      step<kNT>(c, af, [&](int j) { return make_float2(b_rows[8 * j], b_rows[ldb + 8 * j]); });
     }
   }
 
@@ -144,27 +174,28 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
       const Tf32Split af[4] = {split_tf32(p[i][0]), split_tf32(p[i][2]), split_tf32(p[i][1]),
                                split_tf32(p[i][3])};
       const float* b_rows = &b[(8 * i + 2 * t) * ldb + g].value;
-      step<kNT>(c, af, [&](int j, int half) { return b_rows[half * ldb + 8 * j]; });
+      step<kNT>(c, af, [&](int j) { return make_float2(b_rows[8 * j], b_rows[ldb + 8 * j]); });
     }
   }
 
  private:
   // c[kNT] += A . B over one 8-wide k step, with A split as af and B's
-  // element (b0 for half 0, b1 for half 1) of 8-column tile j read by
-  // b(j, half). Tiles go four at a time, each of the three passes over all
-  // four, so that no product waits on the one before it.
-  template <int kNT, class ReadB>
+  // elements (b0, b1) of 8-column tile j read by b(j). Tiles go kGroup at a
+  // time (four unless the caller asks for more), each of the three passes
+  // over all of them, so that no product waits on the one before it.
+  template <int kNT, int kMaxGroup = 4, class ReadB>
   __device__ __forceinline__ static void step(float (&c)[kNT][4], const Tf32Split (&af)[4],
                                               ReadB b) {
-    constexpr int kGroup = kNT < 4 ? kNT : 4;
-    static_assert(kNT % kGroup == 0, "tiles come in groups of four");
+    constexpr int kGroup = kNT < kMaxGroup ? kNT : kMaxGroup;
+    static_assert(kNT % kGroup == 0, "tiles come in whole groups");
 #pragma unroll
     for (int j0 = 0; j0 < kNT; j0 += kGroup) {
       Tf32Split bf[kGroup][2];
 #pragma unroll
       for (int j = 0; j < kGroup; ++j) {
-        bf[j][0] = split_tf32(b(j0 + j, 0));
-        bf[j][1] = split_tf32(b(j0 + j, 1));
+        const float2 pair = b(j0 + j);
+        bf[j][0] = split_tf32(pair.x);
+        bf[j][1] = split_tf32(pair.y);
       }
 #pragma unroll
       for (int j = 0; j < kGroup; ++j)
