@@ -8,7 +8,7 @@
 // m64n64k16 instructions reading both operands from shared memory; each
 // warp then folds its 16 rows into the running max and sum (online
 // softmax, base 2; the accumulator layout is mma.sync's, so the sm_80
-// kernel's fragment helpers apply) with online_softmax_tile_lazy, whose
+// kernel's fragment helpers apply) with online_softmax_tile, whose
 // shortcuts took B32 h8 T256 d64 from 19.0 to 15.0 us; the weights,
 // rounded to the element type, become the register operand of O += P V,
 // m64nDk16 with V read transposed from shared memory. Against the sm_80
@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_wgmma_min_blocks(
 
     const TileSpan span[2] = {tile_span(my_rows.lo[0], my_rows.hi[0], k0, kKT),
                               tile_span(my_rows.lo[1], my_rows.hi[1], k0, kKT)};
-    online_softmax_tile_lazy<Elem>(s, o, m, l, span, scale_log2);
+    online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
 
     uint32_t pa[kKT / 16][4];
 #pragma unroll

@@ -1,14 +1,13 @@
 // The forward's row statistics: FlashAttention-2's online softmax over one
-// key tile at a time, for the sm_80 kernel (attention_forward.cuh,
-// online_softmax_tile) and the Hopper one (attention_forward_wgmma.cuh,
-// online_softmax_tile_lazy, the same fold in fewer instructions), and the
-// rows' final O and log-sum-exp for both.
+// key tile at a time (online_softmax_tile), for the sm_80 kernel
+// (attention_forward.cuh) and the Hopper one (attention_forward_wgmma.cuh),
+// and the rows' final O and log-sum-exp for both.
 //
 // A warp holds 16 query rows as score fragments (attention_warp_mma.cuh's C
 // layout): each thread rows g and g + 8, for which it keeps the running max
-// m (base 2, over the scores seen so far; the lazy fold lets it lag) and its
-// share l of the row sum of exp2(score - m), and its part of the output
-// accumulator o, scaled by the same exp2(-m).
+// m (base 2, over the scores seen so far, which it may lag:
+// online_softmax_tile) and its share l of the row sum of exp2(score - m),
+// and its part of the output accumulator o, scaled by the same exp2(-m).
 #pragma once
 
 #include <math_constants.h>
@@ -18,57 +17,12 @@
 namespace exphil::kernels::attn {
 
 // Folds a tile of raw scores s (kNT 8-key tiles) into m, l and o: masks the
-// keys outside each row's span, scales by scale_log2, rescales l and o to
-// the new max, and leaves the tile's weights exp2(score - m) in s for the
-// P V product.
-template <class Elem, int kNT, int kDT>
-__device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&o)[kDT][4],
-                                                    float (&m)[2], float (&l)[2],
-                                                    const TileSpan (&span)[2], float scale_log2) {
-  if (warp_sees_whole_tile(span, 8 * kNT)) {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
-  } else {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
-  }
-  float tile_max[2];
-  fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
-  float base[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float m_new = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]));
-    // A row that has seen no key yet keeps m = -inf; exponentiate against
-    // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
-    base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
-    const float alpha = exp2_ftz(m[half] - base[half]);
-    m[half] = m_new;
-    l[half] *= alpha;
-#pragma unroll
-    for (int j = 0; j < kDT; ++j) {
-      o[j][2 * half] *= alpha;
-      o[j][2 * half + 1] *= alpha;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kNT; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
-  float tile_sum[2];
-  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
-  l[0] += tile_sum[0];
-  l[1] += tile_sum[1];
-}
-
-// The Hopper forward's variant of online_softmax_tile, with fewer
-// instructions per score. That kernel is bound by issue (an instruction in
-// half of all cycles, ncu), and per-instruction counts showed its masked
-// tile costing more than two unmasked ones:
+// keys outside each row's span, rescales l and o when the row max moved,
+// and leaves the tile's weights exp2(scale score - m) in s for the P V
+// product. Few instructions per score, which both forwards need (the
+// Hopper one issues an instruction in half of all cycles; the sm_80 f32
+// ones are bound by latency, where each instruction of a dependent chain
+// counts):
 //  - A tile the warp sees whole, under a positive scale, keeps its raw
 //    scores: their row max, scaled once, is the scaled row max, and one
 //    FFMA per score, s * scale - m, feeds the exponential. Masked tiles
@@ -79,12 +33,15 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
 //    rose by more than that, or had no max before. Weights are then at
 //    most 2^kAttnMaxLag, which bf16/f16 weights and f32 sums hold without
 //    loss; o, l and m stay consistent, so O and the log-sum-exp are exact.
+// Against a fold that rescales every tile, it took the Hopper bf16 forward
+// at B32 h8 T256 d64 from 19.0 to 15.0 us, and the sm_80 forward at B32 h8
+// T256 d96 bf16 from 34.5 to 31.0 us and B8 h8 T1024 d64 exact f32 from 320
+// to 313 us on an H200, level elsewhere (bench/RESULTS.md).
 constexpr float kAttnMaxLag = 8.0f;
 template <class Elem, int kNT, int kDT>
-__device__ __forceinline__ void online_softmax_tile_lazy(float (&s)[kNT][4], float (&o)[kDT][4],
-                                                         float (&m)[2], float (&l)[2],
-                                                         const TileSpan (&span)[2],
-                                                         float scale_log2) {
+__device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&o)[kDT][4],
+                                                    float (&m)[2], float (&l)[2],
+                                                    const TileSpan (&span)[2], float scale_log2) {
   const bool whole = warp_sees_whole_tile(span, 8 * kNT);
   const bool raw = whole && scale_log2 > 0.0f;  // warp-uniform
   if (!raw) {

@@ -206,33 +206,47 @@ TEST_CASE("attention Hopper kernels and the sm_80 ones on the same cases give th
           }
 }
 
-TEST_CASE("attention Hopper forward: row maxima that jump between key tiles, and a negative scale",
+TEST_CASE("attention forward: row maxima that jump between key tiles, and a negative scale",
           "[gpu][attention]") {
-  // The Hopper forward lets a row's running max lag by up to 8 (base 2) and
-  // rescales O only when a max rises further (online_softmax_tile_lazy);
-  // with the default scale, random scores never rise that far after the
-  // first tile. At scale 2 (16 to 23 times the default here) about half of
-  // the later tiles make some row of a warp rescale. A negative scale takes
-  // the path that scales scores before the max even on unmasked tiles.
+  // Both forwards let a row's running max lag by up to 8 (base 2) and
+  // rescale O only when a max rises further (online_softmax_tile); with the
+  // default scale, random scores never rise that far after the first tile.
+  // At scale 2 (16 to 23 times the default here) about half of the later
+  // tiles make some row of a warp rescale. A negative scale takes the path
+  // that scales scores before the max even on unmasked tiles.
   // 160 blocks of 64 rows: the four-warp plan, so the Hopper kernels where
-  // the build and the device have them. The forward only at scale 2: there
-  // the backward's f16 dS falls to f16's subnormals, whose fixed spacing
-  // (2^-24) the per-term tolerance does not model (an H100 found f16 grad_k
-  // 2.5 times it at scale 2, d = 64, causal); the backward at ordinary scales
-  // is the grid's.
+  // the build and the device have them (f16 and bf16), and with
+  // sm80_kernels the sm_80 ones, which every f32 call runs. The forward
+  // only at scale 2: there the backward's f16 dS falls to f16's subnormals,
+  // whose fixed spacing (2^-24) the per-term tolerance does not model (an
+  // H100 found f16 grad_k 2.5 times it at scale 2, d = 64, causal); the
+  // backward at ordinary scales is the grid's.
   const bool hopper = kernels::attention_wgmma_available(current_device().compute_capability);
-  for (DType dtype : {DType::f16, DType::bf16})
-    for (int d : {64, 128})
-      for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal})
-        for (float scale : {2.0f, -0.3f}) {
-          AttentionRun r = attention_run(dtype, d, {4, 8, 4, 300, 600}, mask);
-          r.options.scale = scale;
-          r.backward = d == 64 && scale < 1.0f;
-          const std::optional<AttentionCheck> c = run_case(r);
-          if (!c) continue;
-          INFO(describe(r));
-          CHECK(c->forward_layout.warpgroup_forward == hopper);
-        }
+  struct Kind {
+    DType dtype;
+    AttentionPrecision precision;
+  };
+  for (const Kind kind : {Kind{DType::f16, AttentionPrecision::exact},
+                          Kind{DType::bf16, AttentionPrecision::exact},
+                          Kind{DType::f32, AttentionPrecision::exact},
+                          Kind{DType::f32, AttentionPrecision::tf32x3}})
+    for (bool sm80 : {false, true}) {
+      if (kind.dtype == DType::f32 && !sm80) continue;  // f32 has no other kernels
+      for (int d : {64, 128})
+        for (AttentionMask mask : {AttentionMask::none, AttentionMask::causal})
+          for (float scale : {2.0f, -0.3f}) {
+            AttentionRun r = attention_run(kind.dtype, d, {4, 8, 4, 300, 600}, mask);
+            r.options.scale = scale;
+            r.options.precision = kind.precision;
+            r.sm80_kernels = sm80;
+            r.backward = d == 64 && scale < 1.0f;
+            const std::optional<AttentionCheck> c = run_case(r);
+            if (!c) continue;
+            INFO(describe(r) << (sm80 ? " (sm80_kernels)" : ""));
+            const bool wgmma = hopper && !sm80 && kind.dtype != DType::f32;
+            CHECK(c->forward_layout.warpgroup_forward == wgmma);
+          }
+    }
 }
 
 TEST_CASE("attention blocks handed out heaviest first give the reference's results",
