@@ -6,7 +6,8 @@
 // Algorithm. A block takes 64 keys (16 per warp) of one (batch, key head)
 // and walks, for each query head of the group, the 32-query tiles that can
 // see its keys. Per tile, as in the dK/dV kernel, each warp forms P^T and
-// dS^T for its keys (rows) and the tile's queries (columns) and adds
+// dS^T for its keys (rows) and the tile's queries (columns; P^T and dP^T
+// as one interleaved pair of products, a_smem_b_nk_pair) and adds
 // P^T dO to dV and dS^T Q to dK. It then stores its dS^T in shared memory
 // (FusedDs: transposed or not, as each contract reads it best), and after
 // a barrier each warp multiplies one slice of the tile's dQ, 16 queries x
@@ -293,10 +294,9 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
     // queries. A warp none of whose keys the tile sees leaves dS^T zero.
     float pt[kNT][4] = {}, dpt[kNT][4] = {};
     if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
-      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(pt, k_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   q_s, kLd, scratch);
-      WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
-                                                   do_s, kLd, scratch);
+      WarpMma<Elem>::template a_smem_b_nk_pair<kNT, kD>(
+          pt, dpt, k_s + kAttnRowsPerWarp * warp * kLd, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
+          q_s, do_s, kLd);
       const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
                                 tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
       dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_s, dot_s);

@@ -15,6 +15,8 @@
 //   a_held_b_nk: a_smem_b_nk with A held in registers by hold_a(), for a
 //                warp that multiplies the same rows by every tile (the
 //                forward's Q); f32 holds nothing and reads A again
+//   a_smem_b_nk_pair (f32 contracts only): two independent a_smem_b_nk
+//                products, for the fused backward's P^T and dP^T
 //
 // f16 and bf16 run mma.sync.m16n8k16 (sm_80), with operands fetched by
 // ldmatrix (.trans for [k][n] rows); the register fragment is rounded to
@@ -248,6 +250,19 @@ struct WarpMma<float> : ReadsAFromShared<float> {
         c[j][3] = fmaf(y.w, v.w, fmaf(y.z, v.z, fmaf(y.y, v.y, fmaf(y.x, v.x, c[j][3]))));
       }
     }
+  }
+
+  // c0 += A0 . B0^T and c1 += A1 . B1^T (the fused backward's P^T and dP^T):
+  // one after the other, as the dK/dV kernel runs them; tf32x3 interleaves
+  // them.
+  template <int kNT, int kK>
+  __device__ __forceinline__ static void a_smem_b_nk_pair(float (&c0)[kNT][4],
+                                                          float (&c1)[kNT][4], const float* a0,
+                                                          const float* a1, int lda,
+                                                          const float* b0, const float* b1,
+                                                          int ldb) {
+    a_smem_b_nk<kNT, kK>(c0, a0, lda, b0, ldb, nullptr);
+    a_smem_b_nk<kNT, kK>(c1, a1, lda, b1, ldb, nullptr);
   }
 
   template <int kNT, int kK>
