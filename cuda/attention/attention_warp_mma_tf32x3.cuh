@@ -175,27 +175,12 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
         bf1[j][0] = split_tf32(b1_row[at]);
         bf1[j][1] = split_tf32(b1_row[at + 4]);
       }
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        mma_tf32(c0[j], af0[0].small, af0[1].small, af0[2].small, af0[3].small, bf0[j][0].big,
-                 bf0[j][1].big);
-        mma_tf32(c1[j], af1[0].small, af1[1].small, af1[2].small, af1[3].small, bf1[j][0].big,
-                 bf1[j][1].big);
-      }
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        mma_tf32(c0[j], af0[0].big, af0[1].big, af0[2].big, af0[3].big, bf0[j][0].small,
-                 bf0[j][1].small);
-        mma_tf32(c1[j], af1[0].big, af1[1].big, af1[2].big, af1[3].big, bf1[j][0].small,
-                 bf1[j][1].small);
-      }
-#pragma unroll
-      for (int j = 0; j < kNT; ++j) {
-        mma_tf32(c0[j], af0[0].big, af0[1].big, af0[2].big, af0[3].big, bf0[j][0].big,
-                 bf0[j][1].big);
-        mma_tf32(c1[j], af1[0].big, af1[1].big, af1[2].big, af1[3].big, bf1[j][0].big,
-                 bf1[j][1].big);
-      }
+      pass<0>(c0, af0, bf0);
+      pass<0>(c1, af1, bf1);
+      pass<1>(c0, af0, bf0);
+      pass<1>(c1, af1, bf1);
+      pass<2>(c0, af0, bf0);
+      pass<2>(c1, af1, bf1);
     }
   }
 
@@ -258,19 +243,22 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
         bf[j][0] = split_tf32(pair.x);
         bf[j][1] = split_tf32(pair.y);
       }
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j)
-        mma_tf32(c[j0 + j], af[0].small, af[1].small, af[2].small, af[3].small, bf[j][0].big,
-                 bf[j][1].big);
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j)
-        mma_tf32(c[j0 + j], af[0].big, af[1].big, af[2].big, af[3].big, bf[j][0].small,
-                 bf[j][1].small);
-#pragma unroll
-      for (int j = 0; j < kGroup; ++j)
-        mma_tf32(c[j0 + j], af[0].big, af[1].big, af[2].big, af[3].big, bf[j][0].big,
-                 bf[j][1].big);
+      float(&part)[kGroup][4] = *reinterpret_cast<float(*)[kGroup][4]>(&c[j0]);
+      pass<0>(part, af, bf);
+      pass<1>(part, af, bf);
+      pass<2>(part, af, bf);
     }
+  }
+
+  // One of a step's three products over tiles [0, kN) of c, with A split as
+  // af and B as bf: pass 0 adds small . big, 1 big . small, 2 big . big.
+  template <int kPass, int kN>
+  __device__ __forceinline__ static void pass(float (&c)[kN][4], const Tf32Split (&af)[4],
+                                              const Tf32Split (&bf)[kN][2]) {
+    auto a = [&](int i) { return kPass == 0 ? af[i].small : af[i].big; };
+    auto b = [&](int j, int i) { return kPass == 1 ? bf[j][i].small : bf[j][i].big; };
+#pragma unroll
+    for (int j = 0; j < kN; ++j) mma_tf32(c[j], a(0), a(1), a(2), a(3), b(j, 0), b(j, 1));
   }
 };
 
