@@ -97,7 +97,7 @@ struct WarpMma<Tf32x3> : ReadsAFromShared<Tf32x3> {
   // each 8-wide step standing for columns 2t and 2t + 1, so that a lane
   // reads both of its elements of an A or B row with one 8-byte load: lda
   // and ldb even (8 (mod 32) for no bank conflict). At k >= 64 its passes go
-  // over eight tiles rather than four: the forward has the registers (155 at
+  // over eight tiles rather than four: the forward has the registers (150 at
   // d = 64, no spill), and B32 h8 T256 d64 ran 62.0 -> 59.7 us on an H200;
   // at d = 32 eight were 1.2 us slower.
   template <int kNT, int kK>
