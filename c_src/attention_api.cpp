@@ -62,8 +62,7 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
     info.warpgroup_forward = fwd && plan.forward_wgmma;
     info.warpgroup_dkdv = !fwd && plan.dkdv_wgmma && (backward->d_grad_k || backward->d_grad_v);
     info.warpgroup_dq = !fwd && plan.dq_wgmma && backward->d_grad_q;
-    info.fused_backward = !fwd && plan.fused_backward && backward->d_grad_q &&
-                          (backward->d_grad_k || backward->d_grad_v);
+    info.fused_backward = !fwd && kernels::attention_backward_runs_fused(*backward, plan);
   }
   return {};
 }

@@ -11,6 +11,7 @@
 #include "attention/attention_backward_fused.cuh"
 #include "attention/attention_config.h"
 #include "attention/attention_forward.cuh"
+#include "attention/attention_launch.h"
 #if EXPHIL_ATTENTION_WGMMA
 #include "attention/attention_dkdv_wgmma.cuh"
 #include "attention/attention_dq_wgmma.cuh"
@@ -183,7 +184,7 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
   const AttentionShape& s = params.problem.shape;
   const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
   if constexpr (kHasFusedBackward<Elem, kD>) {
-    if (plan.fused_backward && key_grads && params.d_grad_q != nullptr)
+    if (attention_backward_runs_fused(params, plan))
       return fused_backward<Elem, kD>(params, d_workspace, stream);
   }
   // rowsum(dO * O) reaches the dK/dV kernel through d_workspace, from the

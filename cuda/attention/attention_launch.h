@@ -32,6 +32,15 @@ AttentionPlan plan_attention(AttentionDirection direction, const AttentionShape&
 const char* attention_unsupported(AttentionDirection direction, const AttentionPlan& plan,
                                   const AttentionShape& shape, DType dtype) noexcept;
 
+// Whether a backward call with these outputs runs the fused kernel
+// (attention_backward_fused.cuh): its plan allows it, and the call asks for
+// dQ with dK or dV. The launch, the workspace and the launch info ask here.
+inline bool attention_backward_runs_fused(const AttentionBackwardParams& params,
+                                          const AttentionPlan& plan) noexcept {
+  return plan.fused_backward && params.d_grad_q != nullptr &&
+         (params.d_grad_k != nullptr || params.d_grad_v != nullptr);
+}
+
 // Device memory a backward call with these outputs needs: rowsum(dO * O)
 // for the dK/dV or fused kernel (plan.ws_floats), followed, when the fused
 // kernel computes dQ with dK or dV, by its counters
@@ -42,7 +51,7 @@ inline std::size_t attention_backward_workspace_bytes(const AttentionBackwardPar
   const bool key_grads = params.d_grad_k != nullptr || params.d_grad_v != nullptr;
   if (!key_grads) return 0;
   const std::size_t rowdot = static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
-  if (!plan.fused_backward || params.d_grad_q == nullptr) return rowdot;
+  if (!attention_backward_runs_fused(params, plan)) return rowdot;
   const AttentionShape& s = params.problem.shape;
   return rowdot + static_cast<std::size_t>(attention_fused_sync_words(s.batch, s.q_heads,
                                                                       s.q_len)) *
