@@ -145,6 +145,35 @@ __device__ __forceinline__ void dq_tile_scores(const float (&s)[kNT][4], float (
     }
 }
 
+// A warp's 16 keys in the dK/dV kernels, from key0: whether it has any
+// (key0 < S), the queries [q_begin, q_end) that see any of them, and for
+// this thread's two fragment rows (keys g and g + 8) the queries
+// [q_lo, q_hi) that see each (none past S).
+struct WarpKeys {
+  int64_t key0;
+  bool any;
+  int64_t q_begin, q_end;
+  int64_t q_lo[2], q_hi[2];
+};
+template <class Elem>
+__device__ __forceinline__ WarpKeys warp_keys(int64_t key0, const KeyRange& keys, int64_t S,
+                                              int64_t T) {
+  WarpKeys w;
+  w.key0 = key0;
+  w.any = key0 < S;
+  w.q_begin = w.any ? keys.first_query(key0) : 0;
+  w.q_end = w.any ? keys.end_query(min(key0 + kAttnRowsPerWarp, S), T) : 0;
+  const int g = FragmentLanes<Elem>::row();
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int64_t key = key0 + g + 8 * half;
+    const bool valid = key < S;
+    w.q_lo[half] = valid ? keys.first_query(key) : 0;
+    w.q_hi[half] = valid ? keys.end_query(key + 1, T) : 0;
+  }
+  return w;
+}
+
 // The dK/dV kernels' last step: dK (times the softmax scale) and dV of the
 // warp's 16 keys from warp_key0, each unless its pointer is null (kv_row:
 // the rows' stride, S: the keys; what the kernels already hold).
@@ -292,22 +321,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   if (tiles > 0) load_tile(0, 0);
   cp_async_commit();
 
-  const int g = FragmentLanes<Elem>::row();
-  const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
-  const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
-  const bool warp_has_keys = warp_key0 < S;
-  const int64_t warp_q_begin = warp_has_keys ? keys.first_query(warp_key0) : 0;
-  const int64_t warp_q_end =
-      warp_has_keys ? keys.end_query(min(warp_key0 + kAttnRowsPerWarp, S), T) : 0;
+  const WarpKeys wk = warp_keys<Elem>(key0 + kAttnRowsPerWarp * warp, keys, S, T);
   const float scale_log2 = pr.scale * kLog2e;
-  // The queries that see each of this thread's two keys (none past S).
-  int64_t key_q_lo[2], key_q_hi[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const bool valid = my_key[half] < S;
-    key_q_lo[half] = valid ? keys.first_query(my_key[half]) : 0;
-    key_q_hi[half] = valid ? keys.end_query(my_key[half] + 1, T) : 0;
-  }
 
   float dk[kDT][4] = {}, dv[kDT][4] = {};
   int stage = 0;
@@ -325,7 +340,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     }
     __syncthreads();
     const int64_t i0 = q_begin + (n % tiles_per_head) * kQT;
-    if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
+    if (i0 < wk.q_end && i0 + kQT > wk.q_begin) {
       const Elem* q_tile = q_s + stage * kQT * kLd;
       const Elem* do_tile = do_s + stage * kQT * kLd;
       const float* lse_tile = lse_s + stage * kQT;
@@ -336,8 +351,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    q_tile, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
                                                    do_tile, kLd, scratch);
-      const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
-                                tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
+      const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
+                                tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
       dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kLd, scratch);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kLd, scratch);
@@ -346,8 +361,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   }
   cp_async_wait<0>();
 
-  if (!warp_has_keys) return;
-  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
+  if (!wk.any) return;
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, wk.key0, dk, dv);
 }
 
 template <class Elem, int kD, int kKT>

@@ -264,23 +264,8 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
   if (tiles > 0) load_tile(at);
   cp_async_commit();
 
-  // The dK/dV kernels' prologue, spelled out as they spell it: folded into
-  // a helper, this kernel spilled 64 bytes instead of 12 (ptxas, sm_90a).
-  const int g = FragmentLanes<Elem>::row();
-  const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
-  const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
-  const bool warp_has_keys = warp_key0 < S;
-  const int64_t warp_q_begin = warp_has_keys ? keys.first_query(warp_key0) : 0;
-  const int64_t warp_q_end =
-      warp_has_keys ? keys.end_query(min(warp_key0 + kAttnRowsPerWarp, S), T) : 0;
+  const WarpKeys wk = warp_keys<Elem>(key0 + kAttnRowsPerWarp * warp, keys, S, T);
   const float scale_log2 = pr.scale * kLog2e;
-  int64_t key_q_lo[2], key_q_hi[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const bool valid = my_key[half] < S;
-    key_q_lo[half] = valid ? keys.first_query(my_key[half]) : 0;
-    key_q_hi[half] = valid ? keys.end_query(my_key[half] + 1, T) : 0;
-  }
   // This warp's dQ slice of every tile: 16 queries from slice_row, d / 2
   // columns from slice_col.
   const int slice_row = kAttnRowsPerWarp * (warp & 1), slice_col = (kD / 2) * (warp >> 1);
@@ -293,12 +278,12 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
     // Transposed scores: rows are this warp's keys, columns the tile's
     // queries. A warp none of whose keys the tile sees leaves dS^T zero.
     float pt[kNT][4] = {}, dpt[kNT][4] = {};
-    if (i0 < warp_q_end && i0 + kQT > warp_q_begin) {
+    if (i0 < wk.q_end && i0 + kQT > wk.q_begin) {
       WarpMma<Elem>::template a_smem_b_nk_pair<kNT, kD>(
           pt, dpt, k_s + kAttnRowsPerWarp * warp * kLd, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
           q_s, do_s, kLd);
-      const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
-                                tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
+      const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
+                                tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
       dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_s, dot_s);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, scratch);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, scratch);
@@ -324,8 +309,8 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
   }
   cp_async_wait<0>();
 
-  if (!warp_has_keys) return;
-  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
+  if (!wk.any) return;
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, wk.key0, dk, dv);
 }
 
 }  // namespace exphil::kernels

@@ -96,18 +96,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
   cp_async_commit();
 
   const int warp = threadIdx.x / 32;
-  const int g = FragmentLanes<Elem>::row();
-  const int64_t warp_key0 = key0 + kAttnRowsPerWarp * warp;
-  const int64_t my_key[2] = {warp_key0 + g, warp_key0 + g + 8};
+  const WarpKeys wk = warp_keys<Elem>(key0 + kAttnRowsPerWarp * warp, keys, S, T);
   const float scale_log2 = pr.scale * kLog2e;
-  // The queries that see each of this thread's two keys (none past S).
-  int64_t key_q_lo[2], key_q_hi[2];
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const bool valid = my_key[half] < S;
-    key_q_lo[half] = valid ? keys.first_query(my_key[half]) : 0;
-    key_q_hi[half] = valid ? keys.end_query(my_key[half] + 1, T) : 0;
-  }
 
   float dk[kDT][4] = {}, dv[kDT][4] = {};
   int stage = 0;
@@ -128,8 +118,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
     float pt[kNT][4], dpt[kNT][4];
     wgmma::product_pair<Elem, kD, kKeys, kQT>(pt, dpt, k_s, q_tile, v_s, do_tile);
 
-    const TileSpan span[2] = {tile_span(key_q_lo[0], key_q_hi[0], i0, kQT),
-                              tile_span(key_q_lo[1], key_q_hi[1], i0, kQT)};
+    const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
+                              tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
     dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
     uint32_t pa[kQT / 16][4], dsa[kQT / 16][4];
 #pragma unroll
@@ -152,8 +142,8 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
   }
   cp_async_wait<0>();
 
-  if (warp_key0 >= S) return;
-  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, warp_key0, dk, dv);
+  if (!wk.any) return;
+  store_key_grads<Elem, kDT>(p, b, kv_head, kv_row, S, wk.key0, dk, dv);
 #else
   (void)p;
   (void)d_rowdot;
