@@ -115,7 +115,10 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
-      online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
+      if constexpr (attention_min_blocks(sizeof(Elem), kD) == 4)  // 128 registers
+        online_softmax_tile_eager<Elem>(s, o, m, l, span, scale_log2);
+      else
+        online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
     }
     __syncthreads();  // every warp is done with this stage before it is refilled

@@ -1,7 +1,8 @@
 // The forward's row statistics: FlashAttention-2's online softmax over one
-// key tile at a time (online_softmax_tile), for the sm_80 kernel
-// (attention_forward.cuh) and the Hopper one (attention_forward_wgmma.cuh),
-// and the rows' final O and log-sum-exp for both.
+// key tile at a time (online_softmax_tile; online_softmax_tile_eager where
+// registers are capped), for the sm_80 kernel (attention_forward.cuh) and
+// the Hopper one (attention_forward_wgmma.cuh), and the rows' final O and
+// log-sum-exp for both.
 //
 // A warp holds 16 query rows as score fragments (attention_warp_mma.cuh's C
 // layout): each thread rows g and g + 8, for which it keeps the running max
@@ -33,10 +34,11 @@ namespace exphil::kernels::attn {
 //    rose by more than that, or had no max before. Weights are then at
 //    most 2^kAttnMaxLag, which bf16/f16 weights and f32 sums hold without
 //    loss; o, l and m stay consistent, so O and the log-sum-exp are exact.
-// Against a fold that rescales every tile, it took the Hopper bf16 forward
-// at B32 h8 T256 d64 from 19.0 to 15.0 us, and the sm_80 forward at B32 h8
-// T256 d96 bf16 from 34.5 to 31.0 us and B8 h8 T1024 d64 exact f32 from 320
-// to 313 us on an H200, level elsewhere (bench/RESULTS.md).
+// Against a fold that rescales every tile (online_softmax_tile_eager), it
+// took the Hopper bf16 forward at B32 h8 T256 d64 from 19.0 to 15.0 us, and
+// the sm_80 forward at B32 h8 T256 d96 bf16 from 34.5 to 31.0 us and B8 h8
+// T1024 d64 exact f32 from 320 to 313 us on an H200, level elsewhere
+// (bench/RESULTS.md).
 constexpr float kAttnMaxLag = 8.0f;
 template <class Elem, int kNT, int kDT>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&o)[kDT][4],
@@ -87,6 +89,55 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
   for (int j = 0; j < kNT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(fmaf(s[j][e], mul, -base[e >> 1]));
+  float tile_sum[2];
+  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
+  l[0] += tile_sum[0];
+  l[1] += tile_sum[1];
+}
+
+// online_softmax_tile's fold without its shortcuts: every tile scales its
+// scores first and moves m, l and o to the new max. For the sm_80 forward
+// whose registers are capped at 128 (f16/bf16 up to d = 64, four blocks per
+// SM, attention_min_blocks()): there online_softmax_tile spilled 64 bytes
+// at d = 64 (ptxas, sm_90a), which this fold does not.
+template <class Elem, int kNT, int kDT>
+__device__ __forceinline__ void online_softmax_tile_eager(float (&s)[kNT][4], float (&o)[kDT][4],
+                                                    float (&m)[2], float (&l)[2],
+                                                    const TileSpan (&span)[2], float scale_log2) {
+  if (warp_sees_whole_tile(span, 8 * kNT)) {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kNT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+  }
+  float tile_max[2];
+  fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
+  float base[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float m_new = fmaxf(m[half], fragment_row_max<Elem>(tile_max[half]));
+    // A row that has seen no key yet keeps m = -inf; exponentiate against
+    // 0 then so that every term is exp2(-inf) = 0 rather than NaN.
+    base[half] = m_new == -CUDART_INF_F ? 0.0f : m_new;
+    const float alpha = exp2_ftz(m[half] - base[half]);
+    m[half] = m_new;
+    l[half] *= alpha;
+#pragma unroll
+    for (int j = 0; j < kDT; ++j) {
+      o[j][2 * half] *= alpha;
+      o[j][2 * half + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
   float tile_sum[2];
   fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
   l[0] += tile_sum[0];
