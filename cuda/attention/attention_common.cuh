@@ -185,18 +185,52 @@ __device__ __forceinline__ void cp_async_wait() {
 // `valid` as zeros (a zero-byte source fills the 16 bytes with zeros), in
 // 16-byte vectors spread over the block's threads. The caller commits and
 // waits.
-template <class Elem, int kD>
+//
+// Blocks are whole warps, so where a row's 16-byte chunks divide the warp
+// (every width but 96) a thread copies the same chunk of every row it takes,
+// rows r0, r0 + step, ...: one offset and one shared address advanced per
+// row, a few instructions per copy. The loop over flat indices (a division
+// and a 64-bit product per copy) took a quarter of the tf32x3 forward's warp
+// samples and a tenth of the fused backward's at B32 h8 T256 d64 on an H200;
+// stepping rows made that forward 59.5 -> 55.8 us (bench/RESULTS.md). It
+// keeps a few more values live, though: kLean keeps the flat loop, for
+// kernels capped at 128 registers where the stepping spilled (the f16/bf16
+// sm_80 forward up to d = 64).
+template <class Elem, int kD, bool kLean = false>
 __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* src,
                                                 int64_t row_stride, int rows, int64_t valid) {
   constexpr int kVec = 16 / sizeof(Elem);
   constexpr int kChunks = kD / kVec;
-  for (int idx = threadIdx.x; idx < rows * kChunks; idx += blockDim.x) {
-    const int r = idx / kChunks, c = (idx % kChunks) * kVec;
-    const bool in = r < valid;
-    const Elem* from = in ? src + r * row_stride + c : src;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                     static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * ld + c))),
-                 "l"(from), "r"(in ? 16 : 0));
+  if constexpr (32 % kChunks == 0 && !kLean) {
+    // The thread index is read afresh (volatile) so that the compiler
+    // recomputes the few values below at each call rather than keeping them
+    // live across the callers' loops: hoisted, they cost the kernels up to
+    // 50 registers and spills.
+    uint32_t tid;
+    asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+    const int step = blockDim.x / kChunks;
+    const int c = static_cast<int>(tid % kChunks) * kVec;
+    int r = static_cast<int>(tid / kChunks);
+    uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * ld + c));
+    const uint32_t to_step = static_cast<uint32_t>(step * ld * sizeof(Elem));
+    const int live = static_cast<int>(valid < rows ? (valid > 0 ? valid : 0) : rows);
+    int64_t from = r * row_stride + c;
+    const int64_t from_step = step * row_stride;
+    for (; r < live; r += step, to += to_step, from += from_step)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src + from));
+    for (; r < rows; r += step, to += to_step)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n" ::"r"(to), "l"(src));
+  } else {
+    // Unsigned, so that the division and remainder are a shift and a mask.
+    for (unsigned idx = threadIdx.x; idx < static_cast<unsigned>(rows * kChunks);
+         idx += blockDim.x) {
+      const unsigned r = idx / kChunks, c = (idx % kChunks) * kVec;
+      const bool in = r < valid;
+      const Elem* from = in ? src + static_cast<int64_t>(r) * row_stride + c : src;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                       static_cast<uint32_t>(__cvta_generic_to_shared(dst + r * ld + c))),
+                   "l"(from), "r"(in ? 16 : 0));
+    }
   }
 }
 

@@ -61,14 +61,17 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
+  constexpr bool kLean = attention_min_blocks(sizeof(Elem), kD) == 4;  // 128 registers
   auto load_kv = [&](int64_t k0, int stage) {
-    load_rows_async<Elem, kD>(k_s + stage * kKT * kLdQK, kLdQK, d_k + k0 * kv_row, kv_row, kKT,
-                              S - k0);
-    load_rows_async<Elem, kD>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
+    load_rows_async<Elem, kD, kLean>(k_s + stage * kKT * kLdQK, kLdQK, d_k + k0 * kv_row, kv_row,
+                                     kKT, S - k0);
+    load_rows_async<Elem, kD, kLean>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT,
+                                     S - k0);
   };
 
-  load_rows_async<Elem, kD>(q_s, kLdQK, head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
-                            q_row, rows, T - row0);
+  load_rows_async<Elem, kD, kLean>(q_s, kLdQK,
+                                   head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
+                                   q_row, rows, T - row0);
   if (k_begin < k_end) load_kv(k_begin, 0);
   cp_async_commit();
 
@@ -115,7 +118,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    scratch);
       const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
                                 tile_span(row_lo[1], row_hi[1], k0, kKT)};
-      if constexpr (attention_min_blocks(sizeof(Elem), kD) == 4)  // 128 registers
+      if constexpr (kLean)
         online_softmax_tile_eager<Elem>(s, o, m, l, span, scale_log2);
       else
         online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
