@@ -17,9 +17,10 @@
 // the kernels are bound by latency at 3 blocks of 4 warps per SM (tensor
 // pipe under half busy, bench/RESULTS.md), so instructions and dependent
 // chains count. Rounding by integer add and mask (2 instructions) rather
-// than cvt.rna.tf32.f32, and truncating small by a mask, made B32 h8 T256
-// d64 causal 83 -> 70 us forward and 360 -> 286 us forward + backward on an
-// H100; the forward's S = Q K^T with 8-byte loads and eight tiles per pass
+// than cvt.rna.tf32.f32, and truncating small (now left to the hardware,
+// split_tf32()) instead of rounding it, made B32 h8 T256 d64 causal 83 ->
+// 70 us forward and 360 -> 286 us forward + backward on an H100; the
+// forward's S = Q K^T with 8-byte loads and eight tiles per pass
 // (a_held_b_nk) made its forward 63.0 -> 59.7 us on an H200.
 //
 // Layout: the m16n8k8 TF32 fragments. With g = lane / 4 and t = lane % 4
@@ -54,9 +55,13 @@
 
 namespace exphil::kernels::attn {
 
-// x = big + small + (at most 2^-22 x), both TF32: f32 bit patterns whose
-// low 13 mantissa bits are zero (the hardware's TF32 may read more bits,
-// so they are cleared rather than left for it to ignore).
+// x = big + small + (at most 2^-22 x). big is TF32 (an f32 bit pattern
+// whose low 13 mantissa bits are zero), so that small = x - big is exact in
+// f32. small keeps its low bits: the TF32 instructions read the top 19 bits
+// of an operand (they truncate), which is what clearing them did, and
+// hardware that read more of small could only be closer to x. One
+// instruction fewer per split; on an H200 every output stayed bitwise what
+// the masked split gave, at the same speed (bench/RESULTS.md).
 struct Tf32Split {
   uint32_t big, small;
 };
@@ -69,7 +74,7 @@ __device__ __forceinline__ uint32_t round_to_tf32(float x) {
 }
 __device__ __forceinline__ Tf32Split split_tf32(float x) {
   const uint32_t big = round_to_tf32(x);
-  return {big, __float_as_uint(x - __uint_as_float(big)) & kTf32Mask};
+  return {big, __float_as_uint(x - __uint_as_float(big))};
 }
 
 // c += A . B, one m16n8k8 TF32 instruction. Not volatile: the compiler may
