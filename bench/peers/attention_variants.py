@@ -9,7 +9,9 @@ process, so their figures compare directly. Each figure is the graph-replay
 median of peer_util.measure (us per call); "err" is max|o - ref| / max|ref|
 of the forward against a float64 torch reference, a guard against a variant
 that is fast because it is wrong (the full check is attention_sdpa.py
---check).
+--check); "same" says whether the library's O, log-sum-exp, dQ, dK and dV
+are bitwise those of the first library on the same inputs (for a change
+meant to leave the results as they were).
 
     python3 bench/peers/attention_variants.py [--dtype bf16|f32|f32x3]
            [--shape B,H,T,d ...] LIB [LIB ...]
@@ -54,7 +56,13 @@ def time_library(path, shape, dtype_name, reps):
     ref = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(),
                                                            is_causal=True)
     err = ((o.double() - ref).abs().max() / ref.abs().max()).item()
-    return fwd["us"], both["us"], err
+    torch.cuda.synchronize()
+    outputs = [t.clone() for t in (o, lse, grad_q, grad_k, grad_v)]
+    return fwd["us"], both["us"], err, outputs
+
+
+def bits(t):
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
 def main(argv=None):
@@ -67,13 +75,19 @@ def main(argv=None):
     shapes = [tuple(int(x) for x in s.split(",")) for s in (args.shape or DEFAULT_SHAPES)]
     stream = torch.cuda.Stream()  # the bound calls run on torch's current, non-default stream
     torch.cuda.set_stream(stream)
+    first = {}  # shape -> the first library's outputs
     for path in args.libs:
         label = Path(path).parent.name
         for shape in shapes:
-            fwd, both, err = time_library(path, shape, args.dtype, args.reps)
+            fwd, both, err, outputs = time_library(path, shape, args.dtype, args.reps)
+            if shape not in first:
+                first[shape] = outputs
+            # Bitwise, NaN patterns included.
+            same = all(torch.equal(bits(a), bits(b)) for a, b in zip(outputs, first[shape]))
             B, H, T, d = shape
             print(f"{label:10} B{B} h{H} T{T} d{d} {args.dtype}: fwd {fwd:8.1f} us  "
-                  f"fwd+bwd {both:8.1f} us  err {err:.1e}", flush=True)
+                  f"fwd+bwd {both:8.1f} us  err {err:.1e}  same {'yes' if same else 'no'}",
+                  flush=True)
 
 
 if __name__ == "__main__":
