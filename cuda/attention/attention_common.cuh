@@ -216,8 +216,23 @@ __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* s
     const int live = static_cast<int>(valid < rows ? (valid > 0 ? valid : 0) : rows);
     int64_t from = r * row_stride + c;
     const int64_t from_step = step * row_stride;
-    for (; r < live; r += step, to += to_step, from += from_step)
+    // Two rows a pass, each with addresses of its own: a copy's operand
+    // registers stay busy until the copy has read them, and advancing the
+    // one address in place waited on that (the forward's copy loops'
+    // largest stall).
+    for (; r + step < live; r += 2 * step) {
+      const uint32_t to2 = to + to_step;
+      const int64_t from2 = from + from_step;
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src + from));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to2), "l"(src + from2));
+      to = to2 + to_step;
+      from = from2 + from_step;
+    }
+    if (r < live) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(to), "l"(src + from));
+      r += step;
+      to += to_step;
+    }
     for (; r < rows; r += step, to += to_step)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n" ::"r"(to), "l"(src));
   } else {
