@@ -4,7 +4,8 @@
 // of one (batch, query head); each warp holds its Q rows as tensor-core
 // operands in registers (f16/bf16; f32 reads them from shared memory) while
 // the keys it can see stream through in tiles of kKT keys, copied with
-// cp.async one tile ahead (f16/bf16) of the one in use: each warp scores
+// cp.async one tile ahead (f16/bf16) of the one in use, or in one stage
+// (f32; tf32x3 waits for the tile's K and V apart): each warp scores
 // its 16 rows against the tile, folds the tile into a running max and sum
 // per row (online softmax, in base 2, each reduced as a tree), rescales its
 // output accumulator and adds P V. Nothing of size T x S is ever stored.
@@ -62,6 +63,12 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
   constexpr bool kLean = attention_min_blocks(sizeof(Elem), kD) == 4;  // 128 registers
+  auto load_k = [&](int64_t k0) {
+    load_rows_async<Elem, kD, kLean>(k_s, kLdQK, d_k + k0 * kv_row, kv_row, kKT, S - k0);
+  };
+  auto load_v = [&](int64_t k0) {
+    load_rows_async<Elem, kD, kLean>(v_s, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
+  };
   auto load_kv = [&](int64_t k0, int stage) {
     load_rows_async<Elem, kD, kLean>(k_s + stage * kKT * kLdQK, kLdQK, d_k + k0 * kv_row, kv_row,
                                      kKT, S - k0);
@@ -72,8 +79,22 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   load_rows_async<Elem, kD, kLean>(q_s, kLdQK,
                                    head_rows<Elem>(p.d_q, pr.q_strides, b, h) + row0 * q_row,
                                    q_row, rows, T - row0);
-  if (k_begin < k_end) load_kv(k_begin, 0);
-  cp_async_commit();
+  // tf32x3 waits for K and V apart (one stage): the next K's copy starts
+  // once every warp is past the scores and lands during P V, the next V's
+  // once every warp is past P V, landing during the next scores. Four
+  // barriers a tile instead of two; B32 h8 T256 d64 ran 56.1 -> 55.3 us, d
+  // = 128 108 -> 105, T1024 163 -> 158 on an H200. Exact f32 ran 1 to 3%
+  // slower that way, and keeps one wait (bench/RESULTS.md).
+  constexpr bool kSplitWaits = kStages == 1 && attention_storage<Elem>.tf32x3;
+  if constexpr (kSplitWaits) {
+    if (k_begin < k_end) load_k(k_begin);
+    cp_async_commit();
+    if (k_begin < k_end) load_v(k_begin);
+    cp_async_commit();
+  } else {
+    if (k_begin < k_end) load_kv(k_begin, 0);
+    cp_async_commit();
+  }
 
   const int g = FragmentLanes<Elem>::row();
   const int64_t warp_row0 = row0 + kAttnRowsPerWarp * warp;
@@ -92,39 +113,70 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   float m[2] = {-CUDART_INF_F, -CUDART_INF_F};  // running row max, base 2
   float l[2] = {0.0f, 0.0f};                    // this thread's share of the row sum
 
-  int stage = 0;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
-    if constexpr (kStages == 2) {
-      if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      if (k0 != k_begin) {
-        load_kv(k0, 0);
-        cp_async_commit();
-      }
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (k0 < warp_hi && k0 + kKT > warp_lo) {
-      const Elem* k_tile = k_s + stage * kKT * kLdQK;
-      const Elem* v_tile = v_s + stage * kKT * kLd;
-      if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
-        WarpMma<Elem>::hold_a(q_held, q_warp, kLdQK);
-        q_is_held = true;
-      }
+  if constexpr (kSplitWaits) {
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT) {
+      cp_async_wait<1>();  // K (and Q); V may be in flight
+      __syncthreads();
+      const bool sees = k0 < warp_hi && k0 + kKT > warp_lo;
       float s[kNT][4] = {};
-      WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLdQK, k_tile, kLdQK,
-                                                   scratch);
-      const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
-                                tile_span(row_lo[1], row_hi[1], k0, kKT)};
-      if constexpr (kLean)
-        online_softmax_tile_eager<Elem>(s, o, m, l, span, scale_log2);
-      else
+      if (sees) {
+        if (!q_is_held) {
+          WarpMma<Elem>::hold_a(q_held, q_warp, kLdQK);
+          q_is_held = true;
+        }
+        WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLdQK, k_s, kLdQK,
+                                                     scratch);
+      }
+      __syncthreads();  // every warp is done with K
+      if (k0 + kKT < k_end) load_k(k0 + kKT);
+      cp_async_commit();
+      if (sees) {
+        const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
+                                  tile_span(row_lo[1], row_hi[1], k0, kKT)};
         online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
-      WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
+      }
+      cp_async_wait<1>();  // V; the next K may be in flight
+      __syncthreads();
+      if (sees) WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_s, kLd, scratch);
+      __syncthreads();  // every warp is done with V
+      if (k0 + kKT < k_end) load_v(k0 + kKT);
+      cp_async_commit();
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
+  } else {
+    int stage = 0;
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
+      if constexpr (kStages == 2) {
+        if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
+        cp_async_commit();
+        cp_async_wait<1>();
+      } else {
+        if (k0 != k_begin) {
+          load_kv(k0, 0);
+          cp_async_commit();
+        }
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      if (k0 < warp_hi && k0 + kKT > warp_lo) {
+        const Elem* k_tile = k_s + stage * kKT * kLdQK;
+        const Elem* v_tile = v_s + stage * kKT * kLd;
+        if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
+          WarpMma<Elem>::hold_a(q_held, q_warp, kLdQK);
+          q_is_held = true;
+        }
+        float s[kNT][4] = {};
+        WarpMma<Elem>::template a_held_b_nk<kNT, kD>(s, q_held, q_warp, kLdQK, k_tile, kLdQK,
+                                                     scratch);
+        const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
+                                  tile_span(row_lo[1], row_hi[1], k0, kKT)};
+        if constexpr (kLean)
+          online_softmax_tile_eager<Elem>(s, o, m, l, span, scale_log2);
+        else
+          online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
+        WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
+      }
+      __syncthreads();  // every warp is done with this stage before it is refilled
+    }
   }
   cp_async_wait<0>();  // a block with no keys still has its Q copy in flight
 
