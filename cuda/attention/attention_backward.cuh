@@ -426,17 +426,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   float dq[kDT][4] = {};
   int stage = 0;
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
-    if constexpr (kStages == 2) {
-      if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      if (k0 != k_begin) {
-        load_kv(k0, 0);
-        cp_async_commit();
-      }
-      cp_async_wait<0>();
-    }
+    await_kv_tile<kStages>(k0, k_begin, k_end, kKT, stage, load_kv);
     __syncthreads();
     if (k0 < warp_hi && k0 + kKT > warp_lo) {
       const Elem* k_tile = k_s + stage * kKT * kLd;

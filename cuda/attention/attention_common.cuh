@@ -249,6 +249,28 @@ __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* s
   }
 }
 
+// The K/V stream of the forward and dQ kernels, before the tile at k0 (of
+// kKT keys, in `stage`) is used: with two stages, starts copying the next
+// tile into the other stage and waits for this one; with one, starts this
+// tile's copy (the first tile's went out with the prologue) and waits for
+// it. The caller's block barrier then makes the tile visible to every warp.
+// load_kv(k0, stage) starts the copies of one tile.
+template <int kStages, class LoadKv>
+__device__ __forceinline__ void await_kv_tile(int64_t k0, int64_t k_begin, int64_t k_end, int kKT,
+                                              int stage, LoadKv&& load_kv) {
+  if constexpr (kStages == 2) {
+    if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    if (k0 != k_begin) {
+      load_kv(k0, 0);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+  }
+}
+
 // Starts copying floats [0, n) of `src` to shared memory with 4-byte
 // cp.async, those at and past `valid` as zeros, one per thread. The caller
 // commits and waits.
