@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       const bool sees = k0 < warp_hi && k0 + kKT > warp_lo;
       float s[kNT][4] = {};
       if (sees) {
-        if (!q_is_held) {
+        if (!q_is_held) {  // Q's copy is in the first group, with the first K
           WarpMma<Elem>::hold_a(q_held, q_warp, kLdQK);
           q_is_held = true;
         }
