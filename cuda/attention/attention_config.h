@@ -54,6 +54,13 @@ EXPHIL_ATTN_HD constexpr int64_t attention_row_blocks(int64_t len, int warps) {
 EXPHIL_ATTN_HD constexpr int attention_min_blocks(std::size_t elem_bytes, int head_dim) {
   return elem_bytes == 2 && head_dim <= 64 ? 4 : 0;
 }
+// The forward's, which also caps tf32x3 up to d = 64 at four blocks: its
+// kernel fits 127 registers without spilling since it waits for K and V
+// apart, and B32 h8 T256 d64 ran 56.0 -> 54.0 us, B4 h8 T2048 304 -> 296,
+// on an H200 (d = 32 and T128 0.2 to 0.5 us slower; bench/RESULTS.md).
+EXPHIL_ATTN_HD constexpr int attention_forward_min_blocks(AttentionStorage s, int head_dim) {
+  return s.tf32x3 && head_dim <= 64 ? 4 : attention_min_blocks(s.elem_bytes, head_dim);
+}
 
 // Keys per step of the forward's and the dQ kernel's loops. f32 tiles are
 // narrower because their elements take twice the shared memory, except

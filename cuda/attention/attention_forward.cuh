@@ -32,7 +32,8 @@
 namespace exphil::kernels {
 
 template <class Elem, int kD, int kKT>
-__global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeof(Elem), kD))
+__global__ void __launch_bounds__(kAttnMaxWarps * 32,
+                                  attention_forward_min_blocks(attention_storage<Elem>, kD))
     attention_forward_kernel(const AttentionForwardParams p, bool heaviest_first) {
   using namespace attn;
   constexpr int kNT = kKT / 8;  // 8-key tiles of one score fragment
@@ -62,7 +63,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const Elem* d_v = head_rows<Elem>(p.d_v, pr.kv_strides, b, kv_head);
   const int64_t block_last = min(row0 + rows, T) - 1;
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
-  constexpr bool kLean = attention_min_blocks(sizeof(Elem), kD) == 4;  // 128 registers
+  // f16/bf16 up to d = 64: 128 registers, where the stepped copies spilled
+  constexpr bool kLean = attention_min_blocks(sizeof(Elem), kD) == 4;
   auto load_k = [&](int64_t k0) {
     load_rows_async<Elem, kD, kLean>(k_s, kLdQK, d_k + k0 * kv_row, kv_row, kKT, S - k0);
   };
