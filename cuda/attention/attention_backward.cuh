@@ -192,14 +192,16 @@ __device__ __forceinline__ void store_key_grads(const AttentionBackwardParams& p
                               warp_key0, S, dv, one);
 }
 
-// The dK/dV kernels' step from a tile's transposed scores (rows the keys,
-// columns the tile's queries, whose lse and Di are lse_tile[] and
-// dot_tile[]) to P^T, left in pt, and dS^T, left in dpt; queries outside a
-// key's span get P = 0.
+// The dK/dV kernels' step from the transposed scores of the tile of 8 kNT
+// queries from i0 (rows the warp's keys wk, columns the queries, whose lse
+// and Di are lse_tile[] and dot_tile[]) to P^T, left in pt, and dS^T, left
+// in dpt; queries outside a key's span get P = 0.
 template <class Elem, int kNT>
 __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dpt)[kNT][4],
-                                                 const TileSpan (&span)[2], float scale_log2,
+                                                 const WarpKeys& wk, int64_t i0, float scale_log2,
                                                  const float* lse_tile, const float* dot_tile) {
+  const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, 8 * kNT),
+                            tile_span(wk.q_lo[1], wk.q_hi[1], i0, 8 * kNT)};
   const bool whole = warp_sees_whole_tile(span, 8 * kNT);
   const int t = FragmentLanes<Elem>::col();
 #pragma unroll
@@ -351,9 +353,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
                                                    q_tile, kLd, scratch);
       WarpMma<Elem>::template a_smem_b_nk<kNT, kD>(dpt, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
                                                    do_tile, kLd, scratch);
-      const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
-                                tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
-      dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
+      dkdv_tile_scores<Elem>(pt, dpt, wk, i0, scale_log2, lse_tile, dot_tile);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_tile, kLd, scratch);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_tile, kLd, scratch);
     }

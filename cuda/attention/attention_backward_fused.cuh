@@ -294,9 +294,7 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
       WarpMma<Elem>::template a_smem_b_nk_pair<kNT, kD>(
           pt, dpt, k_s + kAttnRowsPerWarp * warp * kLd, v_s + kAttnRowsPerWarp * warp * kLd, kLd,
           q_s, do_s, kLd);
-      const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
-                                tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
-      dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_s, dot_s);
+      dkdv_tile_scores<Elem>(pt, dpt, wk, i0, scale_log2, lse_s, dot_s);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dv, pt, do_s, kLd, scratch);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kQT>(dk, dpt, q_s, kLd, scratch);
     }

@@ -118,9 +118,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
     float pt[kNT][4], dpt[kNT][4];
     wgmma::product_pair<Elem, kD, kKeys, kQT>(pt, dpt, k_s, q_tile, v_s, do_tile);
 
-    const TileSpan span[2] = {tile_span(wk.q_lo[0], wk.q_hi[0], i0, kQT),
-                              tile_span(wk.q_lo[1], wk.q_hi[1], i0, kQT)};
-    dkdv_tile_scores<Elem>(pt, dpt, span, scale_log2, lse_tile, dot_tile);
+    dkdv_tile_scores<Elem>(pt, dpt, wk, i0, scale_log2, lse_tile, dot_tile);
     uint32_t pa[kQT / 16][4], dsa[kQT / 16][4];
 #pragma unroll
     for (int k = 0; k < kQT / 16; ++k) {
