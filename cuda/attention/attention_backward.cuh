@@ -38,6 +38,7 @@
 #include "attention/attention_common.cuh"
 #include "attention/attention_config.h"
 #include "attention/attention_warp_mma.cuh"
+#include "common/dependent_launch.cuh"
 
 namespace exphil::kernels {
 
@@ -217,47 +218,70 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 }
 }  // namespace attn
 
-// rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c]: rowdot_threads()
-// threads per row, each with one 16-byte vector of O and of dO. Before the
-// fused backward (attention_backward_fused.cuh) it also zeroes that
-// kernel's `counters` words (none when d_counters is null).
+// rowdot[b, h, i] = sum_c dO[b, h, i, c] * O[b, h, i, c]. The grid is
+// (row blocks, query heads, batch) of kAttnRowdotThreads threads;
+// rowdot_threads() threads share a row, each with one 16-byte vector of O
+// and of dO, and each warp takes kAttnRowdotPasses groups of rows, every
+// load issued before the first sum: with one pair of loads per thread in
+// flight and a 64-bit division per row this kernel read at 73% of the copy
+// bandwidth (bench/RESULTS.md). O streams past L2 (the backward reads it
+// nowhere else); dO stays for the kernel that follows. Before the fused
+// backward (attention_backward_fused.cuh) it also zeroes that kernel's
+// `counters` words (none when d_counters is null). It may be launched as a
+// dependent of the kernel before it (dependent_launch.h), so it waits for
+// that kernel before it touches memory.
 template <class Elem, int kD>
-__global__ void attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
-                                        uint32_t* d_counters, int64_t counters) {
+__global__ void __launch_bounds__(kAttnRowdotThreads)
+    attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
+                            uint32_t* d_counters, int64_t counters) {
   using namespace attn;
   constexpr int kPerRow = rowdot_threads<Elem, kD>();
   constexpr int kVec = 16 / sizeof(Elem);
+  constexpr int kRowsPerPass = 32 / kPerRow;  // a warp's rows per pass
+  constexpr int kPasses = kAttnRowdotPasses;
   const AttentionProblem& pr = p.problem;
-  const int64_t rows = pr.shape.batch * pr.shape.q_heads * pr.shape.q_len;
-  if (d_counters != nullptr)
-    for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < counters;
-         w += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      d_counters[w] = 0;
-  const int part = threadIdx.x % kPerRow;
-  // Warp-uniform loop bounds: every lane reaches the shuffles.
-  constexpr int kRowsPerWarp = 32 / kPerRow;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
-  for (int64_t base = (static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32) *
-                      kRowsPerWarp;
-       base < rows; base += warps * kRowsPerWarp) {
-    const int64_t r = base + (threadIdx.x % 32) / kPerRow;
-    float sum = 0.0f;
-    if (r < rows && part * kVec < kD) {
-      const int64_t i = r % pr.shape.q_len;
-      const int64_t bh = r / pr.shape.q_len;
-      const int64_t b = bh / pr.shape.q_heads, h = bh % pr.shape.q_heads;
-      const int64_t offset = b * pr.q_strides.batch + h * pr.q_strides.head + i * pr.q_strides.row;
-      const uint4 o =
-          __ldg(reinterpret_cast<const uint4*>(static_cast<const Elem*>(p.d_o) + offset) + part);
-      const uint4 d_o =
-          __ldg(reinterpret_cast<const uint4*>(static_cast<const Elem*>(p.d_grad_o) + offset) + part);
-      sum = vector_dot<Elem>(o, d_o);
+  wait_for_prior_grid();
+  if (d_counters != nullptr) {
+    const int64_t block = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+    const int64_t threads = int64_t{gridDim.x} * gridDim.y * gridDim.z * blockDim.x;
+    for (int64_t w = block * blockDim.x + threadIdx.x; w < counters; w += threads) d_counters[w] = 0;
+  }
+  const int64_t T = pr.shape.q_len, b = blockIdx.z, h = blockIdx.y;
+  const int lane = threadIdx.x % 32, part = lane % kPerRow;
+  const int64_t row0 =
+      (int64_t{blockIdx.x} * (kAttnRowdotThreads / 32) + threadIdx.x / 32) * kPasses * kRowsPerPass +
+      lane / kPerRow;
+  const Elem* o_rows = head_rows<Elem>(p.d_o, pr.q_strides, b, h);
+  const Elem* do_rows = head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h);
+  const bool has_part = part * kVec < kD;
+  uint4 o[kPasses], d_o[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int64_t row = row0 + pass * kRowsPerPass;
+    o[pass] = d_o[pass] = make_uint4(0, 0, 0, 0);
+    if (row < T && has_part) {
+      const int64_t offset = row * pr.q_strides.row;
+      o[pass] = __ldcs(reinterpret_cast<const uint4*>(o_rows + offset) + part);
+      d_o[pass] = __ldg(reinterpret_cast<const uint4*>(do_rows + offset) + part);
     }
+  }
+  float* out = d_rowdot + (b * pr.shape.q_heads + h) * T;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    float sum = vector_dot<Elem>(o[pass], d_o[pass]);
+    // Every lane reaches the shuffles; rows past T only drop their sums.
 #pragma unroll
     for (int step = kPerRow / 2; step > 0; step /= 2)
       sum += __shfl_xor_sync(0xffffffffu, sum, step);
-    if (r < rows && part == 0) d_rowdot[r] = sum;
+    const int64_t row = row0 + pass * kRowsPerPass;
+    if (row < T && part == 0) out[row] = sum;
   }
+  // The fused kernel may start once every block is here. Allowed as each
+  // block starts instead, its blocks were placed while the rowsum blocks
+  // still held SMs, and a fused grid of one wave (B16 h8 T128, B32 h8 T64)
+  // ran 5 to 16 us slower on an H200; allowed here, no shape measured was
+  // slower than without a dependent launch (bench/RESULTS.md).
+  allow_dependent_grid();
 }
 
 template <class Elem, int kD>

@@ -211,6 +211,9 @@ __global__ void __launch_bounds__(kAttnFusedWarps * 32, 3)
                                   sizeof(float);
   __shared__ uint32_t ticket_s;
 
+  // Launched as a dependent of the rowsum kernel: nothing of its output,
+  // the counters included, is read before it has finished.
+  wait_for_prior_grid();
   if (threadIdx.x == 0) ticket_s = atomicAdd(d_sync, 1u);
   __syncthreads();
   // Tickets in start order; the grid is (key blocks, key heads, batch).

@@ -45,6 +45,11 @@ EXPHIL_ATTN_HD constexpr int64_t attention_row_blocks(int64_t len, int warps) {
   return (len + rows - 1) / rows;
 }
 
+// The rowsum kernel's blocks (attention_rowdot_kernel): threads, and the
+// groups of rows each warp loads before it sums any.
+constexpr int kAttnRowdotThreads = 256;
+constexpr int kAttnRowdotPasses = 4;
+
 // Minimum resident blocks per SM the kernels are compiled for, which caps
 // their registers. f16/bf16 up to d = 64 fit 128 registers (a few spilled
 // bytes at most), so that four 4-warp blocks share an SM: measured faster

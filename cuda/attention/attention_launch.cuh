@@ -18,13 +18,11 @@
 #include "attention/attention_forward_wgmma.cuh"
 #endif
 #include "attention/attention_instances.h"
+#include "common/dependent_launch.h"
 #include "common/dynamic_shared_memory.h"
 
 namespace exphil::kernels {
 namespace attn_launch {
-
-constexpr int kRowdotThreads = 256;
-constexpr int64_t kMaxRowdotBlocks = 8192;
 
 // What a failed launch reports (static strings: LaunchResult keeps them).
 struct KernelCalls {
@@ -118,17 +116,25 @@ LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan
 }
 
 // d_counters: the fused kernel's counters, zeroed here (null: none).
+// Launched as a dependent of the kernel before it where the device's code
+// waits (dependent_launch.h), as the fused kernel after it is.
 template <class Elem, int kD>
 LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, uint32_t* d_counters,
                     int64_t counters, cudaStream_t stream) {
+  constexpr auto kKernel = attention_rowdot_kernel<Elem, kD>;
+  static DependentLaunch dependent_launch;
+  bool dependent = false;
+  if (const cudaError_t e = dependent_launch.supported(kKernel, dependent); e != cudaSuccess)
+    return {e, "cudaFuncGetAttributes (attention_rowdot_kernel)"};
   const AttentionShape& s = params.problem.shape;
-  const int64_t rows = s.batch * s.q_heads * s.q_len;
-  const int64_t rows_per_block = kRowdotThreads / attn::rowdot_threads<Elem, kD>();
-  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-  attention_rowdot_kernel<Elem, kD>
-      <<<static_cast<unsigned>(blocks < kMaxRowdotBlocks ? blocks : kMaxRowdotBlocks),
-         kRowdotThreads, 0, stream>>>(params, d_rowdot, d_counters, counters);
-  EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
+  constexpr int64_t kRowsPerBlock =
+      int64_t{kAttnRowdotThreads} * kAttnRowdotPasses / attn::rowdot_threads<Elem, kD>();
+  const dim3 grid(static_cast<unsigned>((s.q_len + kRowsPerBlock - 1) / kRowsPerBlock),
+                  static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
+  if (const cudaError_t e = launch_kernel(kKernel, grid, dim3(kAttnRowdotThreads), 0, dependent,
+                                          stream, params, d_rowdot, d_counters, counters);
+      e != cudaSuccess)
+    return {e, "launch of attention_rowdot_kernel"};
   return {};
 }
 
@@ -137,11 +143,22 @@ template <class Elem, int kD>
 constexpr bool kHasFusedBackward = sizeof(Elem) == 4 && attention_fused_backward_head_dim(kD);
 
 // The rowsum kernel, which also zeroes the counters, then the fused kernel
-// over the key blocks (attention_backward_fused.cuh). d_workspace: the
-// rows' sums, then the counters.
+// over the key blocks (attention_backward_fused.cuh), launched as the
+// rowsum kernel's dependent: its launch overlaps the rowsum kernel's last
+// blocks, 1 to 5 us sooner from B32 h8 T64 to B8 h8 T1024 on an H200
+// (bench/RESULTS.md). d_workspace: the rows' sums, then the counters.
 template <class Elem, int kD>
 LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_workspace,
                             cudaStream_t stream) {
+  constexpr auto kKernel = attention_backward_fused_kernel<Elem, kD>;
+  static std::atomic<uint64_t> allowed{0};
+  if (const cudaError_t e = allow_dynamic_shared_once(kKernel, kAttnMaxSharedBytes, allowed);
+      e != cudaSuccess)
+    return {e, "cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)"};
+  static DependentLaunch dependent_launch;
+  bool dependent = false;
+  if (const cudaError_t e = dependent_launch.supported(kKernel, dependent); e != cudaSuccess)
+    return {e, "cudaFuncGetAttributes (attention_backward_fused_kernel)"};
   const AttentionShape& s = params.problem.shape;
   float* d_rowdot = d_workspace;
   uint32_t* d_sync = reinterpret_cast<uint32_t*>(d_workspace + s.batch * s.q_heads * s.q_len);
@@ -150,11 +167,15 @@ LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_work
                            attention_fused_sync_words(s.batch, s.q_heads, s.q_len), stream);
       !r.ok())
     return r;
-  return launch_row_blocks<attention_backward_fused_kernel<Elem, kD>>(
-      {"cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)",
-       "launch of attention_backward_fused_kernel"},
-      attention_fused_backward_shared_bytes(attention_storage<Elem>, kD), kAttnFusedWarps,
-      s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot), d_sync);
+  const dim3 grid(static_cast<unsigned>(attention_row_blocks(s.kv_len, kAttnFusedWarps)),
+                  static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
+  if (const cudaError_t e =
+          launch_kernel(kKernel, grid, dim3(32 * kAttnFusedWarps),
+                        attention_fused_backward_shared_bytes(attention_storage<Elem>, kD),
+                        dependent, stream, params, static_cast<const float*>(d_rowdot), d_sync);
+      e != cudaSuccess)
+    return {e, "launch of attention_backward_fused_kernel"};
+  return {};
 }
 
 }  // namespace attn_launch
