@@ -227,9 +227,8 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 // bandwidth (bench/RESULTS.md). O streams past L2 (the backward reads it
 // nowhere else); dO stays for the kernel that follows. Before the fused
 // backward (attention_backward_fused.cuh) it also zeroes that kernel's
-// `counters` words (none when d_counters is null). It may be launched as a
-// dependent of the kernel before it (dependent_launch.h), so it waits for
-// that kernel before it touches memory.
+// `counters` words (none when d_counters is null), and lets that kernel,
+// launched as its dependent (dependent_launch.h), start as it ends.
 template <class Elem, int kD>
 __global__ void __launch_bounds__(kAttnRowdotThreads)
     attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
@@ -240,7 +239,6 @@ __global__ void __launch_bounds__(kAttnRowdotThreads)
   constexpr int kRowsPerPass = 32 / kPerRow;  // a warp's rows per pass
   constexpr int kPasses = kAttnRowdotPasses;
   const AttentionProblem& pr = p.problem;
-  wait_for_prior_grid();
   if (d_counters != nullptr) {
     const int64_t block = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
     const int64_t threads = int64_t{gridDim.x} * gridDim.y * gridDim.z * blockDim.x;

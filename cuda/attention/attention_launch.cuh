@@ -116,25 +116,17 @@ LaunchResult dq(const AttentionBackwardParams& params, const AttentionPlan& plan
 }
 
 // d_counters: the fused kernel's counters, zeroed here (null: none).
-// Launched as a dependent of the kernel before it where the device's code
-// waits (dependent_launch.h), as the fused kernel after it is.
 template <class Elem, int kD>
 LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, uint32_t* d_counters,
                     int64_t counters, cudaStream_t stream) {
-  constexpr auto kKernel = attention_rowdot_kernel<Elem, kD>;
-  static DependentLaunch dependent_launch;
-  bool dependent = false;
-  if (const cudaError_t e = dependent_launch.supported(kKernel, dependent); e != cudaSuccess)
-    return {e, "cudaFuncGetAttributes (attention_rowdot_kernel)"};
   const AttentionShape& s = params.problem.shape;
   constexpr int64_t kRowsPerBlock =
       int64_t{kAttnRowdotThreads} * kAttnRowdotPasses / attn::rowdot_threads<Elem, kD>();
   const dim3 grid(static_cast<unsigned>((s.q_len + kRowsPerBlock - 1) / kRowsPerBlock),
                   static_cast<unsigned>(s.q_heads), static_cast<unsigned>(s.batch));
-  if (const cudaError_t e = launch_kernel(kKernel, grid, dim3(kAttnRowdotThreads), 0, dependent,
-                                          stream, params, d_rowdot, d_counters, counters);
-      e != cudaSuccess)
-    return {e, "launch of attention_rowdot_kernel"};
+  attention_rowdot_kernel<Elem, kD>
+      <<<grid, kAttnRowdotThreads, 0, stream>>>(params, d_rowdot, d_counters, counters);
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("attention_rowdot_kernel");
   return {};
 }
 
@@ -145,8 +137,12 @@ constexpr bool kHasFusedBackward = sizeof(Elem) == 4 && attention_fused_backward
 // The rowsum kernel, which also zeroes the counters, then the fused kernel
 // over the key blocks (attention_backward_fused.cuh), launched as the
 // rowsum kernel's dependent: its launch overlaps the rowsum kernel's last
-// blocks, 1 to 5 us sooner from B32 h8 T64 to B8 h8 T1024 on an H200
-// (bench/RESULTS.md). d_workspace: the rows' sums, then the counters.
+// blocks. Only there, after a kernel of our own: a dependent may be placed
+// while the kernel before it still runs, which the rowsum kernel allows only
+// as its blocks end but a caller's kernel may allow from its start; placed
+// that early (the rowsum kernel allowing from its start), a one-wave fused
+// grid ran 16 to 27% slower on an H200 (bench/RESULTS.md).
+// d_workspace: the rows' sums, then the counters.
 template <class Elem, int kD>
 LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_workspace,
                             cudaStream_t stream) {
