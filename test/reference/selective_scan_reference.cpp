@@ -153,6 +153,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
   SelectiveScanBackwardResult grad;
   grad.x.assign(sequence_size, 0.0);
   grad.dt.assign(sequence_size, 0.0);
+  grad.dt_terms.assign(sequence_size, 0.0);
   grad.A.assign(channels * n_states, 0.0);
   grad.A_terms.assign(channels * n_states, 0.0);
   grad.B.assign(projection_size, 0.0);
@@ -192,7 +193,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
         }
 
         const Delta delta = delta_with_slope(p, p.dt[i], d);
-        double grad_delta = 0.0;
+        double grad_delta = 0.0, grad_delta_terms = 0.0;
         for (int64_t n = 0; n < p.states; ++n) {
           const std::size_t k = at.projection(b, t, n);
           const double A = p.A[at.transition(d, n)];
@@ -201,6 +202,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
           grad.C[k] += grad_ungated * h_now[n];
           g += grad_ungated * p.C[k];
           grad_delta += g * (A * decay * h_prev[n] + p.B[k] * x);
+          grad_delta_terms += std::fabs(g * A * decay * h_prev[n]) + std::fabs(g * p.B[k] * x);
           grad.A[at.transition(d, n)] += g * delta.value * decay * h_prev[n];
           grad.A_terms[at.transition(d, n)] += std::fabs(g * delta.value * decay * h_prev[n]);
           grad.B[k] += g * delta.value * x;
@@ -208,6 +210,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
           g *= decay;
         }
         grad.dt[i] = grad_delta * delta.slope;
+        grad.dt_terms[i] = grad_delta_terms * std::fabs(delta.slope);
         if (!p.dt_bias.empty()) {
           grad.dt_bias[channel] += grad.dt[i];
           grad.dt_bias_terms[channel] += std::fabs(grad.dt[i]);

@@ -118,6 +118,26 @@ class GradientCheck {
   SelectiveScanBackwardResult analytic_;
 };
 
+// Each gradient that reports its terms bounded by the sum of their absolute
+// values (the scale the GPU checks judge it at), and that sum present.
+void check_terms_bounds(const SelectiveScanBackwardResult& g) {
+  const struct {
+    const char* name;
+    const std::vector<double>& values;
+    const std::vector<double>& terms;
+  } sums[] = {{"dt", g.dt, g.dt_terms},
+              {"A", g.A, g.A_terms},
+              {"dt_bias", g.dt_bias, g.dt_bias_terms},
+              {"D", g.D, g.D_terms}};
+  for (const auto& sum : sums) {
+    REQUIRE(sum.terms.size() == sum.values.size());
+    for (std::size_t i = 0; i < sum.values.size(); ++i) {
+      INFO(sum.name << "[" << i << "] " << sum.values[i] << ", terms " << sum.terms[i]);
+      CHECK(std::fabs(sum.values[i]) <= sum.terms[i] * (1 + 1e-12));
+    }
+  }
+}
+
 void check_every_gradient(SelectiveScanProblem& p, bool with_grad_h_final, std::mt19937_64& rng) {
   const ClampKinks kinks = clamp_kinks(p);
   INFO(kinks.count << " dt and dt_bias elements within " << kClampKinkMargin
@@ -133,6 +153,7 @@ void check_every_gradient(SelectiveScanProblem& p, bool with_grad_h_final, std::
   gradients.check("D", p.D, g.D);
   gradients.check("z", p.z, g.z);
   gradients.check("h0", p.h0, g.h0);
+  check_terms_bounds(g);
 }
 
 const SelectiveScanCase kShapes[] = {{2, 5, 3, 4}, {1, 1, 1, 1}, {1, 7, 2, 3}, {3, 4, 1, 5}};
