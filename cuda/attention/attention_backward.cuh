@@ -227,8 +227,9 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 // bandwidth (bench/RESULTS.md). O streams past L2 (the backward reads it
 // nowhere else); dO stays for the kernel that follows. Before the fused
 // backward (attention_backward_fused.cuh) it also zeroes that kernel's
-// `counters` words (none when d_counters is null), and lets that kernel,
-// launched as its dependent (dependent_launch.h), start as it ends.
+// `counters` words (none when d_counters is null). The kernel after it
+// (fused or dK/dV) is its dependent (dependent_launch.h), allowed to start
+// as its blocks end.
 template <class Elem, int kD>
 __global__ void __launch_bounds__(kAttnRowdotThreads)
     attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kAttnRowdotThreads)
     const int64_t row = row0 + pass * kRowsPerPass;
     if (row < T && part == 0) out[row] = sum;
   }
-  // The fused kernel may start once every block is here. Allowed as each
+  // The kernel after it may start once every block is here. Allowed as each
   // block starts instead, its blocks were placed while the rowsum blocks
   // still held SMs, and a fused grid of one wave (B16 h8 T128, B32 h8 T64)
   // ran 5 to 16 us slower on an H200; allowed here, no shape measured was
@@ -287,6 +288,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     attention_dkdv_kernel(const AttentionBackwardParams p, const float* d_rowdot,
                           bool heaviest_first) {
   using namespace attn;
+  wait_for_prior_grid();  // launched as the dQ or rowsum kernel's dependent
   constexpr int kQT = attention_query_tile(attention_storage<Elem>, kD);
   constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
   constexpr int kDT = kD / 8;
@@ -466,6 +468,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  allow_dependent_grid();  // the dK/dV kernel, as this block ends
 
   if (!warp_has_rows) return;
   const float scale[2] = {pr.scale, pr.scale};

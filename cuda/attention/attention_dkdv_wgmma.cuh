@@ -34,6 +34,7 @@
 #include "attention/attention_config.h"
 #include "attention/attention_warp_mma.cuh"
 #include "attention/attention_wgmma.cuh"
+#include "common/dependent_launch.cuh"
 
 namespace exphil::kernels {
 
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dkdv_wgmma_min_bl
                                 bool heaviest_first) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace attn;
+  wait_for_prior_grid();  // launched as the dQ or rowsum kernel's dependent
   constexpr int kKeys = kAttnWgmmaRows, kQT = kAttnWgmmaQueryTile;
   constexpr int kNT = kQT / 8;  // 8-query tiles of one score fragment
   constexpr int kDT = kD / 8;

@@ -30,6 +30,7 @@
 #include "attention/attention_config.h"
 #include "attention/attention_warp_mma.cuh"
 #include "attention/attention_wgmma.cuh"
+#include "common/dependent_launch.cuh"
 
 namespace exphil::kernels {
 
@@ -107,6 +108,7 @@ __global__ void __launch_bounds__(kAttnWgmmaThreads, attention_dq_wgmma_min_bloc
     __syncthreads();  // every warp is done with this stage before it is refilled
   }
   cp_async_wait<0>();
+  allow_dependent_grid();  // the dK/dV kernel, as this block ends
 
   if (warp_row0 >= T) return;
   const float scale[2] = {pr.scale, pr.scale};

@@ -28,12 +28,22 @@ namespace attn_launch {
 struct KernelCalls {
   const char* shared_memory;  // raising the kernel's shared-memory limit
   const char* launch;
+  // asking whether the kernel can be a dependent (kDependent launches only)
+  const char* attributes = "cudaFuncGetAttributes (attention kernel)";
 };
 
 // Launches kKernel over ceil(len / rows per block) x heads x batch blocks of
 // `warps` warps, with `smem` bytes of dynamic shared memory (the kernel's
-// limit raised on its first launch per device).
-template <auto kKernel, class... Args>
+// limit raised on its first launch per device). kDependent: as a
+// programmatic dependent of the kernel before it, where the device's code
+// waits (dependent_launch.h), so that its launch overlaps that kernel's
+// last blocks. Only for a kernel that follows one of the same call (dK/dV
+// after dQ or rowsum, the fused kernel after rowsum), which allows
+// dependents only as its blocks end: a dependent is placed as soon as the
+// kernel before it allows, which a caller's kernel may do from its start,
+// and placed that early (the rowsum kernel allowing from its start) a
+// one-wave fused grid ran 16 to 27% slower on an H200 (bench/RESULTS.md).
+template <auto kKernel, bool kDependent = false, class... Args>
 LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, int64_t len,
                                int64_t heads, int64_t batch, cudaStream_t stream,
                                const Args&... args) {
@@ -41,10 +51,18 @@ LaunchResult launch_row_blocks(KernelCalls calls, std::size_t smem, int warps, i
   if (const cudaError_t e = allow_dynamic_shared_once(kKernel, kAttnMaxSharedBytes, allowed);
       e != cudaSuccess)
     return {e, calls.shared_memory};
+  bool dependent = false;
+  if constexpr (kDependent) {
+    static DependentLaunch dependent_launch;
+    if (const cudaError_t e = dependent_launch.supported(kKernel, dependent); e != cudaSuccess)
+      return {e, calls.attributes};
+  }
   const dim3 grid(static_cast<unsigned>(attention_row_blocks(len, warps)),
                   static_cast<unsigned>(heads), static_cast<unsigned>(batch));
-  kKernel<<<grid, 32 * warps, smem, stream>>>(args...);
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return {e, calls.launch};
+  if (const cudaError_t e =
+          launch_kernel(kKernel, grid, dim3(32 * warps), smem, dependent, stream, args...);
+      e != cudaSuccess)
+    return {e, calls.launch};
   return {};
 }
 
@@ -134,27 +152,13 @@ LaunchResult rowdot(const AttentionBackwardParams& params, float* d_rowdot, uint
 template <class Elem, int kD>
 constexpr bool kHasFusedBackward = sizeof(Elem) == 4 && attention_fused_backward_head_dim(kD);
 
-// The rowsum kernel, which also zeroes the counters, then the fused kernel
-// over the key blocks (attention_backward_fused.cuh), launched as the
-// rowsum kernel's dependent: its launch overlaps the rowsum kernel's last
-// blocks. Only there, after a kernel of our own: a dependent may be placed
-// while the kernel before it still runs, which the rowsum kernel allows only
-// as its blocks end but a caller's kernel may allow from its start; placed
-// that early (the rowsum kernel allowing from its start), a one-wave fused
-// grid ran 16 to 27% slower on an H200 (bench/RESULTS.md).
-// d_workspace: the rows' sums, then the counters.
+// The rowsum kernel, which also zeroes the counters, then, as its
+// dependent, the fused kernel over the key blocks
+// (attention_backward_fused.cuh). d_workspace: the rows' sums, then the
+// counters.
 template <class Elem, int kD>
 LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_workspace,
                             cudaStream_t stream) {
-  constexpr auto kKernel = attention_backward_fused_kernel<Elem, kD>;
-  static std::atomic<uint64_t> allowed{0};
-  if (const cudaError_t e = allow_dynamic_shared_once(kKernel, kAttnMaxSharedBytes, allowed);
-      e != cudaSuccess)
-    return {e, "cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)"};
-  static DependentLaunch dependent_launch;
-  bool dependent = false;
-  if (const cudaError_t e = dependent_launch.supported(kKernel, dependent); e != cudaSuccess)
-    return {e, "cudaFuncGetAttributes (attention_backward_fused_kernel)"};
   const AttentionShape& s = params.problem.shape;
   float* d_rowdot = d_workspace;
   uint32_t* d_sync = reinterpret_cast<uint32_t*>(d_workspace + s.batch * s.q_heads * s.q_len);
@@ -163,15 +167,12 @@ LaunchResult fused_backward(const AttentionBackwardParams& params, float* d_work
                            attention_fused_sync_words(s.batch, s.q_heads, s.q_len), stream);
       !r.ok())
     return r;
-  const dim3 grid(static_cast<unsigned>(attention_row_blocks(s.kv_len, kAttnFusedWarps)),
-                  static_cast<unsigned>(s.kv_heads), static_cast<unsigned>(s.batch));
-  if (const cudaError_t e =
-          launch_kernel(kKernel, grid, dim3(32 * kAttnFusedWarps),
-                        attention_fused_backward_shared_bytes(attention_storage<Elem>, kD),
-                        dependent, stream, params, static_cast<const float*>(d_rowdot), d_sync);
-      e != cudaSuccess)
-    return {e, "launch of attention_backward_fused_kernel"};
-  return {};
+  return launch_row_blocks<attention_backward_fused_kernel<Elem, kD>, true>(
+      {"cudaFuncSetAttribute (attention_backward_fused_kernel shared memory)",
+       "launch of attention_backward_fused_kernel",
+       "cudaFuncGetAttributes (attention_backward_fused_kernel)"},
+      attention_fused_backward_shared_bytes(attention_storage<Elem>, kD), kAttnFusedWarps,
+      s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_rowdot), d_sync);
 }
 
 }  // namespace attn_launch
@@ -218,17 +219,18 @@ LaunchResult run_attention_backward(const AttentionBackwardParams& params,
 #if EXPHIL_ATTENTION_WGMMA
   if constexpr (sizeof(Elem) == 2 && attention_dkdv_wgmma_head_dim(kD)) {
     if (plan.dkdv_wgmma)
-      return launch_row_blocks<attention_dkdv_wgmma_kernel<Elem, kD>>(
+      return launch_row_blocks<attention_dkdv_wgmma_kernel<Elem, kD>, true>(
           {"cudaFuncSetAttribute (attention_dkdv_wgmma_kernel shared memory)",
-           "launch of attention_dkdv_wgmma_kernel"},
+           "launch of attention_dkdv_wgmma_kernel",
+           "cudaFuncGetAttributes (attention_dkdv_wgmma_kernel)"},
           attention_dkdv_wgmma_shared_bytes(sizeof(Elem), kD), kAttnWgmmaThreads / 32, s.kv_len,
           s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
           plan.dkdv_heaviest_first);
   }
 #endif
-  return launch_row_blocks<attention_dkdv_kernel<Elem, kD>>(
+  return launch_row_blocks<attention_dkdv_kernel<Elem, kD>, true>(
       {"cudaFuncSetAttribute (attention_dkdv_kernel shared memory)",
-       "launch of attention_dkdv_kernel"},
+       "launch of attention_dkdv_kernel", "cudaFuncGetAttributes (attention_dkdv_kernel)"},
       attention_dkdv_shared_bytes(attention_storage<Elem>, kD, plan.dkdv_warps), plan.dkdv_warps,
       s.kv_len, s.kv_heads, s.batch, stream, params, static_cast<const float*>(d_workspace),
       plan.dkdv_heaviest_first);
