@@ -241,15 +241,16 @@ __global__ void __launch_bounds__(kAttnRowdotThreads)
   constexpr int kPasses = kAttnRowdotPasses;
   const AttentionProblem& pr = p.problem;
   if (d_counters != nullptr) {
-    const int64_t block = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+    const int64_t block =
+        blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
     const int64_t threads = int64_t{gridDim.x} * gridDim.y * gridDim.z * blockDim.x;
-    for (int64_t w = block * blockDim.x + threadIdx.x; w < counters; w += threads) d_counters[w] = 0;
+    for (int64_t w = block * blockDim.x + threadIdx.x; w < counters; w += threads)
+      d_counters[w] = 0;
   }
   const int64_t T = pr.shape.q_len, b = blockIdx.z, h = blockIdx.y;
   const int lane = threadIdx.x % 32, part = lane % kPerRow;
-  const int64_t row0 =
-      (int64_t{blockIdx.x} * (kAttnRowdotThreads / 32) + threadIdx.x / 32) * kPasses * kRowsPerPass +
-      lane / kPerRow;
+  const int64_t warp = int64_t{blockIdx.x} * (kAttnRowdotThreads / 32) + threadIdx.x / 32;
+  const int64_t row0 = warp * kPasses * kRowsPerPass + lane / kPerRow;
   const Elem* o_rows = head_rows<Elem>(p.d_o, pr.q_strides, b, h);
   const Elem* do_rows = head_rows<Elem>(p.d_grad_o, pr.q_strides, b, h);
   const bool has_part = part * kVec < kD;
