@@ -222,16 +222,16 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 // (row blocks, query heads, batch) of kAttnRowdotThreads threads;
 // rowdot_threads() threads share a row, each with one 16-byte vector of O
 // and of dO, and each warp takes kAttnRowdotPasses groups of rows, every
-// load issued before the first sum: with one pair of loads per thread in
-// flight and a 64-bit division per row this kernel read at 73% of the copy
-// bandwidth (bench/RESULTS.md). O streams past L2 (the backward reads it
-// nowhere else); dO stays for the kernel that follows. Before the fused
+// load issued before the first sum. (One row per warp pass, found with
+// 64-bit divisions, took forward + backward at B32 h8 T256 d64 1.8 to 3.2
+// us longer on an H200, bench/RESULTS.md.) O streams past L2 (the backward
+// reads it nowhere else); dO stays for the kernel that follows. Before the fused
 // backward (attention_backward_fused.cuh) it also zeroes that kernel's
 // `counters` words (none when d_counters is null). The kernel after it
 // (fused or dK/dV) is its dependent (dependent_launch.h), allowed to start
 // as its blocks end.
 template <class Elem, int kD>
-__global__ void __launch_bounds__(kAttnRowdotThreads)
+__global__ void __launch_bounds__(kAttnRowdotThreads, kAttnRowdotMinBlocks)
     attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
                             uint32_t* d_counters, int64_t counters) {
   using namespace attn;

@@ -45,10 +45,15 @@ EXPHIL_ATTN_HD constexpr int64_t attention_row_blocks(int64_t len, int warps) {
   return (len + rows - 1) / rows;
 }
 
-// The rowsum kernel's blocks (attention_rowdot_kernel): threads, and the
-// groups of rows each warp loads before it sums any.
+// The rowsum kernel's blocks (attention_rowdot_kernel): threads, the groups
+// of rows each warp loads before it sums any, and the blocks an SM holds.
+// Two groups fit 32 registers, so that eight blocks share an SM (B32 h8
+// T256 d64 in f32: 2048 blocks, 1.9 waves); four groups (40 registers, six
+// blocks, 1024 blocks in 1.3 waves) took forward + backward there 1.7 to
+// 2.4 us longer on an H200 (bench/RESULTS.md).
 constexpr int kAttnRowdotThreads = 256;
-constexpr int kAttnRowdotPasses = 4;
+constexpr int kAttnRowdotPasses = 2;
+constexpr int kAttnRowdotMinBlocks = 8;
 
 // Minimum resident blocks per SM the kernels are compiled for, which caps
 // their registers. f16/bf16 up to d = 64 fit 128 registers (a few spilled
