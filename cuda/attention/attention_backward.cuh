@@ -449,11 +449,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
   const int64_t row_hi[2] = {keys.hi(my_row[0]), keys.hi(my_row[1])};
 
   float dq[kDT][4] = {};
-  int stage = 0;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
-    await_kv_tile<kStages>(k0, k_begin, k_end, kKT, stage, load_kv);
-    __syncthreads();
-    if (k0 < warp_hi && k0 + kKT > warp_lo) {
+  stream_kv_tiles<kStages>(k_begin, k_end, kKT, load_kv, [&](int64_t k0, int stage) {
+    if (k0 < warp_hi && k0 + kKT > warp_lo) {  // the warp sees keys of the tile
       const Elem* k_tile = k_s + stage * kKT * kLd;
       const Elem* v_tile = v_s + stage * kKT * kLd;
       float s[kNT][4] = {}, dp[kNT][4] = {};
@@ -466,8 +463,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32, attention_min_blocks(sizeo
       dq_tile_scores<Elem>(s, dp, span, scale_log2, row_lse, row_dot);
       WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(dq, dp, k_tile, kLd, scratch);
     }
-    __syncthreads();  // every warp is done with this stage before it is refilled
-  }
+  });
   cp_async_wait<0>();
   allow_dependent_grid();  // the dK/dV kernel, as this block ends
 

@@ -249,25 +249,32 @@ __device__ __forceinline__ void load_rows_async(Elem* dst, int ld, const Elem* s
   }
 }
 
-// The K/V stream of the forward and dQ kernels, before the tile at k0 (of
-// kKT keys, in `stage`) is used: with two stages, starts copying the next
-// tile into the other stage and waits for this one; with one, starts this
-// tile's copy (the first tile's went out with the prologue) and waits for
-// it. The caller's block barrier then makes the tile visible to every warp.
-// load_kv(k0, stage) starts the copies of one tile.
-template <int kStages, class LoadKv>
-__device__ __forceinline__ void await_kv_tile(int64_t k0, int64_t k_begin, int64_t k_end, int kKT,
-                                              int stage, LoadKv&& load_kv) {
-  if constexpr (kStages == 2) {
-    if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-  } else {
-    if (k0 != k_begin) {
-      load_kv(k0, 0);
+// The K/V stream of the forward and dQ kernels: calls use(k0, stage) for
+// each tile of kKT keys from k_begin to k_end, once the tile (in shared
+// memory stage `stage`) is visible to every warp, and refills a stage only
+// after every warp is done with it. With two stages the next tile's copy
+// starts before this one is waited for; with one, a tile's copy starts as
+// the previous tile's use ends (the first tile's went out with the
+// prologue). load_kv(k0, stage) starts the copies of one tile.
+template <int kStages, class LoadKv, class UseTile>
+__device__ __forceinline__ void stream_kv_tiles(int64_t k_begin, int64_t k_end, int kKT,
+                                                LoadKv&& load_kv, UseTile&& use) {
+  int stage = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
+    if constexpr (kStages == 2) {
+      if (k0 + kKT < k_end) load_kv(k0 + kKT, stage ^ 1);
       cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (k0 != k_begin) {
+        load_kv(k0, 0);
+        cp_async_commit();
+      }
+      cp_async_wait<0>();
     }
-    cp_async_wait<0>();
+    __syncthreads();
+    use(k0, stage);
+    __syncthreads();  // every warp is done with this stage before it is refilled
   }
 }
 

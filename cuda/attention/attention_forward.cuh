@@ -145,11 +145,8 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
       cp_async_commit();
     }
   } else {
-    int stage = 0;
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += kKT, stage = kStages == 1 ? 0 : stage ^ 1) {
-      await_kv_tile<kStages>(k0, k_begin, k_end, kKT, stage, load_kv);
-      __syncthreads();
-      if (k0 < warp_hi && k0 + kKT > warp_lo) {
+    stream_kv_tiles<kStages>(k_begin, k_end, kKT, load_kv, [&](int64_t k0, int stage) {
+      if (k0 < warp_hi && k0 + kKT > warp_lo) {  // the warp sees keys of the tile
         const Elem* k_tile = k_s + stage * kKT * kLdQK;
         const Elem* v_tile = v_s + stage * kKT * kLd;
         if (!q_is_held) {  // Q's copy is in the first group, which every tile waits for
@@ -167,8 +164,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
           online_softmax_tile<Elem>(s, o, m, l, span, scale_log2);
         WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_tile, kLd, scratch);
       }
-      __syncthreads();  // every warp is done with this stage before it is refilled
-    }
+    });
   }
   cp_async_wait<0>();  // a block with no keys still has its Q copy in flight
 

@@ -210,7 +210,7 @@ TEST_CASE("attention forward: row maxima that jump between key tiles, and a nega
           "[gpu][attention]") {
   // The forwards let a row's running max lag by up to 8 (base 2) and
   // rescale O only when a max rises further (online_softmax_tile), but for
-  // the sm_80 f16/bf16 one at d = 64, which rescales every tile
+  // the sm_80 f16/bf16 one up to d = 64, which rescales every tile
   // (online_softmax_tile_eager); both folds run here. With the default
   // scale, random scores never rise that far after the first tile.
   // At scale 2 (16 to 23 times the default here) about half of the later
