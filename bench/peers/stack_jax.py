@@ -74,8 +74,9 @@ the timings still run.
   slope is the cost of one FFI call inside a compiled program (the larger of
   its GPU time and XLA's host-side cost to launch it, as in the stack). The
   stack runs 2 forward calls per inference and 2 forward + 2 backward per
-  training step; their share of the stack's latency is reported. jax.profiler
-  is not used (not reliable on these machines).
+  training step; their share of the stack's latency is reported. The
+  profiler is kept out of these timings (it slows every call by 30 to 60
+  us); stack_profile.py splits single calls with it instead.
 * frame budget: each latency as a share of 16.67 ms (60 Hz); the issue-7
   target is < 100 us per inference call on H100/H200.
 * T sweep (f32; --sweep-train adds the training step): the stack latency of
