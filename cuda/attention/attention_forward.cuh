@@ -65,17 +65,17 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
   const int64_t k_begin = keys.lo(row0), k_end = keys.hi(block_last);
   // f16/bf16 up to d = 64: 128 registers, where the stepped copies spilled
   constexpr bool kLean = attention_min_blocks(sizeof(Elem), kD) == 4;
-  auto load_k = [&](int64_t k0) {
-    load_rows_async<Elem, kD, kLean>(k_s, kLdQK, d_k + k0 * kv_row, kv_row, kKT, S - k0);
-  };
-  auto load_v = [&](int64_t k0) {
-    load_rows_async<Elem, kD, kLean>(v_s, kLd, d_v + k0 * kv_row, kv_row, kKT, S - k0);
-  };
-  auto load_kv = [&](int64_t k0, int stage) {
+  auto load_k = [&](int64_t k0, int stage) {
     load_rows_async<Elem, kD, kLean>(k_s + stage * kKT * kLdQK, kLdQK, d_k + k0 * kv_row, kv_row,
                                      kKT, S - k0);
+  };
+  auto load_v = [&](int64_t k0, int stage) {
     load_rows_async<Elem, kD, kLean>(v_s + stage * kKT * kLd, kLd, d_v + k0 * kv_row, kv_row, kKT,
                                      S - k0);
+  };
+  auto load_kv = [&](int64_t k0, int stage) {
+    load_k(k0, stage);
+    load_v(k0, stage);
   };
 
   load_rows_async<Elem, kD, kLean>(q_s, kLdQK,
@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
   // slower that way, and keeps one wait (bench/RESULTS.md).
   constexpr bool kSplitWaits = kStages == 1 && attention_storage<Elem>.tf32x3;
   if constexpr (kSplitWaits) {
-    if (k_begin < k_end) load_k(k_begin);
+    if (k_begin < k_end) load_k(k_begin, 0);
     cp_async_commit();
-    if (k_begin < k_end) load_v(k_begin);
+    if (k_begin < k_end) load_v(k_begin, 0);
     cp_async_commit();
   } else {
     if (k_begin < k_end) load_kv(k_begin, 0);
@@ -130,7 +130,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
                                                      scratch);
       }
       __syncthreads();  // every warp is done with K
-      if (k0 + kKT < k_end) load_k(k0 + kKT);
+      if (k0 + kKT < k_end) load_k(k0 + kKT, 0);
       cp_async_commit();
       if (sees) {
         const TileSpan span[2] = {tile_span(row_lo[0], row_hi[0], k0, kKT),
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kAttnMaxWarps * 32,
       __syncthreads();
       if (sees) WarpMma<Elem>::template a_frag_b_kn<kDT, kKT>(o, s, v_s, kLd, scratch);
       __syncthreads();  // every warp is done with V
-      if (k0 + kKT < k_end) load_v(k0 + kKT);
+      if (k0 + kKT < k_end) load_v(k0 + kKT, 0);
       cp_async_commit();
     }
   } else {

@@ -17,6 +17,26 @@
 
 namespace exphil::kernels::attn {
 
+// Both folds' steps: the scores scaled to base 2, those outside a row's
+// span set to -inf; and the tile's exponentiated scores added to the rows'
+// sums.
+template <class Elem, int kNT>
+__device__ __forceinline__ void scale_scores_in_span(float (&s)[kNT][4], const TileSpan (&span)[2],
+                                                     float scale_log2) {
+#pragma unroll
+  for (int j = 0; j < kNT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+}
+template <int kNT>
+__device__ __forceinline__ void add_tile_sums(const float (&s)[kNT][4], float (&l)[2]) {
+  float tile_sum[2];
+  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
+  l[0] += tile_sum[0];
+  l[1] += tile_sum[1];
+}
+
 // Folds a tile of raw scores s (kNT 8-key tiles) into m, l and o: masks the
 // keys outside each row's span, rescales l and o when the row max moved,
 // and leaves the tile's weights exp2(scale score - m) in s for the P V
@@ -46,13 +66,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
                                                     const TileSpan (&span)[2], float scale_log2) {
   const bool whole = warp_sees_whole_tile(span, 8 * kNT);
   const bool raw = whole && scale_log2 > 0.0f;  // warp-uniform
-  if (!raw) {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
-  }
+  if (!raw) scale_scores_in_span<Elem>(s, span, scale_log2);
   const float mul = raw ? scale_log2 : 1.0f;
   float tile_max[2];
   fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
@@ -89,10 +103,7 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kNT][4], float (&
   for (int j = 0; j < kNT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(fmaf(s[j][e], mul, -base[e >> 1]));
-  float tile_sum[2];
-  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
-  l[0] += tile_sum[0];
-  l[1] += tile_sum[1];
+  add_tile_sums(s, l);
 }
 
 // online_softmax_tile's fold without its shortcuts: every tile scales its
@@ -110,11 +121,7 @@ __device__ __forceinline__ void online_softmax_tile_eager(float (&s)[kNT][4], fl
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] *= scale_log2;
   } else {
-#pragma unroll
-    for (int j = 0; j < kNT; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        s[j][e] = in_span<Elem>(span, j, e) ? s[j][e] * scale_log2 : -CUDART_INF_F;
+    scale_scores_in_span<Elem>(s, span, scale_log2);
   }
   float tile_max[2];
   fragment_row_reduce(s, tile_max, [](float a, float b) { return fmaxf(a, b); });
@@ -138,10 +145,7 @@ __device__ __forceinline__ void online_softmax_tile_eager(float (&s)[kNT][4], fl
   for (int j = 0; j < kNT; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = exp2_ftz(s[j][e] - base[e >> 1]);
-  float tile_sum[2];
-  fragment_row_reduce(s, tile_sum, [](float a, float b) { return a + b; });
-  l[0] += tile_sum[0];
-  l[1] += tile_sum[1];
+  add_tile_sums(s, l);
 }
 
 // Writes the warp's rows from warp_row0 on (those below T) of O = o / l
