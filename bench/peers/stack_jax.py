@@ -261,6 +261,32 @@ def make_fns(scan_fn, name="stack"):
     return jax.jit(inference), jax.jit(train)
 
 
+# What y becomes in each stack the tables time: the three variants, then the
+# bounds (BOUNDS).
+SCAN_FNS = {**VARIANTS, "noscan": scan_none, "cell": scan_cell}
+# Every inference candidate_inferences() builds.
+CANDIDATE_NAMES = tuple(SCAN_FNS) + tuple(f"{n}-c" for n in SCAN_FNS) + ("floor", "floor-c")
+
+
+def candidate_inferences(params, x, names):
+    """{name: (jitted inference, its arguments)} for each of `names`
+    (CANDIDATE_NAMES): a SCAN_FNS name is that stack on (params, x); with
+    "-c", the same with the parameters closed over, on x alone; "floor" and
+    "floor-c" are a jit of one elementwise op on those same arguments."""
+    out = {}
+    for name in names:
+        if name == "floor":
+            out[name] = (jax.jit(lambda p, x: x * 2), (params, x))
+        elif name == "floor-c":
+            out[name] = (jax.jit(lambda x: x * 2), (x,))
+        elif name.endswith("-c"):
+            base = name[:-2]
+            out[name] = (make_closed_inference(params, SCAN_FNS[base], f"{base}_c"), (x,))
+        else:
+            out[name] = (make_fns(SCAN_FNS[name], name)[0], (params, x))
+    return out
+
+
 # ---------------------------------------------------------------------------
 # Comparison
 # ---------------------------------------------------------------------------
@@ -288,17 +314,17 @@ def compare_trees(ours, ref, dtype_name, tol_scale=1.0):
 # ---------------------------------------------------------------------------
 # Timing
 # ---------------------------------------------------------------------------
-def _block(x):
+def block_ready(x):
     return jax.block_until_ready(x)
 
 
 def _timed_call(fn, args):
     t0 = time.perf_counter()
-    _block(fn(*args))
+    block_ready(fn(*args))
     return time.perf_counter() - t0
 
 
-class _NoGC:
+class NoGC:
     """Python's cyclic GC off while timing (its pauses land in single calls)."""
 
     def __enter__(self):
@@ -318,7 +344,7 @@ def warm_up(cands, warmup_s):
         t_end = time.perf_counter() + warmup_s
         k = 0
         while k < 3 or time.perf_counter() < t_end:
-            _block(fn(*args))
+            block_ready(fn(*args))
             k += 1
         est[name] = _timed_call(fn, args)
     return est
@@ -331,7 +357,7 @@ def time_latency(cands, reps, budget_s, warmup_s, rounds=10):
     of the machine's state hits all of them alike. Calls per candidate:
     reps, cut so that it takes about budget_s (at least 5). Returns {name:
     {median_s, p10_s, p90_s, min_s, n}}."""
-    with _NoGC():
+    with NoGC():
         est = warm_up(cands, warmup_s)
         n = {k: max(5, min(reps, int(budget_s / max(t, 1e-7)))) for k, t in est.items()}
         samples = {k: [] for k in cands}
@@ -352,14 +378,14 @@ def time_pipelined(cands, calls, reps):
     """cands: {name: (fn, args)}. `calls` back-to-back dispatches, then one
     block: seconds per call, median over reps (candidates interleaved)."""
     per = {k: [] for k in cands}
-    with _NoGC():
+    with NoGC():
         for fn, args in cands.values():
-            _block(fn(*args))
+            block_ready(fn(*args))
         for _ in range(reps):
             for k, (fn, args) in cands.items():
                 t0 = time.perf_counter()
                 outs = [fn(*args) for _ in range(calls)]
-                _block(outs)
+                block_ready(outs)
                 per[k].append((time.perf_counter() - t0) / calls)
                 del outs
     return {k: statistics.median(v) for k, v in per.items()}
@@ -416,9 +442,9 @@ def verify(params, x, target, dtype_name, modes, fns, tol_scale):
         res = {}
         for v, (fwd, train) in fns.items():
             if mode == "inference":
-                res[v] = _block(fwd(params, x))
+                res[v] = block_ready(fwd(params, x))
             else:
-                res[v] = _block(train(params, x, target))
+                res[v] = block_ready(train(params, x, target))
         ref = res[REFERENCE_VARIANT]
         out[mode] = {}
         for v in fns:
@@ -462,14 +488,11 @@ def section_main_table(args, results, failures):
             if not ok:
                 failures.append(f"{dn}: variants disagree: {checks}")
             report_placement(dn, results)
-            bounds = {"noscan": (make_fns(scan_none, "noscan")[0], (params, x)),
-                      "cell": (make_fns(scan_cell, "cell")[0], (params, x)),
-                      "floor": (jax.jit(lambda p, x: x * 2), (params, x))}
-            closed = {f"{v}-c": (make_closed_inference(params, f, f"{v}_c"), (x,))
-                      for v, f in (("ffi", scan_ffi), ("assoc", scan_assoc), ("cell", scan_cell))}
-            closed["floor-c"] = (jax.jit(lambda x: x * 2), (x,))
-            ref = _block(fns[REFERENCE_VARIANT][0](params, x))
-            ok, worst, where = compare_trees(_block(closed["ffi-c"][0](x)), ref, dn, args.tol_scale)
+            # The bounds and the closed-over forms, in the table's order.
+            extra = candidate_inferences(params, x, ("noscan", "cell", "floor", "ffi-c", "assoc-c",
+                                                     "cell-c", "floor-c"))
+            ref = block_ready(fns[REFERENCE_VARIANT][0](params, x))
+            ok, worst, where = compare_trees(block_ready(extra["ffi-c"][0](x)), ref, dn, args.tol_scale)
             checks["inference"]["ffi-c"] = {"ok": bool(ok), "worst_ratio": worst, "where": where}
             if not ok:
                 failures.append(f"{dn}: ffi-c disagrees with {REFERENCE_VARIANT}: {worst} at {where}")
@@ -477,8 +500,7 @@ def section_main_table(args, results, failures):
                 cands = {v: ((fwd, (params, x)) if mode == "inference" else (train, (params, x, target)))
                          for v, (fwd, train) in fns.items()}
                 if mode == "inference":
-                    cands.update(bounds)
-                    cands.update(closed)
+                    cands.update(extra)
                 lats = time_latency(cands, args.reps, args.budget, args.warmup_s)
                 pipes = time_pipelined(cands, args.calls, args.pipe_reps)
                 for v in cands:

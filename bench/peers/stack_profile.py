@@ -61,7 +61,6 @@ import stack_jax as sj  # noqa: E402
 
 CALL_PREFIX = "exphil_call/"
 OUR_KERNEL_MARK = "exphil"
-ALL_VARIANTS = ("ffi", "ffi-c", "noscan", "cell", "cell-c", "floor", "floor-c")
 
 
 def build_candidates(dn, args):
@@ -69,29 +68,20 @@ def build_candidates(dn, args):
     dtype = sj.DTYPES[dn]
     params = sj.init_params(args.seed, args.embed, args.hidden, args.layers, dtype)
     x, _ = sj.make_inputs(args.seed, args.batch, args.seq, args.embed, args.hidden, dtype)
-    make = {
-        "ffi": lambda: (sj.make_fns(sj.scan_ffi, "ffi")[0], (params, x)),
-        "ffi-c": lambda: (sj.make_closed_inference(params, sj.scan_ffi, "ffi_c"), (x,)),
-        "noscan": lambda: (sj.make_fns(sj.scan_none, "noscan")[0], (params, x)),
-        "cell": lambda: (sj.make_fns(sj.scan_cell, "cell")[0], (params, x)),
-        "cell-c": lambda: (sj.make_closed_inference(params, sj.scan_cell, "cell_c"), (x,)),
-        "floor": lambda: (jax.jit(lambda p, x: x * 2), (params, x)),
-        "floor-c": lambda: (jax.jit(lambda x: x * 2), (x,)),
-    }
-    return {v: make[v]() for v in args.variants}
+    return sj.candidate_inferences(params, x, args.variants)
 
 
 def traced_calls(cands, dn, calls, rounds=10):
     """Synchronous calls, each in its own annotation, variants interleaved
     in rounds as stack_jax times them."""
     per_round = max(1, calls // rounds)
-    with sj._NoGC():
+    with sj.NoGC():
         for _ in range(rounds):
             for v, (fn, a) in cands.items():
                 name = f"{CALL_PREFIX}{dn}/{v}"
                 for _ in range(per_round):
                     with jax.profiler.TraceAnnotation(name):
-                        sj._block(fn(*a))
+                        sj.block_ready(fn(*a))
 
 
 # ---------------------------------------------------------------------------
@@ -240,9 +230,9 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     a.dtypes = [d.strip() for d in a.dtypes.split(",") if d.strip()]
     a.variants = [v.strip() for v in a.variants.split(",") if v.strip()]
-    bad = [d for d in a.dtypes if d not in sj.DTYPES] + [v for v in a.variants if v not in ALL_VARIANTS]
+    bad = [d for d in a.dtypes if d not in sj.DTYPES] + [v for v in a.variants if v not in sj.CANDIDATE_NAMES]
     if bad:
-        p.error(f"unknown dtypes or variants {bad} (dtypes {list(sj.DTYPES)}, variants {ALL_VARIANTS})")
+        p.error(f"unknown dtypes or variants {bad} (dtypes {list(sj.DTYPES)}, variants {sj.CANDIDATE_NAMES})")
     if a.seed is None:
         a.seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
     return a
