@@ -5,18 +5,46 @@ defmodule ExPhil.Native.MixProject do
     [
       app: :exphil_native,
       version: "0.2.0",
-      elixir: "~> 1.14",
+      # Nx 0.12 needs 1.17; Edifice 1.18.
+      elixir: "~> 1.17",
       compilers: [:exphil_nif] ++ Mix.compilers(),
       elixirc_paths: elixirc_paths(Mix.env()),
-      deps: [],
+      deps: deps(),
       docs: [main: "ExPhil.Native"]
     ]
   end
 
-  def application, do: [extra_applications: []]
+  def application, do: [extra_applications: [:logger]]
 
   defp elixirc_paths(:test), do: ["lib", "test/support"]
   defp elixirc_paths(_), do: ["lib"]
+
+  # Hex requirements, as users write them. On a machine without Hex,
+  # EXPHIL_DEPS_PATH names a folder holding each package's source under its
+  # own name (e.g. ../shared/vendor), and every dependency is taken from
+  # there instead. EXLA is optional: with it the ops compile into XLA custom
+  # calls; Axon and Edifice are optional too.
+  defp deps do
+    [
+      dep(:nx, "~> 0.12"),
+      dep(:exla, "~> 0.12", optional: true),
+      dep(:axon, "~> 0.8", optional: true),
+      dep(:edifice, "~> 0.2", optional: true)
+    ]
+  end
+
+  defp dep(name, requirement, opts \\ []) do
+    case System.get_env("EXPHIL_DEPS_PATH") do
+      nil -> {name, requirement, opts}
+      "" -> {name, requirement, opts}
+      folder -> {name, [path: Path.join(Path.expand(folder), Atom.to_string(name))] ++ path_opts(name) ++ opts}
+    end
+  end
+
+  # A source folder of EXLA has no XLA binary beside it (its Elixir modules
+  # compile; its NIF does not load), so Mix must not start it.
+  defp path_opts(:exla), do: [runtime: false]
+  defp path_opts(_), do: []
 end
 
 defmodule Mix.Tasks.Compile.ExphilNif do

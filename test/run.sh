@@ -7,11 +7,25 @@
 #
 #   EXPHIL_BUILD_DIR   build folder (default: build/ at the top)
 #   CUDAARCHS          CUDA architectures (default: CMakeLists.txt's list)
+#   EXPHIL_DEPS_PATH   folder of the Elixir packages' sources, used instead
+#                      of Hex (default: ../shared/vendor beside the checkout,
+#                      where it exists; its elixir/bin then comes first on
+#                      PATH: Nx needs Elixir 1.17 or newer)
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${EXPHIL_BUILD_DIR:-$root/build}
 jobs=$(nproc)
+
+if [ -z "${EXPHIL_DEPS_PATH:-}" ] && [ -d "$root/../shared/vendor/nx" ]; then
+  EXPHIL_DEPS_PATH=$(cd "$root/../shared/vendor" && pwd)
+fi
+if [ -n "${EXPHIL_DEPS_PATH:-}" ]; then
+  export EXPHIL_DEPS_PATH
+  if [ -x "$EXPHIL_DEPS_PATH/elixir/bin/mix" ]; then
+    export PATH="$EXPHIL_DEPS_PATH/elixir/bin:$PATH"
+  fi
+fi
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH=/usr/local/cuda/bin:$PATH
@@ -33,9 +47,12 @@ else
 fi
 echo "== ExUnit (mix_stub)"
 if command -v mix >/dev/null 2>&1; then
-  (cd "$root/mix_stub" && LANG=C.UTF-8 EXPHIL_BUILD_DIR="$build" mix test) || status=$?
+  echo "Elixir: $(elixir --version | tail -n 1); dependencies: ${EXPHIL_DEPS_PATH:-Hex}"
+  (cd "$root/mix_stub" && LANG=C.UTF-8 EXPHIL_BUILD_DIR="$build" MIX_ENV=test \
+     mix do deps.get + compile + test) || status=$?
 else
-  echo "mix not found: install Elixir (Debian: elixir erlang-dev) to run the ExUnit suite" >&2
+  echo "mix not found: install Elixir 1.17 or newer, or set EXPHIL_DEPS_PATH to a" \
+       "folder with elixir/ and the packages (see README), to run the ExUnit suite" >&2
   status=1
 fi
 exit "$status"

@@ -122,7 +122,7 @@ defmodule ExPhil.Native do
   def load_error, do: :persistent_term.get({__MODULE__, :load_error}, {:error, :not_loaded})
 
   @doc false
-  def nif_not_loaded!, do: raise(ExPhil.Native.LoadError, reason: load_error())
+  def nif_load_error, do: %ExPhil.Native.LoadError{reason: load_error()}
 
   ## Devices
 

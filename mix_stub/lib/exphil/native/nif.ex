@@ -22,8 +22,11 @@ defmodule ExPhil.Native.NIF do
                   __STACKTRACE__
       end
 
+      # Replaced when the NIF library loads. :erlang.nif_error/1 raises its
+      # argument as :erlang.error/1 would, so callers see the LoadError; the
+      # type checker reads it as a NIF stub, whose result may be anything.
       @doc false
-      def unquote(nif)(unquote_splicing(stub_args)), do: nif_not_loaded!()
+      def unquote(nif)(unquote_splicing(stub_args)), do: :erlang.nif_error(nif_load_error())
     end
   end
 end
