@@ -35,9 +35,15 @@ defmodule ExPhil.Native.MixProject do
 
   defp dep(name, requirement, opts \\ []) do
     case System.get_env("EXPHIL_DEPS_PATH") do
-      nil -> {name, requirement, opts}
-      "" -> {name, requirement, opts}
-      folder -> {name, [path: Path.join(Path.expand(folder), Atom.to_string(name))] ++ path_opts(name) ++ opts}
+      nil ->
+        {name, requirement, opts}
+
+      "" ->
+        {name, requirement, opts}
+
+      folder ->
+        {name,
+         [path: Path.join(Path.expand(folder), Atom.to_string(name))] ++ path_opts(name) ++ opts}
     end
   end
 
@@ -50,7 +56,11 @@ end
 defmodule Mix.Tasks.Compile.ExphilNif do
   @moduledoc """
   Builds the `ExPhil.Native` NIF (`libexphil_nif.so`) with the repository's
-  CMake project and copies it to the application's `priv/`.
+  CMake project and copies it to the application's `priv/`; likewise the XLA
+  FFI handlers (`libexphil_xla_ffi.so`) where XLA's FFI headers are found:
+  those of the EXLA this project compiles against (its
+  `cache/xla_extension/include`, from the XLA that will load them), or else
+  what CMake finds (`EXPHIL_XLA_FFI_INCLUDE_DIR`, JAX's).
 
   Environment:
 
@@ -61,41 +71,88 @@ defmodule Mix.Tasks.Compile.ExphilNif do
   """
   use Mix.Task.Compiler
 
-  @shortdoc "Builds libexphil_nif.so with CMake"
+  @shortdoc "Builds libexphil_nif.so (and libexphil_xla_ffi.so) with CMake"
 
   @impl true
   def run(_args) do
+    unless System.find_executable("cmake") do
+      Mix.raise(
+        "cmake not found: the NIF is built with CMake (3.25 or newer), a C++17 compiler " <>
+          "and the CUDA toolkit (12.8 or newer); see the repository's README"
+      )
+    end
+
     root = Path.expand("..", __DIR__)
-    build = System.get_env("EXPHIL_BUILD_DIR") || Path.join(Mix.Project.build_path(), "exphil_cmake")
+
+    build =
+      System.get_env("EXPHIL_BUILD_DIR") || Path.join(Mix.Project.build_path(), "exphil_cmake")
+
     jobs = Integer.to_string(System.schedulers_online())
 
-    cmake!(["-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release"])
+    cmake!(["-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release" | exla_ffi_headers()])
     cmake!(["--build", build, "--target", "exphil_nif", "-j", jobs])
 
-    built = Path.join([build, "c_src", "nif", "libexphil_nif.so"])
+    nif = Path.join([build, "c_src", "nif", "libexphil_nif.so"])
 
-    unless File.exists?(built) do
-      Mix.raise("CMake did not build #{built}: is erl_nif.h installed (erlang-dev)?")
+    unless File.exists?(nif) do
+      Mix.raise("CMake did not build #{nif}: is erl_nif.h installed (erlang-dev)?")
     end
+
+    # The handler library is a target only where CMake found XLA's headers.
+    ffi =
+      if has_target?(build, "exphil_xla_ffi") do
+        cmake!(["--build", build, "--target", "exphil_xla_ffi", "-j", jobs])
+        [Path.join([build, "c_src", "xla_ffi", "libexphil_xla_ffi.so"])]
+      else
+        []
+      end
 
     priv = Path.join(Mix.Project.app_path(), "priv")
     File.mkdir_p!(priv)
-    target = Path.join(priv, "libexphil_nif.so")
 
-    if File.read!(built) == (File.exists?(target) && File.read!(target)) do
-      {:noop, []}
+    if Enum.map([nif | ffi], &install(&1, priv)) |> Enum.any?(), do: {:ok, []}, else: {:noop, []}
+  end
+
+  # Copies `built` into `priv`; whether it changed.
+  defp install(built, priv) do
+    target = Path.join(priv, Path.basename(built))
+
+    if File.exists?(target) and File.read!(built) == File.read!(target) do
+      false
     else
       # A fresh file, not an overwrite: a running VM may have the old one mapped.
       File.rm(target)
       File.cp!(built, target)
-      {:ok, []}
+      true
     end
+  end
+
+  defp exla_ffi_headers do
+    exla = Mix.Project.deps_paths()[:exla]
+    include = exla && Path.join(exla, "cache/xla_extension/include")
+
+    if System.get_env("EXPHIL_XLA_FFI_INCLUDE_DIR") == nil and include != nil and
+         File.regular?(Path.join(include, "xla/ffi/api/ffi.h")) do
+      ["-DEXPHIL_XLA_FFI_INCLUDE_DIR=#{include}"]
+    else
+      []
+    end
+  end
+
+  defp has_target?(build, target) do
+    {help, _} =
+      System.cmd("cmake", ["--build", build, "--target", "help"], stderr_to_stdout: true)
+
+    help =~ ~r/\b#{target}\b/
   end
 
   defp cmake!(args) do
     case System.cmd("cmake", args, stderr_to_stdout: true) do
-      {_, 0} -> :ok
-      {output, status} -> Mix.raise("cmake #{Enum.join(args, " ")} failed (#{status}):\n#{output}")
+      {_, 0} ->
+        :ok
+
+      {output, status} ->
+        Mix.raise("cmake #{Enum.join(args, " ")} failed (#{status}):\n#{output}")
     end
   end
 end

@@ -55,4 +55,10 @@ else
        "folder with elixir/ and the packages (see README), to run the ExUnit suite" >&2
   status=1
 fi
+echo "== The EXLA change that pins custom-call layouts (mix_stub/upstream/exla)"
+if [ -n "${EXPHIL_DEPS_PATH:-}" ]; then
+  bash "$root/mix_stub/upstream/exla/run_tests.sh" || status=$?
+else
+  echo "not run: it patches a copy of EXLA's sources, and EXPHIL_DEPS_PATH names none" >&2
+fi
 exit "$status"

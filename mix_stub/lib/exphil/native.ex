@@ -81,8 +81,16 @@ defmodule ExPhil.Native do
 
   @typedoc "The fields of `%Nx.Pointer{}` the NIF reads."
   @type pointer ::
-          %{required(:kind) => :local, required(:address) => non_neg_integer(), required(:data_size) => non_neg_integer()}
-          | %{required(:kind) => :ipc, required(:handle) => binary(), required(:data_size) => non_neg_integer()}
+          %{
+            required(:kind) => :local,
+            required(:address) => non_neg_integer(),
+            required(:data_size) => non_neg_integer()
+          }
+          | %{
+              required(:kind) => :ipc,
+              required(:handle) => binary(),
+              required(:data_size) => non_neg_integer()
+            }
 
   @typedoc "A tensor in device memory."
   @type tensor :: {pointer() | Buffer.t(), type(), tuple()} | Buffer.t()
@@ -128,25 +136,25 @@ defmodule ExPhil.Native do
 
   @doc "The number of CUDA devices (0 on a machine without a GPU or driver)."
   @spec device_count() :: non_neg_integer() | {:error, reason()}
-  defnative device_count()
+  defnative(device_count())
 
   @doc """
   Name, memory (`:total_memory`, `:free_memory` in bytes), compute
   capability and multiprocessor count of a device.
   """
   @spec device_info(non_neg_integer()) :: {:ok, map()} | {:error, reason()}
-  defnative device_info(device)
+  defnative(device_info(device))
 
   @doc "Waits for all work on every device, from any stream."
   @spec synchronize() :: :ok | {:error, reason()}
-  defnative synchronize()
+  defnative(synchronize())
 
   @doc """
   Waits for all work on `device`, from any stream: use it before an op when
   an input may still be in flight (for instance a fresh upload by EXLA).
   """
   @spec synchronize(non_neg_integer()) :: :ok | {:error, reason()}
-  defnative synchronize(device)
+  defnative(synchronize(device))
 
   @doc """
   A new CUDA stream (non-blocking) on a device (options: `:device`, default
@@ -154,11 +162,11 @@ defmodule ExPhil.Native do
   collected, after the work queued on it.
   """
   @spec new_stream(keyword() | map()) :: {:ok, Stream.t()} | {:error, reason()}
-  defnative new_stream(opts \\ [])
+  defnative(new_stream(opts \\ []))
 
   @doc "Waits for the work of an op called with `sync: false`; returns its outputs."
   @spec await(Event.t()) :: {:ok, outputs()} | {:error, reason()}
-  defnative await(event)
+  defnative(await(event))
 
   ## Buffers
 
@@ -168,40 +176,45 @@ defmodule ExPhil.Native do
   is garbage-collected.
   """
   @spec allocate(type(), tuple(), keyword() | map()) :: {:ok, Buffer.t()} | {:error, reason()}
-  defnative allocate(type, shape, opts \\ [])
+  defnative(allocate(type, shape, opts \\ []))
 
   @doc "Copies a binary (native byte order) into a new buffer."
-  @spec upload(binary(), type(), tuple(), keyword() | map()) :: {:ok, Buffer.t()} | {:error, reason()}
-  defnative upload(data, type, shape, opts \\ [])
+  @spec upload(binary(), type(), tuple(), keyword() | map()) ::
+          {:ok, Buffer.t()} | {:error, reason()}
+  defnative(upload(data, type, shape, opts \\ []))
 
   @doc """
   Copies a buffer (or a `{buffer, type, shape}` view of it) to a binary,
   after the work enqueued on its device's managed stream.
   """
   @spec download(Buffer.t() | tensor()) :: {:ok, binary()} | {:error, reason()}
-  defnative download(buffer)
+  defnative(download(buffer))
 
   @doc """
   Frees a buffer's device memory now, or as soon as work in flight that uses
   it has finished. A second call returns `{:error, :already_freed}`.
   """
   @spec free(Buffer.t()) :: :ok | {:error, :already_freed}
-  defnative free(buffer)
+  defnative(free(buffer))
 
   @doc """
   The pointer map of a buffer, `%{kind: :local, address: integer,
   data_size: bytes}`, for `Nx.from_pointer/4`. EXLA treats that memory as
   borrowed: keep the buffer alive (and unfreed) while the tensor is used.
   """
-  @spec pointer(Buffer.t()) :: %{kind: :local, address: non_neg_integer(), data_size: non_neg_integer()}
-  defnative pointer(buffer)
+  @spec pointer(Buffer.t()) :: %{
+          kind: :local,
+          address: non_neg_integer(),
+          data_size: non_neg_integer()
+        }
+  defnative(pointer(buffer))
 
   @doc """
   A CUDA IPC handle for a buffer, `%{kind: :ipc, handle: <<_::512>>,
   data_size: bytes}`, for another OS process to `import_ipc/4`.
   """
   @spec export_ipc(Buffer.t()) :: {:ok, pointer()} | {:error, reason()}
-  defnative export_ipc(buffer)
+  defnative(export_ipc(buffer))
 
   @doc """
   Maps memory exported by another process as a buffer of `type` and
@@ -209,12 +222,13 @@ defmodule ExPhil.Native do
   process and closed when the last buffer or call using it is gone; the
   mapped allocation must hold `data_size` bytes.
   """
-  @spec import_ipc(pointer(), type(), tuple(), keyword() | map()) :: {:ok, Buffer.t()} | {:error, reason()}
-  defnative import_ipc(pointer, type, shape, opts \\ [])
+  @spec import_ipc(pointer(), type(), tuple(), keyword() | map()) ::
+          {:ok, Buffer.t()} | {:error, reason()}
+  defnative(import_ipc(pointer, type, shape, opts \\ []))
 
   @doc "How many distinct IPC handles this process has open now."
   @spec open_ipc_handles() :: non_neg_integer()
-  defnative open_ipc_handles()
+  defnative(open_ipc_handles())
 
   ## Ops
 
@@ -223,25 +237,26 @@ defmodule ExPhil.Native do
   `[B, T, H]` and `:h_final` `[B, H]`.
   """
   @spec linear_scan_forward(tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative linear_scan_forward(a, b, opts \\ [])
+  defnative(linear_scan_forward(a, b, opts \\ []))
 
   @doc """
   Gradients of `linear_scan_forward/3`: given its inputs, its `y` and
   `grad_y`, outputs `:grad_a`, `:grad_b` and `:grad_h0`.
   """
-  @spec linear_scan_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative linear_scan_backward(a, b, y, grad_y, opts \\ [])
+  @spec linear_scan_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) ::
+          op_result()
+  defnative(linear_scan_backward(a, b, y, grad_y, opts \\ []))
 
   @doc """
   `z = sigmoid(gate)`, `h_t = (1 - z) * h_{t-1} + z * candidate`. Outputs
   `:y` and `:h_final`.
   """
   @spec min_gru_forward(tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative min_gru_forward(gate, candidate, opts \\ [])
+  defnative(min_gru_forward(gate, candidate, opts \\ []))
 
   @doc "Gradients of `min_gru_forward/3`: `:grad_gate`, `:grad_candidate`, `:grad_h0`."
   @spec min_gru_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative min_gru_backward(gate, candidate, y, grad_y, opts \\ [])
+  defnative(min_gru_backward(gate, candidate, y, grad_y, opts \\ []))
 
   @doc """
   `f = sigmoid(forget)`, `i = sigmoid(input)`, `s = f + i + 1e-6`,
@@ -249,23 +264,23 @@ defmodule ExPhil.Native do
   `:h_final`.
   """
   @spec min_lstm_forward(tensor(), tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative min_lstm_forward(forget, input, candidate, opts \\ [])
+  defnative(min_lstm_forward(forget, input, candidate, opts \\ []))
 
   @doc "Gradients of `min_lstm_forward/4`: `:grad_forget`, `:grad_input`, `:grad_candidate`, `:grad_h0`."
   @spec min_lstm_backward(tensor(), tensor(), tensor(), tensor(), tensor(), keyword() | map()) ::
           op_result()
-  defnative min_lstm_backward(forget, input, candidate, y, grad_y, opts \\ [])
+  defnative(min_lstm_backward(forget, input, candidate, y, grad_y, opts \\ []))
 
   @doc """
   `h_t = target + (h_{t-1} - target) * exp(-1 / tau)` (tau > 0). Outputs `:y`
   and `:h_final`.
   """
   @spec liquid_forward(tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative liquid_forward(tau, target, opts \\ [])
+  defnative(liquid_forward(tau, target, opts \\ []))
 
   @doc "Gradients of `liquid_forward/3`: `:grad_tau`, `:grad_target`, `:grad_h0`."
   @spec liquid_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) :: op_result()
-  defnative liquid_backward(tau, target, y, grad_y, opts \\ [])
+  defnative(liquid_backward(tau, target, y, grad_y, opts \\ []))
 
   ## Selective scan
 
@@ -285,7 +300,8 @@ defmodule ExPhil.Native do
           | {:stream, :managed | Stream.t()}
 
   @typedoc "Options of `selective_scan_backward/7`: the forward's and `:grad_h_final`."
-  @type selective_scan_backward_option :: selective_scan_option() | {:grad_h_final, tensor() | nil}
+  @type selective_scan_backward_option ::
+          selective_scan_option() | {:grad_h_final, tensor() | nil}
 
   @doc """
   Mamba's selective scan (S6). With `x`, `dt` of shape `[B, T, D]`, `a`
@@ -327,9 +343,16 @@ defmodule ExPhil.Native do
   exphil.h does: `A`, `B`, `C`, `D` (and `grad_A`, ...) are `a`, `b`, `c`,
   `:d` (and `:grad_a`, ...).
   """
-  @spec selective_scan_forward(tensor(), tensor(), tensor(), tensor(), tensor(), [selective_scan_option()] | map()) ::
+  @spec selective_scan_forward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [selective_scan_option()] | map()
+        ) ::
           op_result()
-  defnative selective_scan_forward(x, dt, a, b, c, opts \\ [])
+  defnative(selective_scan_forward(x, dt, a, b, c, opts \\ []))
 
   @doc """
   Gradients of `selective_scan_forward/6`, given its inputs with the same
@@ -369,7 +392,7 @@ defmodule ExPhil.Native do
           tensor(),
           [selective_scan_backward_option()] | map()
         ) :: op_result()
-  defnative selective_scan_backward(x, dt, a, b, c, grad_y, opts \\ [])
+  defnative(selective_scan_backward(x, dt, a, b, c, grad_y, opts \\ []))
 
   ## Attention
 
@@ -443,8 +466,9 @@ defmodule ExPhil.Native do
   naming the option or tensor; other shapes, types and the head width are
   checked by the library, whose messages name the tensors as here.
   """
-  @spec attention_forward(tensor(), tensor(), tensor(), [attention_option()] | map()) :: op_result()
-  defnative attention_forward(q, k, v, opts \\ [])
+  @spec attention_forward(tensor(), tensor(), tensor(), [attention_option()] | map()) ::
+          op_result()
+  defnative(attention_forward(q, k, v, opts \\ []))
 
   @doc """
   Gradients of `attention_forward/4`, given its inputs `q`, `k`, `v`, its
@@ -474,7 +498,7 @@ defmodule ExPhil.Native do
           tensor(),
           [attention_option()] | map()
         ) :: op_result()
-  defnative attention_backward(q, k, v, o, lse, grad_o, opts \\ [])
+  defnative(attention_backward(q, k, v, o, lse, grad_o, opts \\ []))
 
   ## In-graph (XLA FFI)
 
@@ -498,5 +522,5 @@ defmodule ExPhil.Native do
   failure paths and the registration itself are tested.
   """
   @spec register_xla_ffi(Path.t(), Path.t()) :: :ok | {:error, reason()}
-  defnative register_xla_ffi(handler_library, xla_library)
+  defnative(register_xla_ffi(handler_library, xla_library))
 end

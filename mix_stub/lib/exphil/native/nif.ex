@@ -8,7 +8,13 @@ defmodule ExPhil.Native.NIF do
 
   defmacro defnative({name, _, args}) do
     args = args || []
-    vars = Enum.map(args, fn {:\\, _, [var, _default]} -> var; var -> var end)
+
+    vars =
+      Enum.map(args, fn
+        {:\\, _, [var, _default]} -> var
+        var -> var
+      end)
+
     nif = :"nif_#{name}"
     stub_args = Enum.map(vars, fn _ -> Macro.var(:_, nil) end)
 

@@ -1,0 +1,122 @@
+defmodule ExPhil.Native.Ops do
+  @moduledoc """
+  The library's ops on Nx tensors, inside and outside `defn`.
+
+      defn step(x, params) do
+        gate = Nx.dot(x, params.w_gate)
+        candidate = Nx.dot(x, params.w_candidate)
+        ExPhil.Native.Ops.min_gru(gate, candidate)
+      end
+
+  Each op is an `Nx.block/4`: its default function is a pure-Nx
+  implementation of the same math (a log-step parallel scan for the
+  recurrences, not a loop over time), which runs on every backend and
+  compiler. Compiled by EXLA for a CUDA device, the block becomes an XLA
+  custom call to the library's fused kernel (see `ExPhil.Native.CustomCall`
+  for when). Inside `defn` each op is differentiable in every tensor input
+  through `custom_grad`: the gradient is itself a block, for the backward
+  kernel, whose default is the pure backward. The pure gradients are the
+  native ones' reference.
+
+  Arguments are checked when the op is traced (or called): a wrong rank,
+  shape or type raises `ArgumentError` naming the argument, the expected and
+  the received value. Inputs the kernels cannot take (f64, a head width other
+  than 32, 64, 96 or 128, more than 256 selective-scan states) always run the
+  default function.
+
+  Sequence tensors keep their type (f32, bf16 or f16 on the kernels); states
+  and their gradients are f32. State inputs (`:h0`) of any float type are
+  converted to f32 first.
+  """
+
+  alias ExPhil.Native.Ops
+
+  @doc """
+  The linear recurrence `h_t = a_t * h_{t-1} + b_t` over `{batch, steps, hidden}`.
+
+  ## Options
+
+    * `:h0` - the initial state `{batch, hidden}` (default: zeros)
+    * `:final_state` - when `true`, returns `{y, h_final}` (`h_final` f32)
+      instead of `y`
+
+  Returns every state `y`, `{batch, steps, hidden}` in the inputs' type.
+  """
+  def linear_scan(a, b, opts \\ []), do: Ops.Scan.run(:linear_scan, [a, b], opts)
+
+  @doc """
+  MinGRU: `z = sigmoid(gate)`, `h_t = (1 - z) h_{t-1} + z candidate`.
+
+  `gate` and `candidate` are `{batch, steps, hidden}` of one type; options
+  and result as in `linear_scan/3`.
+  """
+  def min_gru(gate, candidate, opts \\ []), do: Ops.Scan.run(:min_gru, [gate, candidate], opts)
+
+  @doc """
+  MinLSTM: `f = sigmoid(forget)`, `i = sigmoid(input)`, `s = f + i + 1.0e-6`,
+  `h_t = (f / s) h_{t-1} + (i / s) candidate`.
+
+  Inputs `{batch, steps, hidden}` of one type; options and result as in
+  `linear_scan/3`.
+  """
+  def min_lstm(forget, input, candidate, opts \\ []),
+    do: Ops.Scan.run(:min_lstm, [forget, input, candidate], opts)
+
+  @doc """
+  Liquid (closed-form continuous-time) cell:
+  `h_t = target + (h_{t-1} - target) exp(-1 / tau)`, `tau > 0`.
+
+  Inputs `{batch, steps, hidden}` of one type; options and result as in
+  `linear_scan/3`.
+  """
+  def liquid(tau, target, opts \\ []), do: Ops.Scan.run(:liquid, [tau, target], opts)
+
+  @doc """
+  Mamba's selective scan (S6):
+
+      delta_t   = clamp(softplus?(dt_t + dt_bias))
+      h_t[d, n] = exp(delta_t[d] a[d, n]) h_{t-1}[d, n] + delta_t[d] b_t[n] x_t[d]
+      y_t[d]    = (sum_n c_t[n] h_t[d, n] + d[d] x_t[d]) * silu(z_t[d])
+
+  `x`, `dt` `{batch, steps, channels}`; `a` `{channels, states}`; `b`, `c`
+  `{batch, steps, states}`; `x`, `dt`, `b`, `c` (and `:z`) of one type.
+
+  ## Options
+
+    * `:dt_bias`, `:d` - `{channels}` (absent: no bias, no skip term)
+    * `:z` - the gate `{batch, steps, channels}` (absent: no gate)
+    * `:h0` - the initial state `{batch, channels, states}` (default: zeros)
+    * `:softplus` - apply softplus to `dt + dt_bias` (default `false`)
+    * `:clamp` - `{dt_min, dt_max}`: clamp delta, last (default: none)
+    * `:final_state` - when `true`, returns `{y, h_final}` (`h_final` f32,
+      `{batch, channels, states}`) instead of `y`
+
+  `a`, `:dt_bias`, `:d` and `:h0` are converted to f32.
+  """
+  def selective_scan(x, dt, a, b, c, opts \\ []), do: Ops.SelectiveScan.run(x, dt, a, b, c, opts)
+
+  @doc """
+  Scaled dot-product attention with grouped-query heads:
+  `softmax(scale q k^T + mask) v`.
+
+  With the default layout, `q` is `{batch, q_heads, steps, width}` and `k`,
+  `v` are `{batch, kv_heads, keys, width}`, `q_heads` a multiple of
+  `kv_heads` (query head `h` reads key head `div(h, q_heads / kv_heads)`).
+
+  ## Options
+
+    * `:mask` - `:none` (default), `:causal` or `:window`, aligned to the
+      bottom right when `steps != keys` (query `i` sees keys
+      `j <= i + keys - steps`; `:window` the last `:window` of those). A query
+      that sees no key gets zeros and no gradient.
+    * `:window` - the window's width, with `mask: :window` only
+    * `:scale` - the scores' factor (default `1 / sqrt(width)`)
+    * `:layout` - `:bhtd` (default) or `:bthd` (`{batch, steps, heads, width}`)
+    * `:precision` - `:exact` (default) or `:tf32x3`: how the kernels
+      multiply f32 inputs (three TF32 tensor-core products per product,
+      about 2^-21 relative; the default function ignores it)
+
+  Returns `o`, the shape and type of `q`.
+  """
+  def attention(q, k, v, opts \\ []), do: Ops.Attention.run(q, k, v, opts)
+end

@@ -1,0 +1,124 @@
+defmodule ExPhil.Native.Ops.Args do
+  @moduledoc false
+  # What every op does with its arguments before it builds its block: checks
+  # that raise ArgumentError naming the function, the argument, the expected
+  # and the received value; the scalar placeholder that stands for an absent
+  # optional operand; and the default functions' argument spreading.
+
+  alias Nx.Tensor, as: T
+
+  @kernel_types [{:f, 32}, {:bf, 16}, {:f, 16}]
+
+  @doc "A tensor (numbers are not accepted: their shape would be a guess)."
+  def tensor!(_fun, _name, %T{} = tensor), do: tensor
+
+  def tensor!(fun, name, other) do
+    raise ArgumentError, "#{fun}: argument '#{name}' expected a tensor, got: #{inspect(other)}"
+  end
+
+  @doc "Raises unless `tensor` has `rank`; `dims` names the axes for the message."
+  def rank!(fun, name, tensor, rank, dims) do
+    if Nx.rank(tensor) != rank do
+      raise ArgumentError,
+            "#{fun}: argument '#{name}' expected rank #{rank} (#{dims}), " <>
+              "got shape: #{inspect(Nx.shape(tensor))}"
+    end
+
+    tensor
+  end
+
+  @doc "Raises unless `tensor` has `shape`; `why` says where the shape comes from."
+  def shape!(fun, name, tensor, shape, why) do
+    if Nx.shape(tensor) != shape do
+      raise ArgumentError,
+            "#{fun}: argument '#{name}' expected shape #{inspect(shape)} (#{why}), " <>
+              "got: #{inspect(Nx.shape(tensor))}"
+    end
+
+    tensor
+  end
+
+  @doc "Raises unless `tensor` has a floating-point type."
+  def float!(fun, name, tensor) do
+    case Nx.type(tensor) do
+      {kind, _} when kind in [:f, :bf] ->
+        tensor
+
+      type ->
+        raise ArgumentError,
+              "#{fun}: argument '#{name}' expected a floating-point tensor, got type: #{inspect(type)}"
+    end
+  end
+
+  @doc "Raises unless `tensor` has the type `type` of argument `of`."
+  def same_type!(fun, name, tensor, type, of) do
+    if Nx.type(tensor) != type do
+      raise ArgumentError,
+            "#{fun}: argument '#{name}' expected type #{inspect(type)} (the type of '#{of}'), " <>
+              "got: #{inspect(Nx.type(tensor))}"
+    end
+
+    tensor
+  end
+
+  @doc "nil when the kernels take sequence type `type`, otherwise why not."
+  def unsupported_type(type) do
+    if type in @kernel_types,
+      do: nil,
+      else: "the kernels take f32, bf16 and f16, not #{inspect(type)}"
+  end
+
+  @doc """
+  The type of states and of the arithmetic for sequence type `type`: f32, as
+  on the kernels; f64 for f64 inputs, which only the default functions take.
+  """
+  def state_type({:f, 64}), do: {:f, 64}
+  def state_type(_type), do: {:f, 32}
+
+  @doc "Whether any tensor is an expression being traced (inside `defn`)."
+  def traced?(tensors), do: Enum.any?(tensors, &match?(%T{data: %Nx.Defn.Expr{}}, &1))
+
+  @doc """
+  `tensor` as an expression: inside `defn`, a concrete tensor closed over is
+  a constant, and `custom_grad/3` takes expressions only.
+  """
+  def expr(nil), do: nil
+  def expr(tensor), do: Nx.Defn.Expr.tensor(tensor)
+
+  @doc """
+  The operand that stands for an absent optional input, and the result that
+  stands for its gradient: an f32 scalar the handler never touches (its
+  `has_*` attribute is false), since Nx has no zero-size tensors.
+  """
+  def placeholder, do: Nx.tensor(0.0, type: :f32)
+  def placeholder_template, do: Nx.template({}, {:f, 32})
+
+  @doc "Whether `tensor` is a traced constant zero (an unused output's gradient)."
+  def zero_constant?(%T{data: %Nx.Defn.Expr{op: :constant, args: [value]}}), do: value == 0
+  def zero_constant?(_), do: false
+
+  @doc """
+  A default function for `Nx.block/4` over `count` operands: ignores the block
+  struct and calls `fun` with the operands as one list.
+  """
+  for count <- 1..12 do
+    operands = Macro.generate_arguments(count, __MODULE__)
+
+    def spread(unquote(count), fun) do
+      fn _block, unquote_splicing(operands) -> fun.(unquote(operands)) end
+    end
+  end
+
+  @doc "Validates `opts` against `allowed` (a keyword list of defaults) for `fun`."
+  def options!(fun, opts, allowed) do
+    case Keyword.validate(opts, allowed) do
+      {:ok, opts} ->
+        opts
+
+      {:error, unknown} ->
+        raise ArgumentError,
+              "#{fun}: unknown options #{inspect(unknown)}, expected one of " <>
+                inspect(Keyword.keys(allowed))
+    end
+  end
+end

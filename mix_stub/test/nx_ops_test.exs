@@ -1,0 +1,315 @@
+defmodule ExPhil.Native.NxOpsTest do
+  # ExPhil.Native.Ops on the BinaryBackend, where every block runs its
+  # default function: the values are the pure implementations' (tested
+  # against the double-precision references in the pure_*_test files), the
+  # gradients through custom_grad and the backward block equal Nx's own
+  # derivative of the pure forward, and bad arguments raise naming what
+  # was expected and what came.
+  use ExUnit.Case, async: true
+
+  alias ExPhil.Native.{Ops, Pure}
+
+  # f32 gradients by two routes (a hand-written backward, Nx's autodiff of
+  # the forward) differ by rounding only: relative to the family's largest
+  # magnitude, as the reference comparisons measure it.
+  @grad_tolerance 2.0e-5
+
+  defp random(shape, type, seed, range \\ {-1.0, 1.0}) do
+    {lo, hi} = range
+    {t, _} = Nx.Random.uniform(Nx.Random.key(seed), lo, hi, shape: shape, type: :f32)
+    Nx.as_type(t, type)
+  end
+
+  defp assert_close(got, expected, tolerance \\ @grad_tolerance) do
+    assert Nx.shape(got) == Nx.shape(expected)
+    assert Nx.type(got) == Nx.type(expected)
+    got = Nx.as_type(got, :f64)
+    expected = Nx.as_type(expected, :f64)
+    scale = max(Nx.to_number(Nx.reduce_max(Nx.abs(expected))), 1.0e-30)
+    error = Nx.to_number(Nx.reduce_max(Nx.abs(Nx.subtract(got, expected))))
+    assert error <= tolerance * scale, "max error #{error}, scale #{scale}"
+  end
+
+  defp assert_all_close(got, expected) do
+    Enum.zip_with(List.wrap(got), List.wrap(expected), &assert_close/2)
+  end
+
+  @scan_inputs %{
+    linear_scan: [{-1.0, 1.0}, {-1.0, 1.0}],
+    min_gru: [{-4.0, 4.0}, {-2.0, 2.0}],
+    min_lstm: [{-4.0, 4.0}, {-4.0, 4.0}, {-2.0, 2.0}],
+    liquid: [{0.5, 8.0}, {-2.0, 2.0}]
+  }
+
+  defp scan_inputs(op, shape, type) do
+    @scan_inputs[op]
+    |> Enum.with_index(1)
+    |> Enum.map(fn {range, i} -> random(shape, type, i, range) end)
+  end
+
+  describe "scans" do
+    for op <- [:linear_scan, :min_gru, :min_lstm, :liquid] do
+      test "#{op}: eager values are the pure implementation's, with and without h0" do
+        op = unquote(op)
+
+        for type <- [{:f, 32}, {:bf, 16}], h0 <- [nil, random({2, 3}, :f32, 9)] do
+          inputs = scan_inputs(op, {2, 7, 3}, type)
+          {y, h_final} = apply(Ops, op, inputs ++ [[h0: h0, final_state: true]])
+          assert {y, h_final} == Pure.Scan.forward(op, inputs, h0)
+          assert apply(Ops, op, inputs ++ [[h0: h0]]) == y
+        end
+      end
+
+      test "#{op}: inside defn, and its gradient equals Nx's derivative of the pure forward" do
+        op = unquote(op)
+        inputs = scan_inputs(op, {2, 9, 3}, {:f, 32})
+        h0 = random({2, 3}, :f32, 9)
+        weights = {random({2, 9, 3}, :f32, 10), random({2, 3}, :f32, 11)}
+
+        loss = fn forward ->
+          fn {inputs, h0} ->
+            {y, h_final} = forward.(Tuple.to_list(inputs), h0)
+            {wy, wh} = weights
+            Nx.add(Nx.sum(Nx.multiply(y, wy)), Nx.sum(Nx.multiply(h_final, wh)))
+          end
+        end
+
+        native =
+          loss.(fn inputs, h0 -> apply(Ops, op, inputs ++ [[h0: h0, final_state: true]]) end)
+
+        pure = loss.(fn inputs, h0 -> Pure.Scan.forward(op, inputs, h0) end)
+        args = {List.to_tuple(inputs), h0}
+
+        assert_close(Nx.Defn.jit(native).(args), pure.(args))
+        {grad_inputs, grad_h0} = Nx.Defn.grad(args, native)
+        {expected_inputs, expected_h0} = Nx.Defn.grad(args, pure)
+        assert_all_close(Tuple.to_list(grad_inputs), Tuple.to_list(expected_inputs))
+        assert_close(grad_h0, expected_h0)
+      end
+    end
+
+    test "h0 of another float type is converted to f32" do
+      [gate, candidate] = scan_inputs(:min_gru, {1, 4, 2}, {:f, 32})
+      h0 = random({1, 2}, :bf16, 3)
+      expected = Ops.min_gru(gate, candidate, h0: Nx.as_type(h0, :f32))
+      assert Ops.min_gru(gate, candidate, h0: h0) == expected
+
+      # Nx passes a gradient through as_type unconverted: it stays f32.
+      grad = Nx.Defn.grad(h0, fn h0 -> Nx.sum(Ops.min_gru(gate, candidate, h0: h0)) end)
+
+      expected =
+        Nx.Defn.grad(h0, fn h0 ->
+          Nx.sum(Ops.min_gru(gate, candidate, h0: Nx.as_type(h0, :f32)))
+        end)
+
+      assert grad == expected
+    end
+
+    test "f64, which only the default function takes, keeps f64 states" do
+      [a, b] = scan_inputs(:linear_scan, {1, 5, 2}, {:f, 64})
+      {y, h_final} = Ops.linear_scan(a, b, final_state: true)
+      assert {Nx.type(y), Nx.type(h_final)} == {{:f, 64}, {:f, 64}}
+      assert {y, h_final} == Pure.Scan.forward(:linear_scan, [a, b], nil)
+    end
+
+    test "bad arguments raise, naming the argument, the expected and the received value" do
+      [g, c] = scan_inputs(:min_gru, {2, 3, 4}, {:f, 32})
+
+      errors = [
+        {fn -> Ops.min_gru(Nx.reshape(g, {6, 4}), c) end,
+         "ExPhil.Native.Ops.min_gru/3: argument 'gate' expected rank 3 ({batch, steps, hidden}), got shape: {6, 4}"},
+        {fn -> Ops.min_gru(g, Nx.slice(c, [0, 0, 0], [2, 3, 3])) end,
+         "argument 'candidate' expected shape {2, 3, 4} (the shape of 'gate'), got: {2, 3, 3}"},
+        {fn -> Ops.min_gru(g, Nx.as_type(c, :bf16)) end,
+         "argument 'candidate' expected type {:f, 32} (the type of 'gate'), got: {:bf, 16}"},
+        {fn -> Ops.min_gru(Nx.as_type(g, :s32), Nx.as_type(c, :s32)) end,
+         "argument 'gate' expected a floating-point tensor, got type: {:s, 32}"},
+        {fn -> Ops.min_gru(1.0, c) end, "argument 'gate' expected a tensor, got: 1.0"},
+        {fn -> Ops.min_gru(g, c, h0: Nx.iota({4, 2}, type: :f32)) end,
+         "argument 'h0' expected shape {2, 4} ({batch, hidden} of 'gate'), got: {4, 2}"},
+        {fn -> Ops.min_gru(g, c, state: true) end,
+         "ExPhil.Native.Ops.min_gru/3: unknown options [:state], expected one of [:h0, :final_state]"},
+        {fn -> Ops.min_lstm(g, c, c, h0: 1) end,
+         "ExPhil.Native.Ops.min_lstm/4: argument 'h0' expected a tensor, got: 1"}
+      ]
+
+      for {fun, message} <- errors do
+        error = assert_raise ArgumentError, fun
+        assert error.message =~ message
+      end
+    end
+  end
+
+  describe "selective scan" do
+    setup do
+      {b, t, d, n} = {2, 6, 3, 4}
+
+      %{
+        x: random({b, t, d}, :f32, 1),
+        dt: random({b, t, d}, :f32, 2, {-1.0, 0.5}),
+        a: random({d, n}, :f32, 3, {-2.0, -0.1}),
+        b: random({b, t, n}, :f32, 4),
+        c: random({b, t, n}, :f32, 5),
+        dt_bias: random({d}, :f32, 6),
+        d: random({d}, :f32, 7),
+        z: random({b, t, d}, :f32, 8),
+        h0: random({b, d, n}, :f32, 9)
+      }
+    end
+
+    test "eager values are the pure implementation's, for each option set", t do
+      for optional <- [[], [:dt_bias, :d, :z, :h0], [:z, :h0]], softplus <- [false, true] do
+        opts = Enum.map(optional, &{&1, t[&1]}) ++ [softplus: softplus, clamp: {0.01, 0.5}]
+        {y, h_final} = Ops.selective_scan(t.x, t.dt, t.a, t.b, t.c, opts ++ [final_state: true])
+        assert {y, h_final} == Pure.SelectiveScan.forward(t.x, t.dt, t.a, t.b, t.c, opts)
+      end
+    end
+
+    test "its gradient in every input equals Nx's derivative of the pure forward", t do
+      opts = fn inputs ->
+        [dt_bias: inputs.dt_bias, d: inputs.d, z: inputs.z, h0: inputs.h0, softplus: true]
+      end
+
+      weights = {random({2, 6, 3}, :f32, 10), random({2, 3, 4}, :f32, 11)}
+
+      loss = fn forward ->
+        fn inputs ->
+          {y, h_final} = forward.(inputs)
+          {wy, wh} = weights
+          Nx.add(Nx.sum(Nx.multiply(y, wy)), Nx.sum(Nx.multiply(h_final, wh)))
+        end
+      end
+
+      native =
+        loss.(fn i ->
+          Ops.selective_scan(i.x, i.dt, i.a, i.b, i.c, opts.(i) ++ [final_state: true])
+        end)
+
+      pure = loss.(fn i -> Pure.SelectiveScan.forward(i.x, i.dt, i.a, i.b, i.c, opts.(i)) end)
+      inputs = Map.new(t, & &1) |> Map.take([:x, :dt, :a, :b, :c, :dt_bias, :d, :z, :h0])
+
+      assert_close(Nx.Defn.jit(native).(inputs), pure.(inputs))
+      grads = Nx.Defn.grad(inputs, native)
+      expected = Nx.Defn.grad(inputs, pure)
+
+      for key <- Map.keys(inputs) do
+        assert_close(grads[key], expected[key])
+      end
+    end
+
+    test "bad arguments raise", t do
+      errors = [
+        {fn -> Ops.selective_scan(t.x, t.dt, Nx.transpose(t.a), t.b, t.c) end,
+         "argument 'a' expected shape {3, 3} ({channels, states}, channels from 'x'), got: {4, 3}"},
+        {fn -> Ops.selective_scan(t.x, t.dt, t.a, t.x, t.c) end,
+         "argument 'b' expected shape {2, 6, 4} ({batch, steps, states} of 'x' and 'a'), got: {2, 6, 3}"},
+        {fn -> Ops.selective_scan(t.x, t.dt, t.a, t.b, t.c, d: t.a) end,
+         "argument 'd' expected shape {3} ({channels} of 'x'), got: {3, 4}"},
+        {fn -> Ops.selective_scan(t.x, t.dt, t.a, t.b, t.c, clamp: {1.0, 0.5}) end,
+         "option :clamp expected nil or {dt_min, dt_max} with dt_min <= dt_max, got: {1.0, 0.5}"},
+        {fn -> Ops.selective_scan(t.x, t.dt, t.a, t.b, t.c, softplus: 1) end,
+         "option :softplus expected a boolean, got: 1"}
+      ]
+
+      for {fun, message} <- errors do
+        error = assert_raise ArgumentError, fun
+        assert error.message =~ message
+      end
+    end
+  end
+
+  describe "attention" do
+    setup do
+      %{
+        q: random({2, 4, 5, 8}, :f32, 1),
+        k: random({2, 2, 6, 8}, :f32, 2),
+        v: random({2, 2, 6, 8}, :f32, 3)
+      }
+    end
+
+    test "eager values are the pure implementation's, for every mask", t do
+      for opts <- [[], [mask: :causal], [mask: :window, window: 2, scale: 0.5]] do
+        {o, _lse} = Pure.Attention.forward(t.q, t.k, t.v, opts)
+        assert Ops.attention(t.q, t.k, t.v, opts) == o
+      end
+    end
+
+    test "its gradient equals Nx's derivative of the pure forward", t do
+      w = random({2, 4, 5, 8}, :f32, 4)
+      opts = [mask: :causal, scale: 0.4]
+      native = fn {q, k, v} -> Nx.sum(Nx.multiply(Ops.attention(q, k, v, opts), w)) end
+
+      pure = fn {q, k, v} ->
+        {o, _lse} = Pure.Attention.forward(q, k, v, opts)
+        Nx.sum(Nx.multiply(o, w))
+      end
+
+      args = {t.q, t.k, t.v}
+      assert_close(Nx.Defn.jit(native).(args), pure.(args))
+
+      assert_all_close(
+        Tuple.to_list(Nx.Defn.grad(args, native)),
+        Tuple.to_list(Nx.Defn.grad(args, pure))
+      )
+    end
+
+    test "bad arguments raise", t do
+      errors = [
+        {fn ->
+           Ops.attention(
+             t.q,
+             Nx.slice_along_axis(t.k, 0, 1, axis: 1) |> Nx.tile([1, 3, 1, 1]),
+             t.v
+           )
+         end, "argument 'k' expected a number of heads that divides the 4 of 'q', got: 3"},
+        {fn -> Ops.attention(t.q, t.k, t.v, mask: :window) end,
+         "option :window expected a positive integer with mask: :window, got: nil"},
+        {fn -> Ops.attention(t.q, t.k, t.v, window: 3) end,
+         "option :window is for mask: :window only"},
+        {fn -> Ops.attention(t.q, t.k, t.v, layout: :tbhd) end,
+         "option :layout expected :bhtd or :bthd, got: :tbhd"},
+        {fn -> Ops.attention(t.q, t.k, t.v, scale: 0) end,
+         "option :scale expected nil or a nonzero number, got: 0"},
+        {fn -> Ops.attention(t.q, Nx.as_type(t.k, :f16), t.v) end,
+         "argument 'k' expected type {:f, 32} (the type of 'q'), got: {:f, 16}"}
+      ]
+
+      for {fun, message} <- errors do
+        error = assert_raise ArgumentError, fun
+        assert error.message =~ message
+      end
+    end
+  end
+
+  test "a VM with Nx alone (no EXLA, no Axon) loads the library, and the ops run pure" do
+    paths =
+      for app <- [:nx, :complex, :telemetry, :exphil_native],
+          do: ["-pa", Path.join(:code.lib_dir(app), "ebin")]
+
+    script = """
+    {:ok, _} = Application.ensure_all_started(:nx)
+    x = Nx.iota({1, 3, 2}, type: :f32) |> Nx.divide(6)
+    false = Code.ensure_loaded?(EXLA.CustomCall)
+    false = Code.ensure_loaded?(Axon)
+    y = ExPhil.Native.Ops.min_gru(x, x)
+    IO.puts(inspect(Nx.to_flat_list(y)))
+    """
+
+    {output, status} =
+      System.cmd(System.find_executable("elixir"), List.flatten(paths) ++ ["-e", script],
+        stderr_to_stdout: true
+      )
+
+    assert status == 0, output
+
+    [gate, candidate] = [
+      Nx.iota({1, 3, 2}, type: :f32) |> Nx.divide(6),
+      Nx.iota({1, 3, 2}, type: :f32) |> Nx.divide(6)
+    ]
+
+    assert output =~
+             inspect(
+               Nx.to_flat_list(Pure.Scan.forward(:min_gru, [gate, candidate], nil) |> elem(0))
+             )
+  end
+end
