@@ -339,6 +339,8 @@ defmodule ExPhil.Native.CustomCallTest do
 
     test "an eager block without registered handlers skips, with one warning",
          %{block: block, out: out, operands: operands} do
+      ExPhil.Native.XlaRegistration.forget()
+
       log =
         capture_log(fn ->
           assert CustomCall.spec(block, out, operands, cuda_client()) == :skip

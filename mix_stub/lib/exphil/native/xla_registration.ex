@@ -57,6 +57,11 @@ defmodule ExPhil.Native.XlaRegistration do
   end
 
   @doc false
+  # Forgets the result, so that the next ensure_registered/0 tries again
+  # (for tests).
+  def forget, do: :persistent_term.erase(@key)
+
+  @doc false
   # The registration itself, without the once-per-VM memory (for tests).
   def register(handler_library, xla_library) do
     cond do
