@@ -50,15 +50,34 @@ const Tensor* BufferViews::result(const char* name, const ffi::AnyBuffer& buffer
   return describe("result", name, buffer);
 }
 
-const Tensor* BufferViews::optional_operand(const char* name, const ffi::AnyBuffer& buffer) {
-  if (!ok() || has_zero_elements(buffer)) return nullptr;
+const Tensor* BufferViews::optional_operand(const char* name, const ffi::AnyBuffer& buffer,
+                                            Presence presence) {
+  if (!ok()) return nullptr;
+  switch (presence) {
+    case Presence::absent:
+      return nullptr;
+    case Presence::by_element_count:
+      return has_zero_elements(buffer) ? nullptr : describe("operand", name, buffer);
+    case Presence::present:
+      break;
+  }
+  // describe() would refuse it too; this says which attribute made it required.
+  if (has_zero_elements(buffer)) {
+    fail("operand", name,
+         "has zero elements (shape " + shape_of(buffer) + "), but has_" + name +
+             " is true; pass has_" + name + " = false for an absent " + name);
+    return nullptr;
+  }
   return describe("operand", name, buffer);
 }
 
 const Tensor* BufferViews::optional_gradient(const char* name, const ffi::AnyBuffer& buffer,
-                                             const char* input_name, const Tensor* input) {
+                                             const char* input_name, const Tensor* input,
+                                             Presence presence) {
   if (!ok()) return nullptr;
   if (!input) {
+    // has_<input> = false: a placeholder of any shape, never written.
+    if (presence == Presence::absent) return nullptr;
     if (!has_zero_elements(buffer))
       fail("result", name,
            std::string("expected zero elements, since operand '") + input_name +

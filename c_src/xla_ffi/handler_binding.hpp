@@ -1,7 +1,9 @@
-// How every handler is bound: XLA's CUDA stream first, then its buffers in the
-// contract's order (operands, then results), then its attributes. The
-// bindings give XLA the exact operand and result counts, so a call with the
-// wrong number fails in decoding with XLA's own message.
+// How every handler is bound: XLA's CUDA stream first, then all of the call's
+// attributes as one ffi::Dictionary (decoded by CallAttributes against the
+// target's row, since XLA's per-attribute bindings cannot leave one out), then
+// its buffers in the contract's order (operands, then results). The bindings
+// give XLA the exact operand and result counts, taken from the target's row,
+// so a call with the wrong number fails in decoding with XLA's own message.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,11 +49,12 @@ auto with_buffers(Binding&& binding) {
   }
 }
 
-// A binding on XLA's stream with the given buffers; chain .Attr<T>(name) for
-// attributes.
+// The binding of a target with the given buffer counts (operand_count and
+// result_count of its row): the handler function takes (cudaStream_t, const
+// ffi::Dictionary& attributes, buffers...).
 template <int operands, int results>
-auto stream_and_buffers() {
-  return with_buffers<operands, results>(ffi::Ffi::Bind().Ctx<CudaStream>());
+auto stream_attributes_and_buffers() {
+  return with_buffers<operands, results>(ffi::Ffi::Bind().Ctx<CudaStream>().Attrs());
 }
 
 // The buffer behind an operand or a result, for handlers that take their

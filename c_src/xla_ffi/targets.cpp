@@ -1,26 +1,27 @@
 // The list of custom-call targets, for registration and for frameworks that
-// register them themselves (JAX: jax.ffi.register_ffi_target of each).
+// register them themselves (JAX: jax.ffi.register_ffi_target of each). Made
+// from the rows of include/exphil/xla_ffi_targets.h: each row's name is also
+// its handler's symbol, so a row whose handler is not declared
+// (include/exphil/xla_ffi.h) does not compile, nor one not defined link, and
+// there is no second list of names to keep.
 #include <cstddef>
 #include <iterator>
 
 #include "exphil/xla_ffi.h"
+#include "exphil/xla_ffi_targets.h"
+#include "target_rows.hpp"
 
 namespace {
 
-const exphil_xla_ffi_target kTargets[] = {
-    {"exphil_linear_scan_fwd", exphil_linear_scan_fwd},
-    {"exphil_linear_scan_bwd", exphil_linear_scan_bwd},
-    {"exphil_min_gru_fwd", exphil_min_gru_fwd},
-    {"exphil_min_gru_bwd", exphil_min_gru_bwd},
-    {"exphil_min_lstm_fwd", exphil_min_lstm_fwd},
-    {"exphil_min_lstm_bwd", exphil_min_lstm_bwd},
-    {"exphil_liquid_fwd", exphil_liquid_fwd},
-    {"exphil_liquid_bwd", exphil_liquid_bwd},
-    {"exphil_selective_scan_fwd", exphil_selective_scan_fwd},
-    {"exphil_selective_scan_bwd", exphil_selective_scan_bwd},
-    {"exphil_attention_fwd", exphil_attention_fwd},
-    {"exphil_attention_bwd", exphil_attention_bwd},
-};
+#define EXPHIL_XLA_FFI_TARGET_ENTRY(name, operands, results, attributes) {#name, name},
+const exphil_xla_ffi_target kTargets[] = {EXPHIL_XLA_FFI_TARGETS(EXPHIL_XLA_FFI_TARGET_ENTRY)};
+#undef EXPHIL_XLA_FFI_TARGET_ENTRY
+
+// Each handler binds the operand and result counts of its own row and
+// checks its buffer order against the row's names (scan_handlers.cpp,
+// selective_scan_handlers.cpp, attention_handlers.cpp); target_rows.hpp
+// checks the rows themselves.
+static_assert(std::size(kTargets) == std::size(exphil::xla_ffi::kTargetRows));
 
 }  // namespace
 

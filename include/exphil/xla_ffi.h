@@ -13,49 +13,79 @@
  * order listed; shapes, dtypes and semantics are those of exphil.h. Work is
  * enqueued on the stream XLA gives the call and is never waited for.
  *
+ * include/exphil/xla_ffi_targets.h lists the same targets as data, one row
+ * each: the operand, result and attribute names in order, which operands are
+ * optional, and each attribute's MLIR type. The handlers and their tests are
+ * built from it, and so are the Elixir layer's calls; this comment gives the
+ * meaning. Where the two disagree, that file is right.
+ *
+ * Attributes. Each is a scalar of exactly the type listed (i1 is a boolean,
+ * from JAX np.bool_; i32 is not i64, f32 is not f64). A required attribute
+ * that is missing or of another type, and any attribute the target does not
+ * list, is an invalid-argument error naming the target and the attribute: a
+ * misspelt name is never ignored.
+ *
+ * Optional operands. An optional operand `x` (below: h0, grad_h_final,
+ * dt_bias, D, z) goes with an optional i1 attribute has_x:
+ *   has_x = false  x is absent: its buffer may have any shape (Nx, which has
+ *                  no zero-size dimension, passes a scalar) and is never
+ *                  read; the gradient result of x, if the target has one,
+ *                  may have any shape too and is never written.
+ *   has_x = true   x is present: a real tensor, which may not have zero
+ *                  elements (an error naming x); its gradient result has
+ *                  x's shape.
+ *   no has_x       x is absent when its buffer has zero elements (e.g. shape
+ *                  [0]), as JAX's callers pass it, and its gradient result
+ *                  must then have zero elements too (it is not written);
+ *                  otherwise x is present, as above.
+ * An absent operand costs nothing: no zeros are made or read for it.
+ *
  * Scans, op in {linear_scan, min_gru, min_lstm, liquid}, with the inputs
  *   linear_scan: a, b          min_gru: gate, candidate
  *   min_lstm:    forget, input, candidate          liquid: tau, target
  * each [B, T, H]; sequence dtype f32, bf16 or f16 (one per call); each state
- * tensor [B, H] f32 or the sequence dtype. No attributes.
- *   exphil_<op>_fwd  operands: inputs..., h0 [B, H]
+ * tensor [B, H] f32 or the sequence dtype.
+ *   exphil_<op>_fwd  operands: inputs..., h0 [B, H] (optional)
  *                    results:  y [B, T, H], h_final [B, H]
- *   exphil_<op>_bwd  operands: inputs..., h0, y (the forward's), grad_y
- *                    [B, T, H], grad_h_final [B, H]
- *                    results:  grad of each input [B, T, H]..., grad_h0 [B, H]
- *   h0 and grad_h_final may have zero elements (e.g. shape [0]): a zero
- *   initial state, and no gradient into the final state, at no cost (no
- *   zeros to fill). grad_h0 then has zero elements too (it is not written).
- *   h_final takes the dtype it is given (f32 or the sequence dtype).
+ *                    attributes: has_h0
+ *   exphil_<op>_bwd  operands: inputs..., h0 (optional), y (the forward's),
+ *                    grad_y [B, T, H], grad_h_final [B, H] (optional)
+ *                    results:  grad of each input [B, T, H]..., grad_h0
+ *                    [B, H] (the gradient of h0)
+ *                    attributes: has_h0, has_grad_h_final
+ *   An absent h0 is a zero initial state, and an absent grad_h_final no
+ *   gradient into the final state. h_final takes the dtype it is given (f32
+ *   or the sequence dtype).
  *
- * Selective scan (exphil.h, "selective_scan"). Attributes: softplus (bool),
- * clamp (bool), dt_min (f32), dt_max (f32); from JAX np.bool_ and np.float32.
- * dt_bias [D], D [D], z [B, T, D] and h0 [B, D, N] are optional: an operand
- * with zero elements (e.g. shape [0]) is absent.
+ * Selective scan (exphil.h, "selective_scan"). Attributes: softplus (i1),
+ * clamp (i1), dt_min (f32), dt_max (f32); from JAX np.bool_ and np.float32;
+ * and has_dt_bias, has_D, has_z, has_h0 (and, backward, has_grad_h_final).
+ * dt_bias [D], D [D], z [B, T, D] and h0 [B, D, N] are optional.
  *   exphil_selective_scan_fwd  operands: x, dt, A, B, C, dt_bias, D, z, h0
  *                              results:  y [B, T, D] (dtype of x),
  *                                        h_final [B, D, N] f32
  *   exphil_selective_scan_bwd  operands: x, dt, A, B, C, dt_bias, D, z, h0,
  *                                        grad_y [B, T, D], grad_h_final
- *                                        [B, D, N] f32 (zero elements: no
- *                                        gradient into the final state)
+ *                                        [B, D, N] f32 (optional; absent:
+ *                                        no gradient into the final state)
  *                              results:  grad_x, grad_dt, grad_A, grad_B,
  *                                        grad_C, grad_dt_bias, grad_D,
- *                                        grad_z, grad_h0
- *   The gradient of a present input has that input's shape; the gradient of
- *   an absent one must have zero elements (it is not written).
+ *                                        grad_z, grad_h0 (the last four the
+ *                                        gradients of the optional inputs)
  *
- * Attention (exphil.h, "attention"). Attributes: mask (i32: 0 none, 1
- * causal, 2 window), window (i32), layout (i32: 0 BHTD, 1 BTHD), scale (f32,
- * 0 means 1 / sqrt(d)); from JAX np.int32 and np.float32.
+ * Attention (exphil.h, "attention"). No optional operands. Attributes: mask
+ * (i32: 0 none, 1 causal, 2 window), window (i32), layout (i32: 0 BHTD, 1
+ * BTHD), scale (f32, 0 means 1 / sqrt(d)), precision (i32: 0 exact, 1
+ * tf32x3; exphil.h, "Arithmetic"); from JAX np.int32 and np.float32.
  *   exphil_attention_fwd  operands: q, k, v
  *                         results:  o (the shape of q), lse [B, Hq, T] f32
  *   exphil_attention_bwd  operands: q, k, v, o, lse, grad_o
  *                         results:  grad_q, grad_k, grad_v
  *
  * Errors. A failing handler returns an XLA error whose message starts with
- * the target name, then the library's message. Codes: invalid argument for
- * bad shapes, dtypes or options (including an operand of an element type
+ * the target name, then the library's message (or the handler's, naming the
+ * operand, result or attribute). Codes: invalid argument for bad shapes,
+ * dtypes, attributes or options (including an operand of an element type
  * other than f32, bf16 and f16); unimplemented for sizes the kernels cannot
  * run; resource exhausted for a failed allocation; unavailable without a
  * CUDA device; internal for CUDA failures and library bugs.

@@ -64,8 +64,16 @@ CallFrameBuilder& CallFrameBuilder::attribute(const std::string& name, int32_t v
   return scalar(name, XLA_FFI_DataType_S32, &value, sizeof value);
 }
 
+CallFrameBuilder& CallFrameBuilder::attribute(const std::string& name, int64_t value) {
+  return scalar(name, XLA_FFI_DataType_S64, &value, sizeof value);
+}
+
 CallFrameBuilder& CallFrameBuilder::attribute(const std::string& name, float value) {
   return scalar(name, XLA_FFI_DataType_F32, &value, sizeof value);
+}
+
+CallFrameBuilder& CallFrameBuilder::attribute(const std::string& name, double value) {
+  return scalar(name, XLA_FFI_DataType_F64, &value, sizeof value);
 }
 
 CallFrameBuilder& CallFrameBuilder::scalar(const std::string& name, XLA_FFI_DataType type,

@@ -35,9 +35,13 @@ class CallFrameBuilder {
   CallFrameBuilder& operands(int count, XLA_FFI_DataType type, const std::vector<int64_t>& dims);
   CallFrameBuilder& results(int count, XLA_FFI_DataType type, const std::vector<int64_t>& dims);
 
+  // Scalar attributes: PRED, S32, S64, F32 and F64 (MLIR i1, i32, i64, f32,
+  // f64).
   CallFrameBuilder& attribute(const std::string& name, bool value);
   CallFrameBuilder& attribute(const std::string& name, int32_t value);
+  CallFrameBuilder& attribute(const std::string& name, int64_t value);
   CallFrameBuilder& attribute(const std::string& name, float value);
+  CallFrameBuilder& attribute(const std::string& name, double value);
 
   // Calls `handler` and destroys the error it returned, if any.
   HandlerOutcome call(exphil_xla_ffi_handler* handler);
@@ -51,7 +55,7 @@ class CallFrameBuilder {
   struct Attribute {
     std::string name;
     XLA_FFI_DataType type;
-    unsigned char value[8];  // a bool, int32_t or float
+    alignas(8) unsigned char value[8];  // a bool, int32_t, int64_t, float or double
   };
 
   static Buffer make_buffer(XLA_FFI_DataType type, std::vector<int64_t> dims);

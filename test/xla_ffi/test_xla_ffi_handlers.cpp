@@ -1,17 +1,22 @@
 // The handlers called with call frames as XLA builds them, on the CPU: the
-// operand, result and attribute lists of the contract (include/exphil/
-// xla_ffi.h), the element-type and absent-operand checks, and how library
+// operand, result and attribute lists of the contract (the rows of
+// include/exphil/xla_ffi_targets.h, parsed here as any other reader of that
+// file would), the element-type and absent-operand checks, and how library
 // failures come back. Calls that pass every check reach the library with host
 // memory, which it refuses (or finds no device): never a kernel.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "call_frame_builder.hpp"
 #include "exphil/xla_ffi.h"
+#include "exphil/xla_ffi_targets.h"
 #include "fake_runtime.hpp"
 
 using Catch::Matchers::Contains;
@@ -22,77 +27,156 @@ using exphil::test::HandlerOutcome;
 
 namespace {
 
-enum class Attributes { none, delta, attention };
+std::vector<std::string> words_of(const char* text) {
+  std::istringstream in(text);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
 
-struct Signature {
-  const char* target;
+bool is_optional(const std::string& word) { return !word.empty() && word.back() == '?'; }
+std::string bare(const std::string& word) {
+  return is_optional(word) ? word.substr(0, word.size() - 1) : word;
+}
+
+// "name:type" or "name?:type".
+struct AttributeWord {
+  std::string name;
+  bool optional;
+  std::string type;  // i1, i32 or f32
+};
+
+// One EXPHIL_XLA_FFI_TARGET row.
+struct Row {
+  std::string target;
   exphil_xla_ffi_handler* handler;
-  int operands;
-  int results;
-  Attributes attributes;
-  const char* first_operand;
-};
+  std::vector<std::string> operands;  // "h0?" optional
+  std::vector<std::string> results;   // "grad_h0?" the gradient of "h0?"
+  std::vector<AttributeWord> attributes;
 
-// The contract, target by target.
-const Signature kSignatures[] = {
-    {"exphil_linear_scan_fwd", exphil_linear_scan_fwd, 3, 2, Attributes::none, "a"},
-    {"exphil_linear_scan_bwd", exphil_linear_scan_bwd, 6, 3, Attributes::none, "a"},
-    {"exphil_min_gru_fwd", exphil_min_gru_fwd, 3, 2, Attributes::none, "gate"},
-    {"exphil_min_gru_bwd", exphil_min_gru_bwd, 6, 3, Attributes::none, "gate"},
-    {"exphil_min_lstm_fwd", exphil_min_lstm_fwd, 4, 2, Attributes::none, "forget"},
-    {"exphil_min_lstm_bwd", exphil_min_lstm_bwd, 7, 4, Attributes::none, "forget"},
-    {"exphil_liquid_fwd", exphil_liquid_fwd, 3, 2, Attributes::none, "tau"},
-    {"exphil_liquid_bwd", exphil_liquid_bwd, 6, 3, Attributes::none, "tau"},
-    {"exphil_selective_scan_fwd", exphil_selective_scan_fwd, 9, 2, Attributes::delta, "x"},
-    {"exphil_selective_scan_bwd", exphil_selective_scan_bwd, 11, 9, Attributes::delta, "x"},
-    {"exphil_attention_fwd", exphil_attention_fwd, 3, 2, Attributes::attention, "q"},
-    {"exphil_attention_bwd", exphil_attention_bwd, 6, 3, Attributes::attention, "q"},
-};
-
-// The attributes as JAX passes them (np.bool_, np.int32, np.float32).
-void add_attributes(CallFrameBuilder& frame, Attributes attributes) {
-  switch (attributes) {
-    case Attributes::none: break;
-    case Attributes::delta:
-      frame.attribute("softplus", true)
-          .attribute("clamp", false)
-          .attribute("dt_min", 0.001f)
-          .attribute("dt_max", 0.1f);
-      break;
-    case Attributes::attention:
-      frame.attribute("mask", int32_t{1})
-          .attribute("window", int32_t{0})
-          .attribute("layout", int32_t{0})
-          .attribute("scale", 0.0f)
-          .attribute("precision", int32_t{0});
-      break;
+  static Row parse(const char* target, exphil_xla_ffi_handler* handler, const char* operands,
+                   const char* results, const char* attributes) {
+    Row row{target, handler, words_of(operands), words_of(results), {}};
+    for (const std::string& w : words_of(attributes)) {
+      const std::size_t colon = w.find(':');
+      const std::string name = w.substr(0, colon);
+      row.attributes.push_back({bare(name), is_optional(name), w.substr(colon + 1)});
+    }
+    return row;
   }
+
+  // The optional operand whose gradient `result` is, or "".
+  std::string gradient_input(const std::string& result) const {
+    if (!is_optional(result) || bare(result).rfind("grad_", 0) != 0) return "";
+    return bare(result).substr(5);
+  }
+};
+
+#define EXPHIL_TEST_ROW(name, operands, results, attributes) \
+  Row::parse(#name, name, operands, results, attributes),
+const std::vector<Row> kRows = {EXPHIL_XLA_FFI_TARGETS(EXPHIL_TEST_ROW)};
+#undef EXPHIL_TEST_ROW
+
+// Adds `a` with the type its row lists; has_* flags take `has`.
+void add_listed(CallFrameBuilder& frame, const AttributeWord& a, bool has = true) {
+  if (a.type == "i1")
+    frame.attribute(a.name, a.optional ? has : true);
+  else if (a.type == "i32")
+    frame.attribute(a.name, int32_t{0});
+  else if (a.type == "f32")
+    frame.attribute(a.name, 0.0f);
+  else
+    FAIL("a row lists attribute " << a.name << " with type " << a.type);
+}
+
+// Adds `a` with a type near the listed one but not it: i32 for i1, i64 for
+// i32, f64 for f32. Returns that type's MLIR name.
+std::string add_wrong_type(CallFrameBuilder& frame, const AttributeWord& a) {
+  if (a.type == "i1") {
+    frame.attribute(a.name, int32_t{1});
+    return "i32";
+  }
+  if (a.type == "i32") {
+    frame.attribute(a.name, int64_t{0});
+    return "i64";
+  }
+  frame.attribute(a.name, 0.0);
+  return "f64";
+}
+
+// The attributes of `row` typed as listed, but `skip`; the optional (has_*)
+// ones set to `has`, or left out without it.
+void add_row_attributes(CallFrameBuilder& frame, const Row& row, std::optional<bool> has,
+                        const std::string& skip = "") {
+  for (const AttributeWord& a : row.attributes) {
+    if (a.name == skip || (a.optional && !has)) continue;
+    add_listed(frame, a, has.value_or(true));
+  }
+}
+
+// The buffers of `row`: `type` [1] each, but those `shapes` names (by name,
+// "?" left out).
+CallFrameBuilder& add_row_buffers(CallFrameBuilder& frame, const Row& row, XLA_FFI_DataType type,
+                                  const std::map<std::string, std::vector<int64_t>>& shapes = {}) {
+  auto shape_of = [&](const std::string& w) {
+    const auto it = shapes.find(bare(w));
+    return it == shapes.end() ? std::vector<int64_t>{1} : it->second;
+  };
+  for (const std::string& w : row.operands) frame.operand(type, shape_of(w));
+  for (const std::string& w : row.results) frame.result(type, shape_of(w));
+  return frame;
+}
+
+// The attributes of the selective scan (as JAX passes them: np.bool_,
+// np.float32) and of attention (np.int32, np.float32).
+void add_delta_attributes(CallFrameBuilder& frame) {
+  frame.attribute("softplus", true)
+      .attribute("clamp", false)
+      .attribute("dt_min", 0.001f)
+      .attribute("dt_max", 0.1f);
+}
+
+void add_attention_attributes(CallFrameBuilder& frame) {
+  frame.attribute("mask", int32_t{1})
+      .attribute("window", int32_t{0})
+      .attribute("layout", int32_t{0})
+      .attribute("scale", 0.0f)
+      .attribute("precision", int32_t{0});
 }
 
 // A failure reported by the library (not by the handler's own checks or by
 // XLA's decoding): on a machine without a GPU, no device; with one, the host
-// memory of these frames.
-void check_reached_library(const HandlerOutcome& outcome, const std::string& target) {
+// memory of these frames. `unmentioned`: arguments the library must not
+// name, those passed to it as absent (NULL).
+void check_reached_library(const HandlerOutcome& outcome, const std::string& target,
+                           const std::vector<std::string>& unmentioned = {}) {
   INFO(outcome.message);
   REQUIRE_FALSE(outcome.ok);
   CHECK_THAT(outcome.message, StartsWith(target + ": "));
   CHECK_THAT(outcome.message, !Contains(target + ": operand '") &&
                                   !Contains(target + ": result '") &&
+                                  !Contains(target + ": attribute '") &&
                                   !Contains("Wrong number") && !Contains("decode"));
+  for (const std::string& name : unmentioned)
+    CHECK_THAT(outcome.message, !Contains("'" + name + "'"));
   const bool no_device = outcome.code == XLA_FFI_Error_Code_UNAVAILABLE;
   const bool host_memory = outcome.code == XLA_FFI_Error_Code_INVALID_ARGUMENT;
   CHECK((no_device || host_memory));
 }
 
 // exphil_selective_scan_bwd with B = 1, T = 2, D = 4, N = 2, f32; the
-// optional inputs and their gradients present or absent (shape [0]).
+// optional inputs and their gradients present or absent. Absent is a
+// zero-element buffer ([0]) without has_* attributes, and a scalar with
+// them (has_* = false), as Nx passes it.
 struct SelectiveScanBackwardFrame {
   bool dt_bias = true, D = true, z = true, h0 = true, grad_h_final = true;
-  std::optional<std::vector<int64_t>> grad_D_shape;  // unset: D's (or [0])
+  bool with_has_attributes = false;
+  std::optional<std::vector<int64_t>> grad_D_shape;  // unset: D's (or absent's)
 
   HandlerOutcome call(const XLA_FFI_Api* api) const {
     const auto f32 = XLA_FFI_DataType_F32;
-    const std::vector<int64_t> none = {0};
+    const std::vector<int64_t> none =
+        with_has_attributes ? std::vector<int64_t>{} : std::vector<int64_t>{0};
     CallFrameBuilder frame(api);
     frame.operand(f32, {1, 2, 4})                           // x
         .operand(f32, {1, 2, 4})                            // dt
@@ -114,52 +198,228 @@ struct SelectiveScanBackwardFrame {
         .result(f32, grad_D_shape.value_or(D ? std::vector<int64_t>{4} : none))
         .result(f32, z ? std::vector<int64_t>{1, 2, 4} : none)
         .result(f32, h0 ? std::vector<int64_t>{1, 4, 2} : none);
-    add_attributes(frame, Attributes::delta);
+    add_delta_attributes(frame);
+    if (with_has_attributes) {
+      frame.attribute("has_dt_bias", dt_bias)
+          .attribute("has_D", D)
+          .attribute("has_z", z)
+          .attribute("has_h0", h0)
+          .attribute("has_grad_h_final", grad_h_final);
+    }
     return frame.call(exphil_selective_scan_bwd);
   }
 };
 
+// The optional operands of `row`, "?" left out.
+std::vector<std::string> optional_operands(const Row& row) {
+  std::vector<std::string> names;
+  for (const std::string& w : row.operands)
+    if (is_optional(w)) names.push_back(bare(w));
+  return names;
+}
+
+// Each optional operand of `row` and its gradient result with shape `dims`.
+std::map<std::string, std::vector<int64_t>> absent_shapes(const Row& row,
+                                                          const std::vector<int64_t>& dims) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const std::string& name : optional_operands(row)) shapes[name] = dims;
+  for (const std::string& w : row.results)
+    if (!row.gradient_input(w).empty()) shapes[bare(w)] = dims;
+  return shapes;
+}
+
 }  // namespace
 
-TEST_CASE("handlers: operand, result and attribute lists of the contract",
-          "[xla_ffi]") {
+TEST_CASE("handlers: the rows of xla_ffi_targets.h, one for each target", "[xla_ffi]") {
+  std::size_t count = 0;
+  const exphil_xla_ffi_target* targets = exphil_xla_ffi_targets(&count);
+  REQUIRE(count == kRows.size());
+  for (std::size_t i = 0; i < count; ++i) {
+    CHECK(targets[i].name == kRows[i].target);
+    CHECK(targets[i].handler == kRows[i].handler);
+  }
+}
+
+TEST_CASE("handlers: operand and result counts of the rows", "[xla_ffi]") {
   const auto api = fake_runtime().api;
   const auto f64 = XLA_FFI_DataType_F64;
-  for (const Signature& s : kSignatures) {
-    INFO(s.target);
+  for (const Row& row : kRows) {
+    INFO(row.target);
+    const int operands = static_cast<int>(row.operands.size());
+    const int results = static_cast<int>(row.results.size());
     // XLA's decoding enforces the counts, naming the expected one.
-    HandlerOutcome o = CallFrameBuilder(api).call(s.handler);
+    HandlerOutcome o = CallFrameBuilder(api).call(row.handler);
     CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
     CHECK_THAT(o.message, Contains("Wrong number of arguments: expected " +
-                                   std::to_string(s.operands) + " but got 0"));
+                                   std::to_string(operands) + " but got 0"));
 
-    o = CallFrameBuilder(api).operands(s.operands, f64, {1}).call(s.handler);
+    o = CallFrameBuilder(api).operands(operands, f64, {1}).call(row.handler);
     CHECK_THAT(o.message, Contains("Wrong number of results: expected " +
-                                   std::to_string(s.results) + " but got 0"));
-
-    if (s.attributes != Attributes::none) {
-      o = CallFrameBuilder(api)
-              .operands(s.operands, f64, {1})
-              .results(s.results, f64, {1})
-              .call(s.handler);
-      // selective scan: softplus, clamp, dt_min, dt_max; attention: mask,
-      // window, layout, scale, precision
-      const int expected = s.attributes == Attributes::attention ? 5 : 4;
-      CHECK_THAT(o.message, Contains("Wrong number of attributes: expected " +
-                                     std::to_string(expected) + " but got 0"));
-    }
+                                   std::to_string(results) + " but got 0"));
 
     // With everything decoded (attribute names and types included), the
     // handler's own check names the first operand and the types it takes.
-    CallFrameBuilder frame(api);
-    frame.operands(s.operands, f64, {1}).results(s.results, f64, {1});
-    add_attributes(frame, s.attributes);
-    o = frame.call(s.handler);
-    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-    CHECK(o.message == std::string(s.target) + ": operand '" + s.first_operand +
-                           "': element type F64 is not supported; expected f32, bf16 or f16");
+    for (const std::optional<bool> has : {std::optional<bool>(), std::optional<bool>(true)}) {
+      CallFrameBuilder frame(api);
+      add_row_buffers(frame, row, f64);
+      add_row_attributes(frame, row, has);
+      o = frame.call(row.handler);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK(o.message == row.target + ": operand '" + bare(row.operands[0]) +
+                             "': element type F64 is not supported; expected f32, bf16 or f16");
+    }
   }
   CHECK(fake_runtime().control->live_errors() == 0);
+}
+
+TEST_CASE("handlers: attributes exactly as the rows list them", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+
+  SECTION("every attribute, typed as listed, reaches the library") {
+    for (const Row& row : kRows) {
+      INFO(row.target);
+      for (const std::optional<bool> has : {std::optional<bool>(), std::optional<bool>(true)}) {
+        CallFrameBuilder frame(api);
+        add_row_buffers(frame, row, f32);
+        add_row_attributes(frame, row, has);
+        check_reached_library(frame.call(row.handler), row.target);
+      }
+    }
+  }
+  SECTION("a missing required attribute is named") {
+    for (const Row& row : kRows) {
+      for (const AttributeWord& a : row.attributes) {
+        if (a.optional) continue;
+        INFO(row.target << ", without " << a.name);
+        CallFrameBuilder frame(api);
+        add_row_buffers(frame, row, f32);
+        add_row_attributes(frame, row, true, a.name);
+        const HandlerOutcome o = frame.call(row.handler);
+        CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+        CHECK(o.message ==
+              row.target + ": attribute '" + a.name + "': missing; expected " + a.type);
+      }
+    }
+  }
+  SECTION("an attribute of a type other than the listed one is named") {
+    for (const Row& row : kRows) {
+      for (const AttributeWord& a : row.attributes) {
+        INFO(row.target << ", " << a.name);
+        CallFrameBuilder frame(api);
+        add_row_buffers(frame, row, f32);
+        add_row_attributes(frame, row, true, a.name);
+        const std::string given = add_wrong_type(frame, a);
+        const HandlerOutcome o = frame.call(row.handler);
+        CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+        CHECK(o.message == row.target + ": attribute '" + a.name + "': expected " + a.type +
+                               ", got " + given);
+      }
+    }
+  }
+  SECTION("an attribute the row does not list is named, never ignored") {
+    for (const Row& row : kRows) {
+      INFO(row.target);
+      // A typo of an attribute's name, or has_h0 where there is no h0.
+      const std::string unknown =
+          row.attributes.empty() ? "has_h0" : row.attributes.back().name + "s";
+      CallFrameBuilder frame(api);
+      add_row_buffers(frame, row, f32);
+      add_row_attributes(frame, row, true);
+      frame.attribute(unknown, true);
+      const HandlerOutcome o = frame.call(row.handler);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(row.target + ": attribute '" + unknown + "': unknown; "));
+    }
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}
+
+TEST_CASE("handlers: has_* attributes of the optional operands", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+
+  SECTION("has_* = false: scalar placeholders for the operands and their gradients") {
+    for (const Row& row : kRows) {
+      if (optional_operands(row).empty()) continue;
+      INFO(row.target);
+      CallFrameBuilder frame(api);
+      add_row_buffers(frame, row, f32, absent_shapes(row, {}));
+      add_row_attributes(frame, row, false);
+      check_reached_library(frame.call(row.handler), row.target);
+    }
+  }
+  SECTION("has_* = true: a zero-element buffer is refused, naming the operand") {
+    for (const Row& row : kRows) {
+      for (const std::string& name : optional_operands(row)) {
+        INFO(row.target << ", " << name);
+        CallFrameBuilder frame(api);
+        add_row_buffers(frame, row, f32, {{name, {0}}});
+        add_row_attributes(frame, row, true);
+        const HandlerOutcome o = frame.call(row.handler);
+        CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+        CHECK(o.message == row.target + ": operand '" + name +
+                               "': has zero elements (shape [0]), but has_" + name +
+                               " is true; pass has_" + name + " = false for an absent " + name);
+      }
+    }
+  }
+  SECTION("without has_*, zero elements are absent, as JAX passes them") {
+    for (const Row& row : kRows) {
+      if (optional_operands(row).empty()) continue;
+      INFO(row.target);
+      CallFrameBuilder frame(api);
+      add_row_buffers(frame, row, f32, absent_shapes(row, {0}));
+      add_row_attributes(frame, row, std::nullopt);
+      check_reached_library(frame.call(row.handler), row.target);
+    }
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}
+
+TEST_CASE("handlers: attribute values reach the library as given", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  // The library's option checks come first and quote the values they refuse.
+  auto attention = [&](int32_t mask, int32_t window, int32_t layout, float scale,
+                       int32_t precision) {
+    return CallFrameBuilder(api)
+        .operands(3, f32, {1, 2, 8, 32})
+        .result(f32, {1, 2, 8, 32})
+        .result(f32, {1, 2, 8})
+        .attribute("mask", mask)
+        .attribute("window", window)
+        .attribute("layout", layout)
+        .attribute("scale", scale)
+        .attribute("precision", precision)
+        .call(exphil_attention_fwd);
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK_THAT(attention(7, 0, 0, 0.0f, 0).message, Contains("or 2 (window), got 7"));
+  CHECK_THAT(attention(2, -3, 0, 0.0f, 0).message,
+             Contains("expected window >= 1 with the window mask, got -3"));
+  CHECK_THAT(attention(0, 0, 5, 0.0f, 0).message, Contains("([B, T, H, d]), got 5"));
+  CHECK_THAT(attention(0, 0, 0, inf, 0).message, Contains("(0 for 1 / sqrt(d)), got inf"));
+  CHECK_THAT(attention(0, 0, 0, 0.0f, 9).message, Contains("or 1 (tf32x3), got 9"));
+
+  // f32 values keep their fraction (XLA's by-iterator get<float> would not).
+  CallFrameBuilder frame(api);
+  frame.operand(f32, {1, 2, 4})   // x
+      .operand(f32, {1, 2, 4})    // dt
+      .operand(f32, {4, 2})       // A
+      .operand(f32, {1, 2, 2})    // B
+      .operand(f32, {1, 2, 2})    // C
+      .operands(4, f32, {0})      // dt_bias, D, z, h0
+      .result(f32, {1, 2, 4})     // y
+      .result(f32, {1, 4, 2})     // h_final
+      .attribute("softplus", false)
+      .attribute("clamp", true)
+      .attribute("dt_min", 0.75f)
+      .attribute("dt_max", 0.5f);
+  const HandlerOutcome o = frame.call(exphil_selective_scan_fwd);
+  CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+  CHECK_THAT(o.message, StartsWith("exphil_selective_scan_fwd: ") &&
+                            Contains("got dt_min = 0.750000, dt_max = 0.500000"));
 }
 
 TEST_CASE("handlers: f32, bf16 and f16 reach the library", "[xla_ffi]") {
@@ -197,7 +457,7 @@ TEST_CASE("handlers: the library's validation comes back under the target name",
   const auto f16 = XLA_FFI_DataType_F16;
   CallFrameBuilder attention(api);
   attention.operands(3, f16, {1, 2, 8, 48}).result(f16, {1, 2, 8, 48}).result(f32, {1, 2, 8});
-  add_attributes(attention, Attributes::attention);
+  add_attention_attributes(attention);
   o = attention.call(exphil_attention_fwd);
   INFO(o.message);
   CHECK(o.code == XLA_FFI_Error_Code_UNIMPLEMENTED);
@@ -235,6 +495,60 @@ TEST_CASE("handlers: selective scan, absent optional operands and their gradient
           "exphil_selective_scan_bwd: result 'grad_D': expected the shape of operand 'D', [4], "
           "got [0]");
   }
+  SECTION("has_* = false: every optional operand absent, scalar placeholders") {
+    SelectiveScanBackwardFrame f;
+    f.with_has_attributes = true;
+    f.dt_bias = f.D = f.z = f.h0 = f.grad_h_final = false;
+    check_reached_library(f.call(api), "exphil_selective_scan_bwd",
+                          {"dt_bias", "D", "z", "h0", "grad_h_final", "grad_dt_bias", "grad_D",
+                           "grad_z", "grad_h0"});
+  }
+  SECTION("has_* = false: the gradient of an absent operand is never looked at") {
+    SelectiveScanBackwardFrame f;
+    f.with_has_attributes = true;
+    f.D = false;
+    f.grad_D_shape = std::vector<int64_t>{7, 3};
+    check_reached_library(f.call(api), "exphil_selective_scan_bwd", {"D", "grad_D"});
+  }
+  SECTION("has_* = true: the gradient of a present operand has its shape") {
+    SelectiveScanBackwardFrame f;
+    f.with_has_attributes = true;
+    f.grad_D_shape = std::vector<int64_t>{};
+    const HandlerOutcome o = f.call(api);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK(o.message ==
+          "exphil_selective_scan_bwd: result 'grad_D': expected the shape of operand 'D', [4], "
+          "got []");
+  }
+  SECTION("has_* for some operands only: the others go by their element count") {
+    const auto f32 = XLA_FFI_DataType_F32;
+    const std::vector<int64_t> empty = {0};
+    CallFrameBuilder frame(api);
+    frame.operand(f32, {1, 2, 4})   // x
+        .operand(f32, {1, 2, 4})    // dt
+        .operand(f32, {4, 2})       // A
+        .operand(f32, {1, 2, 2})    // B
+        .operand(f32, {1, 2, 2})    // C
+        .operand(f32, {})           // dt_bias: has_dt_bias = false
+        .operand(f32, {4})          // D: has_D = true
+        .operand(f32, empty)        // z: zero elements
+        .operand(f32, {1, 4, 2})    // h0: present by its element count
+        .operand(f32, {1, 2, 4})    // grad_y
+        .operand(f32, empty);       // grad_h_final: zero elements
+    frame.result(f32, {1, 2, 4})    // grad_x
+        .result(f32, {1, 2, 4})     // grad_dt
+        .result(f32, {4, 2})        // grad_A
+        .result(f32, {1, 2, 2})     // grad_B
+        .result(f32, {1, 2, 2})     // grad_C
+        .result(f32, {})            // grad_dt_bias
+        .result(f32, {4})           // grad_D
+        .result(f32, empty)         // grad_z
+        .result(f32, {1, 4, 2});    // grad_h0
+    add_delta_attributes(frame);
+    frame.attribute("has_dt_bias", false).attribute("has_D", true);
+    check_reached_library(frame.call(exphil_selective_scan_bwd), "exphil_selective_scan_bwd",
+                          {"dt_bias", "z", "grad_h_final", "grad_dt_bias", "grad_z"});
+  }
 }
 
 TEST_CASE("handlers: scans, an absent h0 and grad_h_final", "[xla_ffi]") {
@@ -268,6 +582,46 @@ TEST_CASE("handlers: scans, an absent h0 and grad_h_final", "[xla_ffi]") {
   }
   SECTION("backward with h0 but without grad_h_final") {
     check_reached_library(backward({2, 4}, none, {2, 4}), "exphil_min_lstm_bwd");
+  }
+  auto backward_with_flags = [&](bool has_h0, bool has_grad_h_final,
+                                 const std::vector<int64_t>& h0,
+                                 const std::vector<int64_t>& grad_h_final,
+                                 const std::vector<int64_t>& grad_h0) {
+    return CallFrameBuilder(api)
+        .operands(3, f32, {2, 3, 4})  // forget, input, candidate
+        .operand(f32, h0)
+        .operand(f32, {2, 3, 4})      // y
+        .operand(f32, {2, 3, 4})      // grad_y
+        .operand(f32, grad_h_final)
+        .results(3, f32, {2, 3, 4})   // grad_forget, grad_input, grad_candidate
+        .result(f32, grad_h0)
+        .attribute("has_h0", has_h0)
+        .attribute("has_grad_h_final", has_grad_h_final)
+        .call(exphil_min_lstm_bwd);
+  };
+  SECTION("has_h0 = false, has_grad_h_final = false: scalar placeholders") {
+    check_reached_library(backward_with_flags(false, false, {}, {}, {}), "exphil_min_lstm_bwd",
+                          {"h0", "grad_h_final", "grad_h0"});
+  }
+  SECTION("has_h0 = false: grad_h0 of any shape is never written") {
+    check_reached_library(backward_with_flags(false, true, {}, {2, 4}, {2, 4}),
+                          "exphil_min_lstm_bwd", {"h0", "grad_h0"});
+  }
+  SECTION("has_h0 = true: grad_h0 has the shape of h0") {
+    const HandlerOutcome o = backward_with_flags(true, false, {2, 4}, {}, {});
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK(o.message == "exphil_min_lstm_bwd: result 'grad_h0': expected the shape of operand "
+                       "'h0', [2, 4], got []");
+  }
+  SECTION("forward with has_h0 = false, an h0 of any shape") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})  // gate, candidate
+                                 .operand(f32, {5, 7})         // h0, never read
+                                 .result(f32, {2, 3, 4})       // y
+                                 .result(f32, {2, 4})          // h_final
+                                 .attribute("has_h0", false)
+                                 .call(exphil_min_gru_fwd);
+    check_reached_library(o, "exphil_min_gru_fwd", {"h0"});
   }
   SECTION("grad_h0 must be empty when h0 is") {
     const HandlerOutcome o = backward(none, {2, 4}, {2, 4});
@@ -303,7 +657,7 @@ TEST_CASE("handlers: malformed buffers and attributes", "[xla_ffi]") {
     CHECK(o.message ==
           "exphil_min_gru_fwd: result 'y': rank 9; the ops take at most 8 dimensions");
   }
-  SECTION("an attribute of the wrong type is a decoding error") {
+  SECTION("an attribute of the wrong type is named, with both types") {
     CallFrameBuilder frame(api);
     frame.operands(9, f32, {1}).results(2, f32, {1});
     frame.attribute("softplus", int32_t{1})
@@ -312,6 +666,19 @@ TEST_CASE("handlers: malformed buffers and attributes", "[xla_ffi]") {
         .attribute("dt_max", 1.0f);
     const HandlerOutcome o = frame.call(exphil_selective_scan_fwd);
     CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-    CHECK_THAT(o.message, Contains("Wrong scalar data type"));
+    CHECK(o.message == "exphil_selective_scan_fwd: attribute 'softplus': expected i1, got i32");
+  }
+  SECTION("an attribute a scan does not take is refused, beside has_h0") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})
+                                 .operand(f32, {2, 4})
+                                 .result(f32, {2, 3, 4})
+                                 .result(f32, {2, 4})
+                                 .attribute("has_h0", true)
+                                 .attribute("reverse", true)
+                                 .call(exphil_linear_scan_fwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK(o.message == "exphil_linear_scan_fwd: attribute 'reverse': unknown; the target's "
+                       "attributes are has_h0?:i1");
   }
 }
