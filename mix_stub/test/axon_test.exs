@@ -1,0 +1,527 @@
+defmodule ExPhil.Native.AxonTest do
+  # ExPhil.Native.Axon's layers on the BinaryBackend (every op runs its pure
+  # default): each builds with the documented parameters, predicts what the
+  # ops give when fed the same parameters by hand (which proves the wiring),
+  # trains, honours :initial_state and :return_state, and rejects bad options.
+  use ExUnit.Case, async: true
+
+  import ExUnit.CaptureIO
+
+  alias ExPhil.Native.Axon, as: Layer
+  alias ExPhil.Native.Axon.Layers
+  alias ExPhil.Native.Ops
+
+  @batch 2
+  @steps 5
+  @features 4
+  @units 6
+
+  defp random(shape, seed, scale \\ 1.0) do
+    {t, _} = Nx.Random.uniform(Nx.Random.key(seed), -scale, scale, shape: shape, type: :f32)
+    t
+  end
+
+  defp input, do: Axon.input("x", shape: {nil, @steps, @features})
+  defp h0_input(width), do: Axon.input("h0", shape: {nil, width})
+  defp x, do: random({@batch, @steps, @features}, 1)
+
+  # Params from a fixed seed; biases get random values too (their default
+  # initializer is zeros, which would hide a bias that is not wired).
+  defp init(model, templates \\ %{}) do
+    {init_fn, predict_fn} = Axon.build(model, seed: 7)
+    templates = Map.put_new(templates, "x", Nx.template({@batch, @steps, @features}, :f32))
+    {init_fn.(templates, Axon.ModelState.empty()), predict_fn}
+  end
+
+  defp shapes(model_state) do
+    Map.new(model_state.data, fn {layer, params} ->
+      {layer, Map.new(params, fn {name, t} -> {name, Nx.shape(t)} end)}
+    end)
+  end
+
+  # Relative to the largest magnitude expected.
+  defp assert_close(got, expected, tolerance \\ 1.0e-6) do
+    assert Nx.shape(got) == Nx.shape(expected)
+    assert Nx.type(got) == Nx.type(expected)
+    scale = Nx.to_number(Nx.reduce_max(Nx.abs(expected)))
+    error = Nx.to_number(Nx.reduce_max(Nx.abs(Nx.subtract(got, expected))))
+    assert error <= tolerance * scale, "max error #{error}, scale #{scale}"
+  end
+
+  defp project(x, params, prefix),
+    do: Nx.add(Nx.dot(x, params[prefix <> "_kernel"]), params[prefix <> "_bias"])
+
+  defp mse(predict_fn, model_state, x, y) do
+    predict_fn.(model_state, %{"x" => x})
+    |> Nx.subtract(y)
+    |> Nx.pow(2)
+    |> Nx.mean()
+    |> Nx.to_number()
+  end
+
+  # Trains `model` for a few Adam steps on one fixed batch; the loss before
+  # and after, computed with the initial and the returned parameters.
+  defp train(model, output_width) do
+    x = x()
+    y = random({@batch, @steps, output_width}, 2, 0.5)
+    {model_state, predict_fn} = init(model)
+
+    loop =
+      model
+      |> Axon.Loop.trainer(:mean_squared_error, Polaris.Optimizers.adam(learning_rate: 0.01),
+        log: 0
+      )
+
+    data = List.duplicate({%{"x" => x}, y}, 15)
+
+    {trained, _output} =
+      with_io(fn -> Axon.Loop.run(loop, data, model_state, epochs: 1, iterations: 15) end)
+
+    {mse(predict_fn, model_state, x, y), mse(predict_fn, trained, x, y)}
+  end
+
+  describe "min_gru/3" do
+    test "builds the documented parameters and predicts Ops.min_gru of the projections" do
+      model = Layer.min_gru(input(), @units, name: "cell", bias_initializer: :normal)
+      {model_state, predict_fn} = init(model)
+
+      assert shapes(model_state) == %{
+               "cell" => %{
+                 "gate_kernel" => {4, 6},
+                 "gate_bias" => {6},
+                 "candidate_kernel" => {4, 6},
+                 "candidate_bias" => {6}
+               }
+             }
+
+      p = model_state.data["cell"]
+      y = predict_fn.(model_state, %{"x" => x()})
+      assert Nx.shape(y) == {@batch, @steps, @units}
+      assert Nx.type(y) == {:f, 32}
+      assert_close(y, Ops.min_gru(project(x(), p, "gate"), project(x(), p, "candidate")))
+    end
+
+    test "initial_state and return_state" do
+      h0 = random({@batch, @units}, 3)
+
+      model =
+        Layer.min_gru(input(), @units,
+          name: "cell",
+          initial_state: h0_input(@units),
+          return_state: true
+        )
+
+      {model_state, predict_fn} = init(model, %{"h0" => Nx.template({@batch, @units}, :f32)})
+      p = model_state.data["cell"]
+      {y, h_final} = predict_fn.(model_state, %{"x" => x(), "h0" => h0})
+      assert Nx.type(h_final) == {:f, 32}
+
+      {expected_y, expected_h} =
+        Ops.min_gru(project(x(), p, "gate"), project(x(), p, "candidate"),
+          h0: h0,
+          final_state: true
+        )
+
+      assert_close(y, expected_y)
+      assert_close(h_final, expected_h)
+      assert Nx.shape(h_final) == {@batch, @units}
+
+      # Zeros as h0 is the layer without :initial_state, with the same params.
+      {zero_y, _} = predict_fn.(model_state, %{"x" => x(), "h0" => Nx.broadcast(0.0, h0)})
+      refute zero_y == y
+      {_, plain_predict} = Axon.build(Layer.min_gru(input(), @units, name: "cell"))
+      assert_close(plain_predict.(model_state, %{"x" => x()}), zero_y)
+    end
+
+    test "trains" do
+      {before, later} = train(Layer.min_gru(input(), @units), @units)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+  end
+
+  describe "min_lstm/3" do
+    test "builds the documented parameters and predicts Ops.min_lstm of the projections" do
+      model = Layer.min_lstm(input(), @units, bias_initializer: :normal)
+      {model_state, predict_fn} = init(model)
+
+      assert shapes(model_state) == %{
+               "min_lstm_0" => %{
+                 "forget_kernel" => {4, 6},
+                 "forget_bias" => {6},
+                 "input_kernel" => {4, 6},
+                 "input_bias" => {6},
+                 "candidate_kernel" => {4, 6},
+                 "candidate_bias" => {6}
+               }
+             }
+
+      p = model_state.data["min_lstm_0"]
+      y = predict_fn.(model_state, %{"x" => x()})
+
+      expected =
+        Ops.min_lstm(
+          project(x(), p, "forget"),
+          project(x(), p, "input"),
+          project(x(), p, "candidate")
+        )
+
+      assert_close(y, expected)
+    end
+
+    test "initial_state and return_state" do
+      model =
+        Layer.min_lstm(input(), @units, initial_state: h0_input(@units), return_state: true)
+
+      {model_state, predict_fn} = init(model, %{"h0" => Nx.template({@batch, @units}, :f32)})
+      h0 = random({@batch, @units}, 4)
+      {y, h_final} = predict_fn.(model_state, %{"x" => x(), "h0" => h0})
+      assert {Nx.shape(y), Nx.shape(h_final)} == {{@batch, @steps, @units}, {@batch, @units}}
+      {zero_y, _} = predict_fn.(model_state, %{"x" => x(), "h0" => Nx.broadcast(0.0, h0)})
+      refute zero_y == y
+    end
+
+    test "trains" do
+      {before, later} = train(Layer.min_lstm(input(), @units), @units)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+  end
+
+  describe "liquid/3" do
+    test "builds the documented parameters and predicts Ops.liquid with tau = softplus + min_tau" do
+      model = Layer.liquid(input(), @units, min_tau: 0.5, bias_initializer: :normal)
+      {model_state, predict_fn} = init(model)
+
+      assert shapes(model_state) == %{
+               "liquid_0" => %{
+                 "tau_kernel" => {4, 6},
+                 "tau_bias" => {6},
+                 "target_kernel" => {4, 6},
+                 "target_bias" => {6}
+               }
+             }
+
+      p = model_state.data["liquid_0"]
+      pre_tau = project(x(), p, "tau")
+      # softplus(t) = log(1 + e^t)
+      tau = pre_tau |> Nx.exp() |> Nx.log1p() |> Nx.add(0.5)
+      y = predict_fn.(model_state, %{"x" => x()})
+      assert_close(y, Ops.liquid(tau, project(x(), p, "target")))
+    end
+
+    test "initial_state and return_state" do
+      model = Layer.liquid(input(), @units, initial_state: h0_input(@units), return_state: true)
+      {model_state, predict_fn} = init(model, %{"h0" => Nx.template({@batch, @units}, :f32)})
+      h0 = random({@batch, @units}, 5)
+      {y, h_final} = predict_fn.(model_state, %{"x" => x(), "h0" => h0})
+      assert {Nx.shape(y), Nx.shape(h_final)} == {{@batch, @steps, @units}, {@batch, @units}}
+      assert Nx.type(h_final) == {:f, 32}
+      {zero_y, _} = predict_fn.(model_state, %{"x" => x(), "h0" => Nx.broadcast(0.0, h0)})
+      refute zero_y == y
+    end
+
+    test "trains" do
+      {before, later} = train(Layer.liquid(input(), @units), @units)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+  end
+
+  describe "mamba/2" do
+    # inner = expand * features = 8; dt_rank = ceil(4 / 16) = 1.
+    @inner 8
+    @state_size 3
+
+    test "builds the documented parameters and initialises A, D and dt_bias as Mamba does" do
+      {model_state, _} = init(Layer.mamba(input(), state_size: @state_size, name: "ssm"))
+
+      assert shapes(model_state) == %{
+               "ssm" => %{
+                 "in_proj_kernel" => {4, 16},
+                 "conv_kernel" => {4, 8},
+                 "conv_bias" => {8},
+                 "x_proj_kernel" => {8, 1 + 2 * @state_size},
+                 "dt_proj_kernel" => {1, 8},
+                 "dt_bias" => {8},
+                 "a_log" => {8, @state_size},
+                 "d" => {8},
+                 "out_proj_kernel" => {8, 4}
+               }
+             }
+
+      p = model_state.data["ssm"]
+      assert_close(p["a_log"], Nx.log(Nx.tensor([[1.0, 2.0, 3.0]])) |> Nx.broadcast({8, 3}))
+      assert p["d"] == Nx.broadcast(1.0, {8})
+      # softplus(dt_bias) is the initial dt, log-uniform in [0.001, 0.1].
+      dt = p["dt_bias"] |> Nx.exp() |> Nx.log1p()
+      assert Nx.to_number(Nx.reduce_min(dt)) >= 0.999e-3
+      assert Nx.to_number(Nx.reduce_max(dt)) <= 0.1001
+      assert Nx.to_number(Nx.reduce_max(dt)) > Nx.to_number(Nx.reduce_min(dt))
+
+      {wide, _} = init(Layer.mamba(input(), expand: 1, conv_size: 2, dt_rank: 3, state_size: 2))
+
+      assert %{
+               "in_proj_kernel" => {4, 8},
+               "conv_kernel" => {2, 4},
+               "x_proj_kernel" => {4, 7},
+               "dt_proj_kernel" => {3, 4}
+             } = shapes(wide)["mamba_0"]
+    end
+
+    test "predicts the block computed by hand (conv as Nx.conv, one group per channel)" do
+      model =
+        Layer.mamba(input(),
+          state_size: @state_size,
+          bias_initializer: Axon.Initializers.uniform(scale: 0.5),
+          kernel_initializer: Axon.Initializers.uniform(scale: 0.5)
+        )
+
+      {model_state, predict_fn} = init(model)
+      p = model_state.data["mamba_0"]
+      y = predict_fn.(model_state, %{"x" => x()})
+      assert {Nx.shape(y), Nx.type(y)} == {{@batch, @steps, @features}, {:f, 32}}
+
+      xz = Nx.dot(x(), p["in_proj_kernel"])
+      xs = Nx.slice_along_axis(xz, 0, @inner, axis: 2)
+      z = Nx.slice_along_axis(xz, @inner, @inner, axis: 2)
+
+      # PyTorch's Conv1d(groups = channels, padding = 3), first `steps` outputs.
+      conv_kernel = p["conv_kernel"] |> Nx.transpose() |> Nx.reshape({@inner, 1, 4})
+
+      conv =
+        xs
+        |> Nx.transpose(axes: [0, 2, 1])
+        |> Nx.conv(conv_kernel, padding: [{3, 0}], feature_group_size: @inner)
+        |> Nx.transpose(axes: [0, 2, 1])
+        |> Nx.add(p["conv_bias"])
+
+      xc = Nx.multiply(conv, Nx.sigmoid(conv))
+      dt_b_c = Nx.dot(xc, p["x_proj_kernel"])
+      dt = Nx.dot(Nx.slice_along_axis(dt_b_c, 0, 1, axis: 2), p["dt_proj_kernel"])
+      b = Nx.slice_along_axis(dt_b_c, 1, @state_size, axis: 2)
+      c = Nx.slice_along_axis(dt_b_c, 1 + @state_size, @state_size, axis: 2)
+
+      scanned =
+        Ops.selective_scan(xc, dt, Nx.negate(Nx.exp(p["a_log"])), b, c,
+          dt_bias: p["dt_bias"],
+          d: p["d"],
+          z: z,
+          softplus: true
+        )
+
+      assert_close(y, Nx.dot(scanned, p["out_proj_kernel"]), 1.0e-5)
+    end
+
+    test "initial_state and return_state" do
+      model =
+        Layer.mamba(input(),
+          state_size: @state_size,
+          initial_state: Axon.input("h0", shape: {nil, @inner, @state_size}),
+          return_state: true
+        )
+
+      {model_state, predict_fn} =
+        init(model, %{"h0" => Nx.template({@batch, @inner, @state_size}, :f32)})
+
+      h0 = random({@batch, @inner, @state_size}, 6)
+      {y, h_final} = predict_fn.(model_state, %{"x" => x(), "h0" => h0})
+      assert Nx.shape(y) == {@batch, @steps, @features}
+      assert {Nx.shape(h_final), Nx.type(h_final)} == {{@batch, @inner, @state_size}, {:f, 32}}
+      {zero_y, _} = predict_fn.(model_state, %{"x" => x(), "h0" => Nx.broadcast(0.0, h0)})
+      refute zero_y == y
+    end
+
+    test "trains" do
+      {before, later} = train(Layer.mamba(input(), state_size: @state_size), @features)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+  end
+
+  describe "attention/2" do
+    test "builds the documented parameters and predicts Ops.attention of the projections" do
+      model =
+        Layer.attention(input(),
+          num_heads: 2,
+          num_kv_heads: 1,
+          head_size: 4,
+          causal: true,
+          window: 2,
+          bias_initializer: :normal
+        )
+
+      {model_state, predict_fn} = init(model)
+
+      assert shapes(model_state) == %{
+               "attention_0" => %{
+                 "query_kernel" => {4, 8},
+                 "query_bias" => {8},
+                 "key_kernel" => {4, 4},
+                 "key_bias" => {4},
+                 "value_kernel" => {4, 4},
+                 "value_bias" => {4},
+                 "output_kernel" => {8, 4},
+                 "output_bias" => {4}
+               }
+             }
+
+      p = model_state.data["attention_0"]
+      y = predict_fn.(model_state, %{"x" => x()})
+      assert {Nx.shape(y), Nx.type(y)} == {{@batch, @steps, @features}, {:f, 32}}
+
+      # By the other layout: {batch, heads, steps, head_size}.
+      heads = fn prefix, count ->
+        x()
+        |> project(p, prefix)
+        |> Nx.reshape({@batch, @steps, count, 4})
+        |> Nx.transpose(axes: [0, 2, 1, 3])
+      end
+
+      expected =
+        Ops.attention(heads.("query", 2), heads.("key", 1), heads.("value", 1),
+          mask: :window,
+          window: 2
+        )
+        |> Nx.transpose(axes: [0, 2, 1, 3])
+        |> Nx.reshape({@batch, @steps, 8})
+        |> project(p, "output")
+
+      assert_close(y, expected)
+    end
+
+    test ":causal and :window decide which steps each step sees" do
+      # Changing the last step changes only the last output when causal;
+      # changing the first changes only the first two with a window of 2.
+      changed = fn step -> Nx.put_slice(x(), [0, step, 0], Nx.broadcast(3.0, {1, 1, 4})) end
+
+      changed_steps = fn opts, step ->
+        model = Layer.attention(input(), [num_heads: 2, head_size: 4] ++ opts)
+        {model_state, predict_fn} = init(model)
+        y = predict_fn.(model_state, %{"x" => x()})
+        y_changed = predict_fn.(model_state, %{"x" => changed.(step)})
+
+        Nx.not_equal(y, y_changed)
+        |> Nx.any(axes: [0, 2])
+        |> Nx.to_flat_list()
+      end
+
+      assert changed_steps.([], 4) == [1, 1, 1, 1, 1]
+      assert changed_steps.([causal: true], 4) == [0, 0, 0, 0, 1]
+      assert changed_steps.([causal: true], 0) == [1, 1, 1, 1, 1]
+      assert changed_steps.([causal: true, window: 2], 0) == [1, 1, 0, 0, 0]
+    end
+
+    test "trains" do
+      model = Layer.attention(input(), num_heads: 2, head_size: 4, causal: true)
+      {before, later} = train(model, @features)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+  end
+
+  test "the Layers functions run outside defn, as the layers do inside" do
+    {model_state, predict_fn} = init(Layer.min_gru(input(), @units, name: "cell"))
+    p = model_state.data["cell"]
+
+    eager =
+      Layers.min_gru(
+        x(),
+        p["gate_kernel"],
+        p["gate_bias"],
+        p["candidate_kernel"],
+        p["candidate_bias"]
+      )
+
+    assert_close(eager, predict_fn.(model_state, %{"x" => x()}))
+
+    assert_raise ArgumentError, ~r/min_gru\/6: unknown options \[:units\]/, fn ->
+      Layers.min_gru(
+        x(),
+        p["gate_kernel"],
+        p["gate_bias"],
+        p["candidate_kernel"],
+        p["candidate_bias"],
+        units: 3
+      )
+    end
+  end
+
+  describe "bad options raise ArgumentError naming the option" do
+    test "common and recurrent options" do
+      for builder <- [&Layer.min_gru/3, &Layer.min_lstm/3, &Layer.liquid/3] do
+        assert_raise ArgumentError, ~r/argument 'input' expected an Axon node, got: 3/, fn ->
+          builder.(3, @units, [])
+        end
+
+        assert_raise ArgumentError,
+                     ~r/argument 'units' expected a positive integer, got: 0/,
+                     fn ->
+                       builder.(input(), 0, [])
+                     end
+
+        assert_raise ArgumentError, ~r/unknown options \[:unit\], expected one of/, fn ->
+          builder.(input(), @units, unit: 3)
+        end
+
+        assert_raise ArgumentError,
+                     ~r/option :return_state expected a boolean, got: :yes/,
+                     fn -> builder.(input(), @units, return_state: :yes) end
+
+        assert_raise ArgumentError,
+                     ~r/option :initial_state expected nil or an Axon node, got: #Nx.Tensor/,
+                     fn -> builder.(input(), @units, initial_state: Nx.tensor(0.0)) end
+
+        assert_raise ArgumentError,
+                     ~r/option :kernel_initializer expected one of \[:zeros.* got: :bogus/,
+                     fn -> builder.(input(), @units, kernel_initializer: :bogus) end
+
+        assert_raise ArgumentError,
+                     ~r/option :bias_initializer expected .* got: #Function/,
+                     fn -> builder.(input(), @units, bias_initializer: fn -> 0 end) end
+
+        assert_raise ArgumentError, ~r/option :name expected nil, a string .* got: 3/, fn ->
+          builder.(input(), @units, name: 3)
+        end
+      end
+
+      assert_raise ArgumentError,
+                   ~r/liquid\/3: option :min_tau expected a positive number, got: 0/,
+                   fn -> Layer.liquid(input(), @units, min_tau: 0) end
+
+      assert_raise ArgumentError, ~r/min_gru\/3: unknown options \[:min_tau\]/, fn ->
+        Layer.min_gru(input(), @units, min_tau: 1.0)
+      end
+    end
+
+    test "mamba options" do
+      for {option, value, expected} <- [
+            {:state_size, 0, "a positive integer"},
+            {:expand, 1.5, "a positive integer"},
+            {:conv_size, nil, "a positive integer"},
+            {:dt_rank, 0, "nil or a positive integer"},
+            {:return_state, 1, "a boolean"}
+          ] do
+        message = "ExPhil.Native.Axon.mamba/2: option :#{option} expected #{expected}, got: "
+
+        assert_raise ArgumentError, message <> inspect(value), fn ->
+          Layer.mamba(input(), [{option, value}])
+        end
+      end
+    end
+
+    test "attention options" do
+      cases = [
+        {[head_size: 4], ~r/option :num_heads expected a positive integer, got: nil/},
+        {[num_heads: 2], ~r/option :head_size expected a positive integer, got: nil/},
+        {[num_heads: 2, head_size: 4, num_kv_heads: 3],
+         ~r/option :num_kv_heads expected a positive integer dividing num_heads \(2\), got: 3/},
+        {[num_heads: 2, head_size: 4, window: 2],
+         ~r/option :window expected causal: true .* got: window: 2 with causal: false/},
+        {[num_heads: 2, head_size: 4, causal: true, window: 0],
+         ~r/option :window expected nil or a positive integer, got: 0/},
+        {[num_heads: 2, head_size: 4, causal: 1], ~r/option :causal expected a boolean, got: 1/},
+        {[num_heads: 2, head_size: 4, return_state: true], ~r/unknown options \[:return_state\]/}
+      ]
+
+      for {opts, message} <- cases do
+        assert_raise ArgumentError, message, fn -> Layer.attention(input(), opts) end
+      end
+    end
+  end
+end
