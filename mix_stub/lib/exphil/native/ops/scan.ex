@@ -8,15 +8,9 @@ defmodule ExPhil.Native.Ops.Scan do
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
-  @inputs %{
-    linear_scan: ~w(a b),
-    min_gru: ~w(gate candidate),
-    min_lstm: ~w(forget input candidate),
-    liquid: ~w(tau target)
-  }
-
   def run(op, inputs, opts) do
-    names = Map.fetch!(@inputs, op)
+    # The input names are the forward target's required operands.
+    names = for {name, :required} <- Targets.fetch!(Targets.name(op, :forward)).operands, do: name
     fun = "ExPhil.Native.Ops.#{op}/#{length(names) + 1}"
     opts = Args.options!(fun, opts, h0: nil, final_state: false)
     {inputs, type, {batch, _steps, hidden}} = check_inputs!(fun, names, inputs)
