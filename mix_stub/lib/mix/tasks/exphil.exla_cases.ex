@@ -1,0 +1,318 @@
+defmodule Mix.Tasks.Exphil.ExlaCases do
+  @shortdoc "Writes the custom calls EXLA would emit for the ops (JSON, for the GPU check)"
+
+  @moduledoc """
+  Writes, as JSON, the custom calls that EXLA would emit for the library's
+  ops: every op, dtype and option set that changes a call, each traced
+  inside `Nx.Defn.grad` (as `test/custom_call_test.exs` does), its forward
+  and backward blocks lowered through `ExPhil.Native.CustomCall.fields/3`.
+
+      MIX_ENV=test mix exphil.exla_cases OUT.json
+
+  `test/xla_ffi/exla_form/check_exla_form.py` builds the StableHLO module
+  of each call from this file and runs it on a GPU through JAX's XLA.
+
+  For each case: `name`, `op`, `dtype`, `shape` (the op's dimensions),
+  `options` (what the op was called with, for the references) and, for
+  `forward` and `backward`: `target`, `operands` and `results` (name, shape,
+  dtype, and whether it is the f32 scalar placeholder of an absent optional
+  operand or of its gradient), and `attributes`, `[name, MLIR text]` exactly
+  as `CustomCall.fields/3` gives them. The layouts are not listed: a patched
+  EXLA pins every operand and result to row-major (`layouts: "row_major"`).
+
+  Needs the test environment (`ExPhil.Native.Blocks`, test/support).
+  """
+
+  use Mix.Task
+
+  alias ExPhil.Native.{CustomCall, Ops, Targets}
+
+  @types [{"f32", {:f, 32}}, {"bf16", {:bf, 16}}, {"f16", {:f, 16}}]
+
+  @impl true
+  def run(args) do
+    path =
+      case args do
+        [path] -> path
+        _ -> Mix.raise("usage: MIX_ENV=test mix exphil.exla_cases OUT.json")
+      end
+
+    Mix.Task.run("compile")
+    # test/support is compiled in the test environment only; a variable keeps
+    # the compiler from looking for it in the others.
+    blocks = ExPhil.Native.Blocks
+
+    unless Code.ensure_loaded?(blocks) do
+      Mix.raise(
+        "exphil.exla_cases needs ExPhil.Native.Blocks (test/support): run with MIX_ENV=test"
+      )
+    end
+
+    cases = Enum.map(scan_cases() ++ selective_cases() ++ attention_cases(), &trace(&1, blocks))
+
+    File.mkdir_p!(Path.dirname(path))
+
+    File.write!(
+      path,
+      json(%{"layouts" => "row_major", "cases" => cases}) <> "\n"
+    )
+
+    Mix.shell().info("exphil.exla_cases: #{length(cases)} cases written to #{path}")
+  end
+
+  # --- cases -----------------------------------------------------------------
+
+  defp scan_cases do
+    {b, t, h} = {2, 33, 129}
+
+    for op <- [:linear_scan, :min_gru, :min_lstm, :liquid],
+        {dtype, type} <- @types,
+        h0? <- [false, true],
+        final? <- [false, true] do
+      names = Enum.map(1..ExPhil.Native.Pure.Scan.input_count(op), &"input#{&1}")
+      inputs = Map.new(names, &{&1, zeros({b, t, h}, type)})
+      inputs = if h0?, do: Map.put(inputs, "h0", zeros({b, h}, :f32)), else: inputs
+
+      %{
+        name: "#{op} #{dtype} h0=#{h0?} final_state=#{final?}",
+        op: op,
+        dtype: dtype,
+        shape: %{"batch" => b, "steps" => t, "hidden" => h},
+        options: %{"h0" => h0?, "final_state" => final?},
+        inputs: inputs,
+        fun: fn inputs ->
+          seq = Enum.map(names, &inputs[&1])
+          apply(Ops, op, seq ++ [[h0: inputs["h0"], final_state: final?]])
+        end
+      }
+    end
+  end
+
+  # {optional inputs, softplus, clamp, final state}
+  @selective [
+    {[], false, nil, false},
+    {[:dt_bias, :d, :z, :h0], true, {0.001, 0.1}, true},
+    {[:z], false, {0.005, 0.05}, true},
+    {[:dt_bias, :d], true, nil, false},
+    {[:h0], true, {0.001, 0.1}, true}
+  ]
+
+  defp selective_cases do
+    {b, t, d, n} = {2, 17, 5, 16}
+
+    for {dtype, type} <- @types, {optional, softplus, clamp, final?} <- @selective do
+      shapes = %{
+        x: {{b, t, d}, type},
+        dt: {{b, t, d}, type},
+        a: {{d, n}, :f32},
+        b: {{b, t, n}, type},
+        c: {{b, t, n}, type},
+        dt_bias: {{d}, :f32},
+        d: {{d}, :f32},
+        z: {{b, t, d}, type},
+        h0: {{b, d, n}, :f32}
+      }
+
+      keys = [:x, :dt, :a, :b, :c | optional]
+      inputs = Map.new(keys, fn key -> {key, apply(&zeros/2, Tuple.to_list(shapes[key]))} end)
+      on = Enum.map_join(optional, ",", &Atom.to_string/1)
+
+      %{
+        name:
+          "selective_scan #{dtype} [#{if on == "", do: "none", else: on}] softplus=#{softplus} " <>
+            "clamp=#{if clamp, do: "#{elem(clamp, 0)}..#{elem(clamp, 1)}", else: "none"} " <>
+            "final_state=#{final?}",
+        op: :selective_scan,
+        dtype: dtype,
+        shape: %{"batch" => b, "steps" => t, "channels" => d, "states" => n},
+        options:
+          Map.new([:dt_bias, :d, :z, :h0], &{Atom.to_string(&1), &1 in optional})
+          |> Map.merge(%{
+            "softplus" => softplus,
+            "clamp" => clamp && Tuple.to_list(clamp),
+            "final_state" => final?
+          }),
+        inputs: inputs,
+        fun: fn inputs ->
+          opts =
+            Enum.map(optional, &{&1, inputs[&1]}) ++
+              [softplus: softplus, clamp: clamp, final_state: final?]
+
+          Ops.selective_scan(inputs.x, inputs.dt, inputs.a, inputs.b, inputs.c, opts)
+        end
+      }
+    end
+  end
+
+  # {mask, window, layout, {q heads, kv heads}, scale}
+  @attention [
+    {:none, nil, :bhtd, {4, 4}, nil},
+    {:none, nil, :bthd, {4, 2}, 0.125},
+    {:causal, nil, :bhtd, {4, 2}, nil},
+    {:causal, nil, :bthd, {4, 4}, 0.125},
+    {:window, 8, :bhtd, {4, 2}, 0.125},
+    {:window, 8, :bthd, {4, 4}, nil}
+  ]
+
+  defp attention_cases do
+    {b, t, s, d} = {2, 40, 40, 64}
+
+    for {dtype, type} <- @types,
+        precision <- if(dtype == "f32", do: [:exact, :tf32x3], else: [:exact]),
+        {mask, window, layout, {hq, hkv}, scale} <- @attention do
+      shape = fn heads, steps ->
+        if layout == :bhtd, do: {b, heads, steps, d}, else: {b, steps, heads, d}
+      end
+
+      opts = [mask: mask, window: window, layout: layout, scale: scale, precision: precision]
+
+      %{
+        name:
+          "attention #{dtype} #{mask}#{if window, do: "(#{window})"} #{layout} heads=#{hq}/#{hkv} " <>
+            "scale=#{scale || "default"} precision=#{precision}",
+        op: :attention,
+        dtype: dtype,
+        shape: %{
+          "batch" => b,
+          "q_heads" => hq,
+          "kv_heads" => hkv,
+          "steps" => t,
+          "keys" => s,
+          "width" => d
+        },
+        options: %{
+          "mask" => Atom.to_string(mask),
+          "window" => window,
+          "layout" => Atom.to_string(layout),
+          "scale" => scale,
+          "precision" => Atom.to_string(precision)
+        },
+        inputs: %{
+          q: zeros(shape.(hq, t), type),
+          k: zeros(shape.(hkv, s), type),
+          v: zeros(shape.(hkv, s), type)
+        },
+        fun: fn inputs -> Ops.attention(inputs.q, inputs.k, inputs.v, opts) end
+      }
+    end
+  end
+
+  defp zeros(shape, type), do: Nx.broadcast(Nx.tensor(0, type: type), shape)
+
+  # --- tracing ---------------------------------------------------------------
+
+  # The forward and backward blocks of the case's op, traced with the
+  # gradient of the sum of every output (as f32) into every tensor input.
+  defp trace(spec, blocks) do
+    fun = fn inputs ->
+      loss = fn inputs ->
+        inputs
+        |> spec.fun.()
+        |> then(&if(is_tuple(&1), do: Tuple.to_list(&1), else: [&1]))
+        |> Enum.map(&Nx.sum(Nx.as_type(&1, :f32)))
+        |> Enum.reduce(&Nx.add/2)
+      end
+
+      # The forward too: a backward that recomputes (the selective scan's)
+      # leaves it out of the gradient's expression.
+      {spec.fun.(inputs), Nx.Defn.grad(inputs, loss)}
+    end
+
+    found = blocks.capture(fun, [spec.inputs])
+    forward = one!(spec, found, "_fwd")
+    backward = one!(spec, found, "_bwd")
+
+    %{
+      "name" => spec.name,
+      "op" => Atom.to_string(spec.op),
+      "dtype" => spec.dtype,
+      "shape" => spec.shape,
+      "options" => spec.options,
+      "forward" => call(forward, blocks),
+      "backward" => call(backward, blocks)
+    }
+  end
+
+  # The forward is traced twice (the output, and inside the gradient): the
+  # same block, either node.
+  defp one!(spec, found, suffix) do
+    case Enum.filter(found, &String.ends_with?(elem(&1, 0).target, suffix)) do
+      [first | _] = matching ->
+        if matching |> Enum.map(&elem(&1, 0)) |> Enum.uniq() |> length() != 1 do
+          Mix.raise("#{spec.name}: #{length(matching)} different #{suffix} blocks")
+        end
+
+        first
+
+      [] ->
+        Mix.raise("#{spec.name}: no #{suffix} block traced")
+    end
+  end
+
+  defp call({block, operands, out}, blocks) do
+    if block.unsupported, do: Mix.raise("#{block.target}: unsupported: #{block.unsupported}")
+    target = Targets.fetch!(block.target)
+    fields = CustomCall.fields(block, out, operands)
+    absent? = fn name -> block.attributes["has_" <> name] == false end
+
+    operands =
+      Enum.zip_with(target.operands, operands, fn {name, presence}, tensor ->
+        tensor(name, tensor, presence == :optional and absent?.(name))
+      end)
+
+    results =
+      Enum.zip_with(target.results, blocks.results(out), fn {name, kind}, tensor ->
+        placeholder =
+          case kind do
+            {:gradient_of, input} -> absent?.(input)
+            :always -> false
+          end
+
+        tensor(name, tensor, placeholder)
+      end)
+
+    %{
+      "target" => fields.call_target_name,
+      "operands" => operands,
+      "results" => results,
+      "attributes" => Enum.map(fields.attributes, fn {name, text} -> [name, text] end)
+    }
+  end
+
+  defp tensor(name, tensor, placeholder) do
+    %{
+      "name" => name,
+      "shape" => Tuple.to_list(Nx.shape(tensor)),
+      "dtype" => type_name(Nx.type(tensor)),
+      "placeholder" => placeholder
+    }
+  end
+
+  defp type_name(type) do
+    case List.keyfind(@types, type, 1) do
+      {name, _} -> name
+      nil -> Mix.raise("unexpected type #{inspect(type)}")
+    end
+  end
+
+  # --- JSON (maps, lists, strings, numbers, booleans, nil) -------------------
+
+  defp json(nil), do: "null"
+  defp json(value) when is_boolean(value), do: Atom.to_string(value)
+  defp json(value) when is_integer(value), do: Integer.to_string(value)
+  defp json(value) when is_float(value), do: :erlang.float_to_binary(value, [:short])
+
+  defp json(value) when is_binary(value),
+    do: ~s(") <> String.replace(value, ["\\", ~s(")], &("\\" <> &1)) <> ~s(")
+
+  defp json(list) when is_list(list), do: "[" <> Enum.map_join(list, ", ", &json/1) <> "]"
+
+  defp json(map) when is_map(map) do
+    entries =
+      map
+      |> Enum.sort()
+      |> Enum.map_join(", ", fn {k, v} -> json(to_string(k)) <> ": " <> json(v) end)
+
+    "{" <> entries <> "}"
+  end
+end

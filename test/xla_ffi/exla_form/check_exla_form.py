@@ -1,0 +1,1056 @@
+#!/usr/bin/env python3
+"""Runs the custom calls that EXLA would emit for ExPhil.Native's ops, on a
+GPU, through JAX's XLA, and checks their results.
+
+What
+----
+Reads the cases that `mix exphil.exla_cases` writes (mix_stub/lib/mix/tasks/
+exphil.exla_cases.ex): for every op, dtype and option set, the forward and
+backward custom calls of an `ExPhil.Native.Block` traced inside
+`Nx.Defn.grad`, with the target, the operands and results (shapes, dtypes,
+f32 scalar placeholders of absent optional operands and of their
+gradients) and the attributes exactly as `ExPhil.Native.CustomCall.fields/3`
+gives them. For each call it writes the StableHLO module as EXLA's
+`Value.custom_call/5` builds the op (mix_stub/upstream/exla/mlir_form.md):
+
+    %cc:2 = "stablehlo.custom_call"(%arg0, %arg1, %arg2) {backend_config =
+      {has_h0 = false}, call_target_name = "exphil_min_gru_fwd",
+      api_version = 4 : i32, operand_layouts = [...], result_layouts = [...]}
+      : (...) -> (...)
+
+`backend_config` only when the call has attributes; `operand_layouts` and
+`result_layouts` (every one row-major, `dense<[r-1, ..., 0]> :
+tensor<rxindex>`, `dense<> : tensor<0xindex>` for a scalar) only in the
+pinned form, which the proposed EXLA change emits. It parses the module with
+JAX's MLIR, compiles it with JAX's XLA for the GPU (the handlers of
+libexphil_xla_ffi.so registered by pointer, as check_jax_ffi.py does) and
+runs it.
+
+Variants, per case (each line covers the forward and the backward call):
+
+  a pinned      operands are the entry's parameters, results its outputs;
+                layouts pinned (what the patched EXLA emits).
+  a unpinned    the same without layout attributes: what EXLA emits today
+                for an eager block (its operands and results are the
+                entry's own, which XLA keeps row-major). Must equal
+                "a pinned" bit for bit.
+  b pinned      every operand produced inside the module by an op whose
+                output layout XLA may choose: the transpose of a transposed
+                parameter, a broadcast_in_dim of (the transpose of) a
+                parameter, a slice of a larger NaN-padded parameter, or a
+                reshape after a dot_general with an identity (HIGHEST
+                precision: exact); each result of rank >= 2 consumed by a
+                transpose. Layouts pinned: must equal "a pinned" on the same
+                inputs bit for bit, and XLA's optimized HLO must show only
+                row-major layouts on the custom call.
+  b unpinned    "b" without layout attributes: the known hazard (a typed
+                FFI handler sees dimensions, not layouts). Reported, never
+                a failure: whether the results differ from "a" and which
+                non-row-major layouts XLA gave the custom call. Runs after
+                every other variant of every case; then again with the
+                results as the module's outputs (no transposes after the
+                call), "b unpinned, operands only", the operands' side alone.
+
+Inputs are random (seeded by --seed and the case's name), generated with
+check_jax_ffi.py's generators and ranges (tau > 0, A < 0, dt away from the
+clamp's edges, ...). "b" uses the same inputs as "a" except that an operand
+built by a broadcast is constant along the broadcast axis; "a pinned" is
+run again on those inputs for the bitwise comparison. Results are compared
+with check_jax_ffi.py's JAX references, evaluated in float64 on the same
+rounded inputs, with its tolerances (check_jax_ffi.py's docstring); the
+backward takes the forward's outputs (y, or o and lse) from the kernel, as
+under EXLA. Gradients that are placeholders are not compared; they must be
+f32 scalars. Every case also checks that its attributes agree with the
+options it was traced with, and that placeholders stand exactly for the
+operands whose has_* attribute is false.
+
+Run (README.md beside this file has the exact commands): the cases where
+Elixir is, then, on the GPU machine (jax with its CUDA plugin, the library
+built), from the repository root:
+
+    (cd mix_stub && MIX_ENV=test mix exphil.exla_cases ../.gpu/exla_cases.json)
+    python3 test/xla_ffi/exla_form/check_exla_form.py \\
+        --lib /tmp/b/c_src/xla_ffi/libexphil_xla_ffi.so --cases .gpu/exla_cases.json
+
+Options: --only SUBSTRING (case names), --seed N, --from N (skip the first
+N cases), --max-seconds S (start no case after S seconds: the rest count as
+not run, and fail), --autotune (leave XLA's GEMM autotuning on; off by
+default, since the "b" dots are identities and autotuning them costs
+seconds per module), --verbose (tracebacks).
+
+Prints one line per case and variant, then the unpinned findings, then
+`N passed, M failed` (a, pinned and unpinned, and b pinned; a case that
+did not run counts as failed). Exit status 0 only when nothing failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import platform
+import re
+import sys
+import time
+import traceback
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))  # test/xla_ffi: check_jax_ffi
+
+# Imported in main(), after the arguments: check_jax_ffi imports JAX (and
+# enables float64 for the references).
+cj = jax = jnp = ref = None
+
+F32_NP = np.dtype(np.float32)
+STRATEGIES = ("transpose", "dot", "slice", "broadcast")
+
+
+# ---------------------------------------------------------------------------
+# The module text
+# ---------------------------------------------------------------------------
+def np_dtype(name):
+    return np.dtype(cj.DTYPES[name])
+
+
+def ttype(shape, dtype):
+    return "tensor<" + "".join(f"{d}x" for d in shape) + dtype + ">"
+
+
+def row_major(rank):
+    return list(range(rank - 1, -1, -1))
+
+
+def layouts_attr(shapes):
+    """EXLA's attr_layouts of the row-major layouts of `shapes`."""
+    items = []
+    for shape in shapes:
+        r = len(shape)
+        if r == 0:
+            items.append("dense<> : tensor<0xindex>")
+        else:
+            items.append("dense<[" + ", ".join(map(str, row_major(r))) + f"]> : tensor<{r}xindex>")
+    return "[" + ", ".join(items) + "]"
+
+
+def custom_call_text(call, operand_values, pinned):
+    """The op as EXLA's Value.custom_call/5 builds it: the attributes are its
+    keyword list (Keyword.put puts backend_config first), each value the
+    string it passes to mlirParseAttribute; the op in generic form."""
+    operands, results = call["operands"], call["results"]
+    attrs = []
+    if call["attributes"]:
+        attrs.append("backend_config = {"
+                     + ", ".join(f"{name} = {text}" for name, text in call["attributes"]) + "}")
+    attrs.append(f'call_target_name = "{call["target"]}"')
+    attrs.append("api_version = 4 : i32")
+    if pinned:
+        attrs.append("operand_layouts = " + layouts_attr([o["shape"] for o in operands]))
+        attrs.append("result_layouts = " + layouts_attr([r["shape"] for r in results]))
+    in_types = ", ".join(ttype(o["shape"], o["dtype"]) for o in operands)
+    out_types = [ttype(r["shape"], r["dtype"]) for r in results]
+    lhs = "%cc" if len(results) == 1 else f"%cc:{len(results)}"
+    out = out_types[0] if len(out_types) == 1 else "(" + ", ".join(out_types) + ")"
+    return (f'{lhs} = "stablehlo.custom_call"({", ".join(operand_values)}) '
+            f'{{{", ".join(attrs)}}} : ({in_types}) -> {out}')
+
+
+def result_refs(call):
+    n = len(call["results"])
+    return ["%cc"] if n == 1 else [f"%cc#{i}" for i in range(n)]
+
+
+class Module:
+    """A func.func public @main being written: its parameters (with the
+    arrays they take) and its body."""
+
+    def __init__(self):
+        self.params, self.args, self.body, self.returns = [], [], [], []
+        self.count = 0
+
+    def param(self, array, dtype):
+        name = f"%arg{len(self.params)}"
+        self.params.append(f"{name}: {ttype(array.shape, dtype)}")
+        self.args.append(np.array(array, order="C"))  # not ascontiguousarray: scalars stay 0-d
+        return name
+
+    def value(self, rhs):
+        name = f"%v{self.count}"
+        self.count += 1
+        self.body.append(f"{name} = {rhs}")
+        return name
+
+    def text(self):
+        types = ", ".join(t for _, t in self.returns)
+        values = ", ".join(v for v, _ in self.returns)
+        lines = ["module {",
+                 f"  func.func public @main({', '.join(self.params)}) -> ({types}) {{"]
+        lines += [f"    {line}" for line in self.body]
+        lines.append(f'    "func.return"({values}) : ({types}) -> ()')
+        lines += ["  }", "}", ""]
+        return "\n".join(lines)
+
+
+def build(call, arrays, variant, pinned, strategies=None, transpose_results=True):
+    """(module text, parameter arrays, how to read each output back).
+    Variant "a": operands are parameters, results outputs. Variant "b":
+    operands through `strategies` (one per operand), results of rank >= 2
+    through a transpose (unless not `transpose_results`)."""
+    m = Module()
+    values = []
+    for o, x, how in zip(call["operands"], arrays, strategies or ["param"] * len(arrays)):
+        dt = o["dtype"]
+        shape = tuple(o["shape"])
+        r = len(shape)
+        if variant == "a" or how == "param":
+            values.append(m.param(x, dt))
+        elif how == "transpose":
+            perm = row_major(r)  # the parameter holds x with its axes reversed
+            p = m.param(np.transpose(x, perm), dt)
+            inv = [int(i) for i in np.argsort(perm)]
+            values.append(m.value(
+                f"stablehlo.transpose {p}, dims = {inv} : "
+                f"({ttype([shape[i] for i in perm], dt)}) -> {ttype(shape, dt)}"))
+        elif how == "slice":
+            big = np.full([s + 2 for s in shape], np.nan, np.float64).astype(x.dtype)
+            big[tuple(slice(1, 1 + s) for s in shape)] = x
+            p = m.param(big, dt)
+            ranges = ", ".join(f"1:{1 + s}" for s in shape)
+            values.append(m.value(
+                f"stablehlo.slice {p} [{ranges}] : ({ttype(big.shape, dt)}) -> {ttype(shape, dt)}"))
+        elif how == "dot":
+            n = shape[-1]
+            rows = int(np.prod(shape[:-1]))
+            xt = x.reshape(rows, n).T  # [n, rows]
+            eye = np.eye(n).astype(x.dtype)
+            p = m.param(xt, dt)
+            q = m.param(eye, dt)
+            d = m.value(
+                f"stablehlo.dot_general {p}, {q}, contracting_dims = [0] x [0], "
+                f"precision = [HIGHEST, HIGHEST] : ({ttype(xt.shape, dt)}, {ttype(eye.shape, dt)}) "
+                f"-> {ttype((rows, n), dt)}")
+            values.append(m.value(
+                f"stablehlo.reshape {d} : ({ttype((rows, n), dt)}) -> {ttype(shape, dt)}"))
+        elif how == "broadcast":
+            axis = broadcast_axis(r)
+            kept = [i for i in range(r) if i != axis]
+            x0 = np.take(x, 0, axis=axis)
+            if not np.array_equal(np.broadcast_to(np.expand_dims(x0, axis), shape), x, equal_nan=True):
+                raise AssertionError(f"{o['name']}: not constant along axis {axis}")
+            # The parameter holds x0 with its axes reversed; XLA requires
+            # broadcast dimensions in increasing order, so a transpose first.
+            p = m.param(np.transpose(x0, row_major(r - 1)), dt)
+            if r - 1 >= 2:
+                p = m.value(f"stablehlo.transpose {p}, dims = {row_major(r - 1)} : "
+                            f"({ttype(x0.shape[::-1], dt)}) -> {ttype(x0.shape, dt)}")
+            values.append(m.value(
+                f"stablehlo.broadcast_in_dim {p}, dims = {kept} : "
+                f"({ttype(x0.shape, dt)}) -> {ttype(shape, dt)}"))
+        else:
+            raise AssertionError(how)
+    m.body.append(custom_call_text(call, values, pinned))
+    readers = []
+    for res, v in zip(call["results"], result_refs(call)):
+        shape = tuple(res["shape"])
+        r = len(shape)
+        if variant == "b" and transpose_results and r >= 2:
+            perm = row_major(r)
+            t = m.value(f"stablehlo.transpose {v}, dims = {perm} : "
+                        f"({ttype(shape, res['dtype'])}) -> {ttype([shape[i] for i in perm], res['dtype'])}")
+            m.returns.append((t, ttype([shape[i] for i in perm], res["dtype"])))
+            inv = [int(i) for i in np.argsort(perm)]
+            readers.append(lambda a, inv=inv: np.transpose(a, inv))
+        else:
+            m.returns.append((v, ttype(shape, res["dtype"])))
+            readers.append(lambda a: a)
+    return m.text(), m.args, readers
+
+
+def broadcast_axis(rank):
+    return 1 if rank >= 3 else 0
+
+
+def assign_strategies(call, offset, derived):
+    """One way to produce each operand in variant "b": rank >= 2 operands
+    cycle through STRATEGIES (from `offset`), rank 1 is sliced, scalars
+    (placeholders) are parameters. Operands that are the forward's outputs
+    (`derived`) are not broadcast (they are not constant along any axis)."""
+    out, j = [], 0
+    for o in call["operands"]:
+        r = len(o["shape"])
+        if o["placeholder"] or r == 0:
+            out.append("param")
+        elif r == 1:
+            out.append("slice")
+        else:
+            how = STRATEGIES[(j + offset) % len(STRATEGIES)]
+            j += 1
+            if how == "broadcast" and o["name"] in derived:
+                how = "transpose"
+            out.append(how)
+    return out
+
+
+# ---------------------------------------------------------------------------
+# XLA through JAX
+# ---------------------------------------------------------------------------
+class Xla:
+    """Parses a module with JAX's MLIR context, compiles it with the GPU
+    client JAX uses, runs it. Different JAX versions name these calls
+    differently: the first way that works is kept."""
+
+    def __init__(self, autotune):
+        from jax._src.interpreters import mlir as jmlir
+        from jax._src.lib import xla_client as xc
+        from jax._src.lib.mlir import ir
+        self.jmlir, self.xc, self.ir = jmlir, xc, ir
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+        if not gpus:
+            raise RuntimeError(f"no GPU device: JAX sees {jax.devices()}")
+        self.device = gpus[0]
+        try:
+            self.client = self.device.client
+        except AttributeError:
+            from jax.extend.backend import get_backend
+            self.client = get_backend("gpu")
+        self.overrides = [] if autotune else [("xla_gpu_autotune_level", "0")]
+        self.compile_way = None
+        self.run_way = None
+        self.cache = {}
+        self.notes = []
+
+    def _options(self):
+        try:
+            from jax._src import compiler
+            options = compiler.get_compile_options(num_replicas=1, num_partitions=1)
+        except Exception:  # noqa: BLE001 - older or newer signature: plain options
+            options = self.xc.CompileOptions()
+        if self.overrides:
+            options.env_option_overrides = list(self.overrides)
+        return options
+
+    def _devices(self):
+        for owner in (self.xc, getattr(self.xc, "_xla", None)):
+            cls = getattr(owner, "DeviceList", None) if owner is not None else None
+            if cls is not None:
+                return cls((self.device,))
+        try:
+            from jax._src.lib import _jax
+            return _jax.DeviceList((self.device,))
+        except Exception:  # noqa: BLE001
+            return None
+
+    def _ways(self, module, text):
+        c = self.client
+        yield "client.compile_and_load(module)", lambda: c.compile_and_load(
+            module, executable_devices=self._devices(), compile_options=self._options())
+        yield "client.compile_and_load(bytecode)", lambda: c.compile_and_load(
+            self.jmlir.module_to_bytecode(module), self._devices(), self._options())
+        yield "client.compile_and_load(text)", lambda: c.compile_and_load(
+            text, self._devices(), self._options())
+        yield "client.compile(bytecode)", lambda: c.compile(
+            self.jmlir.module_to_bytecode(module), compile_options=self._options())
+
+    def compile(self, text):
+        if text in self.cache:
+            return self.cache[text]
+        ir = self.ir
+        with self.jmlir.make_ir_context() as ctx, ir.Location.unknown(ctx):
+            module = ir.Module.parse(text)
+            if module.operation.verify() is False:
+                raise RuntimeError("the module does not verify")
+            exe = self._compile(module, text)
+        self.cache[text] = exe
+        return exe
+
+    def _compile(self, module, text):
+        ways = list(self._ways(module, text))
+        if self.compile_way is not None:
+            ways = [w for w in ways if w[0] == self.compile_way]
+        errors = []
+        for name, fn in ways:
+            try:
+                exe = fn()
+            except (TypeError, AttributeError) as e:
+                if self.compile_way is not None:
+                    raise
+                errors.append(f"{name}: {type(e).__name__}: {e}")
+                continue
+            except Exception as e:  # noqa: BLE001
+                if self.overrides and "autotune" in str(e).lower():
+                    self.notes.append(f"this XLA refused xla_gpu_autotune_level=0 ({first_line(str(e))}); "
+                                      "autotuning stays on")
+                    self.overrides = []
+                    return self._compile(module, text)
+                raise
+            if self.compile_way is None:
+                self.compile_way = name
+            return exe
+        raise RuntimeError("no way to compile a module with this JAX: " + " | ".join(errors))
+
+    def run(self, exe, arrays):
+        args = [jax.device_put(a, self.device) for a in arrays]
+        if self.run_way in (None, "execute_sharded"):
+            try:
+                res = exe.execute_sharded(args)
+                outs = [per_device[0] for per_device in res.disassemble_into_single_device_arrays()]
+                self.run_way = "execute_sharded"
+                return [np.asarray(o) for o in outs]
+            except (TypeError, AttributeError):
+                if self.run_way is not None:
+                    raise
+        outs = exe.execute(args)
+        self.run_way = "execute"
+        return [np.asarray(o) for o in outs]
+
+    def hlo(self, exe):
+        """The optimized HLO text, or None where this JAX does not give it."""
+        for name in ("hlo_modules", "get_hlo_modules"):
+            fn = getattr(exe, name, None)
+            if fn is None:
+                continue
+            try:
+                return "\n".join(m.to_string() for m in fn())
+            except Exception:  # noqa: BLE001
+                continue
+        return None
+
+
+SHAPE_RE = re.compile(r"\b(pred|bf16|[fsu]\d+)\[([0-9,]*)\]\{([0-9,]*)")
+DEF_RE = re.compile(r"\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(\S+)")
+CALL_RE = re.compile(r"\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s*custom-call\((.*?)\),\s*custom_call_target=")
+
+
+def custom_call_layouts(hlo, target):
+    """(shapes seen, the non-row-major ones) on the custom call to `target`
+    in XLA's optimized HLO: its results' and operands' shapes with their
+    minor-to-major layouts (an operand printed by name only takes the shape
+    of its definition in the same computation). None where not found."""
+    try:
+        lines = (hlo or "").splitlines()
+        at = next(i for i, line in enumerate(lines)
+                  if "custom-call(" in line and f'custom_call_target="{target}"' in line)
+        start = max([j for j in range(at) if lines[j].rstrip().endswith("{")], default=-1)
+        end = next((j for j in range(at, len(lines)) if lines[j].strip() == "}"), len(lines))
+        defined = {}
+        for line in lines[start + 1:end]:
+            m = DEF_RE.match(line)
+            if m:
+                defined[m.group(1)] = m.group(2)
+        m = CALL_RE.match(lines[at])
+        if m is None:
+            return None
+        seen = [("result", s) for s in SHAPE_RE.findall(m.group(1))]
+        inline = SHAPE_RE.findall(m.group(2))
+        if inline:
+            seen += [(f"operand {k}", s) for k, s in enumerate(inline)]
+        else:
+            for k, name in enumerate(n.strip().lstrip("%") for n in m.group(2).split(",") if n.strip()):
+                seen += [(f"operand {k}", s) for s in SHAPE_RE.findall(defined.get(name, ""))]
+        odd = [f"{where} {t}[{d}]{{{lay}}}" for where, (t, d, lay) in seen
+               if lay and [int(i) for i in lay.split(",")] != row_major(len(d.split(",")) if d else 0)]
+        return len(seen), odd
+    except Exception:  # noqa: BLE001 - a report, never a reason to fail
+        return None
+
+
+# ---------------------------------------------------------------------------
+# Inputs and references (check_jax_ffi.py's generators and references)
+# ---------------------------------------------------------------------------
+def f64(a):
+    return jnp.asarray(np.asarray(a).astype(np.float64))
+
+
+def rounded(values, name):
+    """float64 values rounded to dtype `name`, as an array of that dtype."""
+    return np.asarray(values, np.float64).astype(np_dtype(name))
+
+
+def needs(call, name):
+    """Whether `call` takes operand `name` (present, not a placeholder)."""
+    return any(o["name"] == name and not o["placeholder"] for o in call["operands"])
+
+
+def scan_generate(case, rng):
+    op, dt, s = case["op"], case["dtype"], case["shape"]
+    shape = (s["batch"], s["steps"], s["hidden"])
+    state = (s["batch"], s["hidden"])
+    names = ref.SCAN_OPS[op]
+    data = {n: np.asarray(v) for n, v in zip(names, cj.scan_inputs(op, rng, shape, cj.DTYPES[dt]))}
+    if case["options"]["h0"]:
+        data["h0"] = rounded(rng.standard_normal(state), "f32")
+    data["grad_y"] = rounded(rng.standard_normal(shape), dt)
+    if needs(case["backward"], "grad_h_final"):
+        data["grad_h_final"] = rounded(rng.standard_normal(state), "f32")
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def scan_reference_fn(op, has_h0):
+    def f(inputs, h0, gy, ghf):
+        if has_h0:
+            (y, hf), vjp = jax.vjp(lambda i, s: ref.scan_ref(op, i, s), inputs, h0)
+            gi, gh0 = vjp((gy, ghf))
+            return y, hf, gi, gh0
+        (y, hf), vjp = jax.vjp(lambda i: ref.scan_ref(op, i, None), inputs)
+        (gi,) = vjp((gy, ghf))
+        return y, hf, gi, None
+    return jax.jit(f)
+
+
+def scan_reference(case, data):
+    op, s = case["op"], case["shape"]
+    names = ref.SCAN_OPS[op]
+    has_h0 = "h0" in data
+    ghf = data.get("grad_h_final")
+    y, hf, gi, gh0 = scan_reference_fn(op, has_h0)(
+        tuple(f64(data[n]) for n in names),
+        f64(data["h0"]) if has_h0 else jnp.zeros((), jnp.float64),
+        f64(data["grad_y"]),
+        f64(ghf) if ghf is not None else jnp.zeros((s["batch"], s["hidden"]), jnp.float64))
+    fwd = {"y": y, "h_final": hf}
+    bwd = {f"grad_{n}": g for n, g in zip(names, gi)}
+    if has_h0:
+        bwd["grad_h0"] = gh0
+    return ({k: np.asarray(v) for k, v in fwd.items()}, {k: np.asarray(v) for k, v in bwd.items()})
+
+
+SELECTIVE_OPTIONAL = (("dt_bias", "dt_bias"), ("D", "d"), ("z", "z"), ("h0", "h0"))  # operand, option
+
+
+def selective_clamp(case):
+    clamp = case["options"]["clamp"]
+    return None if clamp is None else tuple(float(np.float32(c)) for c in clamp)
+
+
+def selective_generate(case, rng):
+    """check_jax_ffi.check_selective_case's distributions."""
+    dt_name, s, opts = case["dtype"], case["shape"], case["options"]
+    b, t, d, n = s["batch"], s["steps"], s["channels"], s["states"]
+    dtype = cj.DTYPES[dt_name]
+    nrm = rng.standard_normal
+    softplus, clamp = opts["softplus"], selective_clamp(case)
+    x = cj.np_round(nrm((b, t, d)), dtype)
+    if softplus:
+        dt = cj.np_round(rng.normal(-2.5, 1.0, (b, t, d)), dtype)
+        dt_bias = cj.np_round(rng.normal(0.0, 0.3, d), jnp.float32) if opts["dt_bias"] else None
+    else:
+        dt = cj.np_round(rng.uniform(1e-3, 0.1, (b, t, d)), dtype)
+        dt_bias = cj.np_round(rng.uniform(0.0, 0.02, d), jnp.float32) if opts["dt_bias"] else None
+    dt = cj.keep_dt_clear_of_clamp(dt, dt_bias, softplus, clamp, dtype)
+    data = {
+        "x": x, "dt": dt,
+        "A": -np.exp(rng.uniform(math.log(0.5), math.log(8.0), (d, n))),
+        "B": nrm((b, t, n)), "C": nrm((b, t, n)),
+        "grad_y": nrm((b, t, d)),
+    }
+    types = {"x": dt_name, "dt": dt_name, "A": "f32", "B": dt_name, "C": dt_name, "grad_y": dt_name}
+    if dt_bias is not None:
+        data["dt_bias"], types["dt_bias"] = dt_bias, "f32"
+    if opts["d"]:
+        data["D"], types["D"] = nrm(d), "f32"
+    if opts["z"]:
+        data["z"], types["z"] = nrm((b, t, d)), dt_name
+    if opts["h0"]:
+        data["h0"], types["h0"] = nrm((b, d, n)), "f32"
+    if needs(case["backward"], "grad_h_final"):
+        data["grad_h_final"], types["grad_h_final"] = nrm((b, d, n)), "f32"
+    return {k: rounded(v, types[k]) for k, v in data.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def selective_reference_fn(softplus, clamp, present):
+    names = ("x", "dt", "A", "B", "C") + present
+
+    def f(values, gy, ghf):
+        def fn(*v):
+            kw = dict(zip(names, v))
+            return ref.selective_scan_ref(kw["x"], kw["dt"], kw["A"], kw["B"], kw["C"],
+                                          dt_bias=kw.get("dt_bias"), D=kw.get("D"), z=kw.get("z"),
+                                          h0=kw.get("h0"), softplus=softplus, clamp=clamp)
+        (y, hf), vjp = jax.vjp(fn, *values)
+        return y, hf, vjp((gy, ghf))
+    return jax.jit(f)
+
+
+def selective_reference(case, data):
+    s = case["shape"]
+    present = tuple(name for name, _ in SELECTIVE_OPTIONAL if name in data)
+    names = ("x", "dt", "A", "B", "C") + present
+    ghf = data.get("grad_h_final")
+    y, hf, grads = selective_reference_fn(case["options"]["softplus"], selective_clamp(case), present)(
+        tuple(f64(data[n]) for n in names), f64(data["grad_y"]),
+        f64(ghf) if ghf is not None else jnp.zeros((s["batch"], s["channels"], s["states"]), jnp.float64))
+    return ({"y": np.asarray(y), "h_final": np.asarray(hf)},
+            {f"grad_{n}": np.asarray(g) for n, g in zip(names, grads)})
+
+
+def attention_options(case):
+    o = case["options"]
+    scale = None if o["scale"] is None else float(np.float32(o["scale"]))
+    return dict(mask=o["mask"], window=o["window"] or 0, layout=o["layout"], scale=scale)
+
+
+def attention_generate(case, rng):
+    dt, s, o = case["dtype"], case["shape"], case["options"]
+    if o["layout"] == "bhtd":
+        qs, ks = (s["batch"], s["q_heads"], s["steps"], s["width"]), (s["batch"], s["kv_heads"], s["keys"], s["width"])
+    else:
+        qs, ks = (s["batch"], s["steps"], s["q_heads"], s["width"]), (s["batch"], s["keys"], s["kv_heads"], s["width"])
+    nrm = rng.standard_normal
+    return {"q": rounded(nrm(qs), dt), "k": rounded(nrm(ks), dt), "v": rounded(nrm(ks), dt),
+            "grad_o": rounded(nrm(qs), dt)}
+
+
+@functools.lru_cache(maxsize=None)
+def attention_reference_fn(mask, window, layout, scale):
+    def f(q, k, v, go):
+        def fn(q, k, v):
+            return ref.attention_ref(q, k, v, mask=mask, window=window, layout=layout, scale=scale)
+        o, vjp, lse = jax.vjp(fn, q, k, v, has_aux=True)
+        return o, lse, vjp(go)
+    return jax.jit(f)
+
+
+def attention_reference(case, data):
+    kw = attention_options(case)
+    o, lse, (gq, gk, gv) = attention_reference_fn(kw["mask"], kw["window"], kw["layout"], kw["scale"])(
+        f64(data["q"]), f64(data["k"]), f64(data["v"]), f64(data["grad_o"]))
+    return ({"o": np.asarray(o), "lse": np.asarray(lse)},
+            {"grad_q": np.asarray(gq), "grad_k": np.asarray(gk), "grad_v": np.asarray(gv)})
+
+
+def compared(case, direction, outs, refs, data):
+    """check_jax_ffi's comparisons of the non-placeholder results `outs`
+    with the references `refs` (both {name: array})."""
+    dt = case["dtype"]
+    results = [r for r in case[direction]["results"] if not r["placeholder"]]
+    missing = [r["name"] for r in results if r["name"] not in refs]
+    if missing:
+        return [cj.Metric("reference", False, math.inf, math.inf, f"no reference for {missing}")]
+    metrics = []
+    if case["op"] == "attention":
+        tol = cj.ATTN_TOL[dt]
+        if direction == "forward":
+            return [cj.compare("o", outs["o"], refs["o"], tol["o"], cj.DTYPES[dt]),
+                    cj.compare("lse", outs["lse"], refs["lse"], tol["lse"], jnp.float32)]
+        kw = attention_options(case)
+        s = kw["scale"] if kw["scale"] else 1.0 / math.sqrt(case["shape"]["width"])
+        terms = abs(s) * cj.amax(data["grad_o"]) * cj.amax(data["v"]) * max(cj.amax(data["q"]), cj.amax(data["k"]))
+        return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], tol["grad"], cj.DTYPES[dt], terms)
+                for r in results]
+    # Scans share a scale per direction (check_jax_ffi.check_scan_case); the
+    # selective scan's is each tensor's own.
+    scale = None
+    if case["op"] != "selective_scan":
+        scale = max(cj.amax(refs[r["name"]]) for r in results)
+    for r in results:
+        metrics.append(cj.compare(r["name"], outs[r["name"]], refs[r["name"]], cj.SCAN_TOL[r["dtype"]],
+                                  cj.DTYPES[r["dtype"]], scale))
+    return metrics
+
+
+FAMILIES = {
+    "linear_scan": (scan_generate, scan_reference),
+    "min_gru": (scan_generate, scan_reference),
+    "min_lstm": (scan_generate, scan_reference),
+    "liquid": (scan_generate, scan_reference),
+    "selective_scan": (selective_generate, selective_reference),
+    "attention": (attention_generate, attention_reference),
+}
+
+
+# ---------------------------------------------------------------------------
+# The contract: attributes agree with the options, placeholders with has_*
+# ---------------------------------------------------------------------------
+def decode_attribute(text):
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    value, _, typ = text.partition(":")
+    typ = typ.strip()
+    if typ == "i32":
+        return int(value)
+    if typ == "f32":
+        return float(np.float32(float(value)))
+    raise ValueError(f"unexpected attribute text {text!r}")
+
+
+def expected_attributes(case, direction):
+    op, o = case["op"], case["options"]
+    bwd = direction == "backward"
+    if op == "attention":
+        codes = {"mask": {"none": 0, "causal": 1, "window": 2}, "layout": {"bhtd": 0, "bthd": 1},
+                 "precision": {"exact": 0, "tf32x3": 1}}
+        return {"mask": codes["mask"][o["mask"]], "window": o["window"] or 0,
+                "layout": codes["layout"][o["layout"]],
+                "scale": float(np.float32(o["scale"] or 0.0)),
+                "precision": codes["precision"][o["precision"]]}
+    want = {}
+    if op == "selective_scan":
+        clamp = o["clamp"]
+        want.update(softplus=o["softplus"], clamp=clamp is not None,
+                    dt_min=float(np.float32(clamp[0] if clamp else 0.0)),
+                    dt_max=float(np.float32(clamp[1] if clamp else 0.0)))
+        for name, option in SELECTIVE_OPTIONAL:
+            want[f"has_{name}"] = o[option]
+    else:
+        want["has_h0"] = o["h0"]
+    if bwd:
+        want["has_grad_h_final"] = o["final_state"]
+    return want
+
+
+def contract_problems(case):
+    problems = []
+    for direction in ("forward", "backward"):
+        call = case[direction]
+        got = {name: decode_attribute(text) for name, text in call["attributes"]}
+        want = expected_attributes(case, direction)
+        if got != want:
+            problems.append(f"{direction} attributes {got} != {want} (from the options)")
+        has = {name[4:]: v for name, v in got.items() if name.startswith("has_")}
+        for o in call["operands"]:
+            absent = has.get(o["name"]) is False
+            if o["placeholder"] != absent:
+                problems.append(f"{direction} operand {o['name']}: placeholder {o['placeholder']}, "
+                                f"has_{o['name']} {has.get(o['name'])}")
+        for r in call["results"]:
+            absent = r["name"].startswith("grad_") and has.get(r["name"][5:]) is False
+            if r["placeholder"] != absent:
+                problems.append(f"{direction} result {r['name']}: placeholder {r['placeholder']}")
+        for t in call["operands"] + call["results"]:
+            if t["placeholder"] and (t["shape"] != [] or t["dtype"] != "f32"):
+                problems.append(f"{direction} placeholder {t['name']} is {t['dtype']}{t['shape']}, not an f32 scalar")
+    return problems
+
+
+# ---------------------------------------------------------------------------
+# Running a call
+# ---------------------------------------------------------------------------
+def operand_arrays(call, data, forward_out=None):
+    arrays = []
+    for o in call["operands"]:
+        name = o["name"]
+        if o["placeholder"]:
+            x = np.zeros((), F32_NP)
+        elif name in data:
+            x = data[name]
+        elif forward_out is not None and name in forward_out:
+            x = forward_out[name]
+        else:
+            raise KeyError(f"{call['target']}: no input for operand {name}")
+        if list(x.shape) != o["shape"] or x.dtype != np_dtype(o["dtype"]):
+            raise AssertionError(f"{call['target']}: operand {name} is {x.dtype}{list(x.shape)}, "
+                                 f"the call takes {o['dtype']}{o['shape']}")
+        arrays.append(x)
+    return arrays
+
+
+class Call:
+    """One run of one call: its results by name, the module, the layouts XLA
+    gave the custom call."""
+
+    def __init__(self, xla, call, arrays, variant, pinned, strategies=None, transpose_results=True):
+        self.text, args, readers = build(call, arrays, variant, pinned, strategies, transpose_results)
+        exe = xla.compile(self.text)
+        outs = xla.run(exe, args)
+        if len(outs) != len(call["results"]):
+            raise AssertionError(f"{len(outs)} outputs, the call has {len(call['results'])} results")
+        self.out = {}
+        self.problems = []
+        for r, read, a in zip(call["results"], readers, outs):
+            a = read(a)
+            if list(a.shape) != r["shape"] or a.dtype != np_dtype(r["dtype"]):
+                self.problems.append(f"{r['name']} came back {a.dtype}{list(a.shape)}")
+            self.out[r["name"]] = a
+        self.layouts = custom_call_layouts(xla.hlo(exe), call["target"])
+
+    def compared(self, case, direction, refs, data):
+        return compared(case, direction, self.results(case, direction), refs, data)
+
+    def results(self, case, direction):
+        return {r["name"]: self.out[r["name"]] for r in case[direction]["results"] if not r["placeholder"]}
+
+
+def bitwise_diff(case, direction, ours, theirs):
+    """Names of the non-placeholder results that differ bit for bit, with the
+    number of elements."""
+    diff = []
+    for r in case[direction]["results"]:
+        if r["placeholder"]:
+            continue
+        a, b = ours.out[r["name"]], theirs.out[r["name"]]
+        if a.shape != b.shape or a.dtype != b.dtype:
+            diff.append(f"{r['name']} (shape/dtype)")
+        elif a.tobytes() != b.tobytes():
+            x, y = a.astype(np.float64), b.astype(np.float64)
+            n = int(np.sum(~((x == y) | (np.isnan(x) & np.isnan(y)))))
+            diff.append(f"{r['name']} ({n}/{a.size} elements)")
+    return diff
+
+
+def worst(metrics):
+    m = max(metrics, key=lambda m: math.inf if math.isnan(m.ratio) else m.ratio)
+    return f"{m.name} {m.ratio:.2g}"
+
+
+def verdict(case, calls, refs, data, baseline=None, pinned=True):
+    """(ok, detail) for one variant: its forward and backward `calls`
+    against the references, bitwise against `baseline` calls when given,
+    row-major custom-call layouts when pinned."""
+    ok, parts, failures = True, [], []
+    for direction, call, ref_, base in zip(("forward", "backward"), calls, refs, baseline or (None, None)):
+        tag = "fwd" if direction == "forward" else "bwd"
+        metrics = call.compared(case, direction, ref_, data)
+        bad = [str(m) for m in metrics if not m.ok]
+        parts.append(f"{tag} worst {worst(metrics)}")
+        if bad:
+            ok = False
+            failures.append(f"{tag} out of tolerance: " + "; ".join(bad))
+        if call.problems:
+            ok = False
+            failures.append(f"{tag}: " + "; ".join(call.problems))
+        for r in case[direction]["results"]:
+            if r["placeholder"] and call.out[r["name"]].shape != ():
+                ok = False
+                failures.append(f"{tag} placeholder {r['name']} is not a scalar")
+        if base is not None:
+            diff = bitwise_diff(case, direction, call, base)
+            if diff:
+                ok = False
+                failures.append(f"{tag} differs from (a) bit for bit: " + ", ".join(diff))
+        if pinned and call.layouts is not None and call.layouts[1]:
+            ok = False
+            failures.append(f"{tag} custom call has non-row-major layouts {call.layouts[1]}")
+    detail = ", ".join(parts)
+    if baseline is not None and ok:
+        detail += "; bitwise equal to (a)"
+    if pinned and baseline is not None:
+        seen = [c.layouts for c in calls]
+        if None in seen:
+            detail += "; optimized HLO: custom-call layouts not found"
+        elif not any(odd for _, odd in seen):
+            detail += (f"; optimized HLO: every custom-call layout row-major "
+                       f"(fwd {seen[0][0]}, bwd {seen[1][0]} shapes)")
+    if failures:
+        detail += "; FAILED: " + " | ".join(failures)
+    return ok, detail
+
+
+# ---------------------------------------------------------------------------
+# Cases
+# ---------------------------------------------------------------------------
+class Runner:
+    def __init__(self, args, xla):
+        self.args, self.xla = args, xla
+        self.lines = []  # (variant, name, ok)
+        self.hazards = []  # (name, status, detail)
+        self.later = []  # what "b unpinned" needs, per case
+
+    def report(self, variant, name, ok, detail, seconds):
+        self.lines.append((variant, name, ok))
+        print(f"{'PASS' if ok else 'FAIL'} [{variant}] {name}: {detail} ({seconds:.1f} s)", flush=True)
+
+    def failed(self, variant, name, e, t0):
+        detail = f"{type(e).__name__}: {first_line(str(e))}"
+        self.report(variant, name, False, detail, time.perf_counter() - t0)
+        if self.args.verbose:
+            traceback.print_exc()
+
+    def case(self, case, index):
+        name = case["name"]
+        generate, reference = FAMILIES[case["op"]]
+        fwd, bwd = case["forward"], case["backward"]
+        t0 = time.perf_counter()
+        try:
+            problems = contract_problems(case)
+            rng = np.random.default_rng([self.args.seed, zlib.crc32(name.encode())])
+            d1 = generate(case, rng)
+            derived = {r["name"] for r in fwd["results"]} & {o["name"] for o in bwd["operands"]}
+            ways = (assign_strategies(fwd, index, set()), assign_strategies(bwd, index + 1, derived))
+            d2 = dict(d1)
+            for call, how in zip((fwd, bwd), ways):
+                for o, h in zip(call["operands"], how):
+                    if h == "broadcast":
+                        x = d1[o["name"]]
+                        axis = broadcast_axis(x.ndim)
+                        d2[o["name"]] = np.array(np.broadcast_to(np.take(x, [0], axis=axis), x.shape))
+            ref1, ref2 = reference(case, d1), reference(case, d2)
+        except Exception as e:  # noqa: BLE001
+            self.failed("setup", name, e, t0)
+            return
+
+        # (a) pinned
+        t0 = time.perf_counter()
+        a = None
+        try:
+            fa = Call(self.xla, fwd, operand_arrays(fwd, d1), "a", True)
+            ba = Call(self.xla, bwd, operand_arrays(bwd, d1, fa.out), "a", True)
+            a = (fa, ba)
+            ok, detail = verdict(case, a, ref1, d1)
+            if problems:
+                ok, detail = False, detail + "; FAILED: " + " | ".join(problems)
+            self.report("a pinned", name, ok, detail, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001
+            self.failed("a pinned", name, e, t0)
+
+        # (a) unpinned: EXLA's eager form today
+        t0 = time.perf_counter()
+        try:
+            if a is None:
+                raise RuntimeError("(a) pinned did not run")
+            fu = Call(self.xla, fwd, operand_arrays(fwd, d1), "a", False)
+            bu = Call(self.xla, bwd, operand_arrays(bwd, d1, a[0].out), "a", False)
+            ok, detail = verdict(case, (fu, bu), ref1, d1, baseline=a, pinned=False)
+            self.report("a unpinned", name, ok, detail, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001
+            self.failed("a unpinned", name, e, t0)
+
+        # (b) pinned, against (a) pinned on the same inputs
+        t0 = time.perf_counter()
+        try:
+            fa2 = Call(self.xla, fwd, operand_arrays(fwd, d2), "a", True)
+            ba2 = Call(self.xla, bwd, operand_arrays(bwd, d2, fa2.out), "a", True)
+            base = (fa2, ba2)
+            self.later.append((case, ways, d2, base, ref2))
+            fb = Call(self.xla, fwd, operand_arrays(fwd, d2), "b", True, ways[0])
+            bb = Call(self.xla, bwd, operand_arrays(bwd, d2, fa2.out), "b", True, ways[1])
+            ok, detail = verdict(case, (fb, bb), ref2, d2, baseline=base)
+            detail += f"; operands fwd {'/'.join(ways[0])}, bwd {'/'.join(ways[1])}"
+            self.report("b pinned", name, ok, detail, time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001
+            self.failed("b pinned", name, e, t0)
+
+    def unpinned(self, case, ways, d2, base, ref2, transpose_results=True):
+        """(b) without layouts: reported, never a failure. Without
+        `transpose_results`, the results are the module's outputs (the
+        operands' side of the hazard alone)."""
+        name = case["name"]
+        fwd, bwd = case["forward"], case["backward"]
+        variant = "b unpinned" if transpose_results else "b unpinned, operands only"
+        t0 = time.perf_counter()
+        try:
+            fb = Call(self.xla, fwd, operand_arrays(fwd, d2), "b", False, ways[0], transpose_results)
+            bb = Call(self.xla, bwd, operand_arrays(bwd, d2, base[0].out), "b", False, ways[1],
+                      transpose_results)
+            diffs, seen = [], []
+            for tag, direction, call, b in (("fwd", "forward", fb, base[0]), ("bwd", "backward", bb, base[1])):
+                d = bitwise_diff(case, direction, call, b)
+                if d:
+                    metrics = call.compared(case, direction, ref2[0 if direction == "forward" else 1], d2)
+                    within = all(m.ok for m in metrics)
+                    diffs.append(f"{tag} differs from (a): {', '.join(d)} "
+                                 f"({'still within' if within else 'out of'} tolerance, worst {worst(metrics)})")
+                if call.layouts is None:
+                    seen.append(f"{tag} layouts: HLO not available")
+                elif call.layouts[1]:
+                    seen.append(f"{tag} XLA gave the custom call {len(call.layouts[1])} non-row-major of "
+                                f"{call.layouts[0]} layouts: {', '.join(call.layouts[1])}")
+                else:
+                    seen.append(f"{tag} all {call.layouts[0]} layouts (results and operands) row-major")
+            status = "WRONG" if diffs else "exact"
+            detail = "; ".join(diffs + seen) + f"; operands fwd {'/'.join(ways[0])}, bwd {'/'.join(ways[1])}"
+        except Exception as e:  # noqa: BLE001
+            status, detail = "ERROR", f"{type(e).__name__}: {first_line(str(e))}"
+            if self.args.verbose:
+                traceback.print_exc()
+        self.hazards.append((variant, name, status, detail))
+        print(f"{status} [{variant}] {name}: {detail} ({time.perf_counter() - t0:.1f} s)", flush=True)
+
+
+def first_line(s, limit=400):
+    s = s.strip()
+    s = s.splitlines()[0] if s else s
+    return s if len(s) <= limit else s[:limit] + "..."
+
+
+def main(argv=None):
+    global cj, jax, jnp, ref
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lib", default=None, help="libexphil_xla_ffi.so (default as check_jax_ffi.py: "
+                   "$EXPHIL_XLA_FFI_LIB, else build-gpu/c_src/xla_ffi/libexphil_xla_ffi.so)")
+    p.add_argument("--cases", default=str(REPO_ROOT / ".gpu" / "exla_cases.json"),
+                   help="the JSON of mix exphil.exla_cases")
+    p.add_argument("--only", default=None, help="run only cases whose name contains this")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--from", dest="start", type=int, default=0, help="skip the first N cases")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="start no case after this many seconds (the rest fail as not run)")
+    p.add_argument("--autotune", action="store_true", help="leave XLA's GEMM autotuning on")
+    p.add_argument("--verbose", action="store_true")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+
+    import check_jax_ffi  # noqa: E402 - enables float64, imports JAX
+    cj = check_jax_ffi
+    jax, jnp, ref = cj.jax, cj.jnp, cj.ref
+
+    spec = json.loads(Path(args.cases).read_text())
+    if spec.get("layouts") != "row_major":
+        raise SystemExit(f"{args.cases}: layouts {spec.get('layouts')!r}, expected 'row_major'")
+    cases = spec["cases"][args.start:]
+    if args.only:
+        cases = [c for c in cases if args.only in c["name"]]
+
+    xla = Xla(args.autotune)
+    lib = cj.ex.load(args.lib)
+    print(f"check_exla_form: jax {jax.__version__}, python {platform.python_version()}, "
+          f"device {xla.device.device_kind}; {len(cases)} cases from {args.cases} "
+          f"(from {args.start}, only {args.only!r}); seed {args.seed}; "
+          f"registered {len(cj.ex.registered_targets())} targets from {cj.ex.loaded_path()} "
+          f"by pointer ({type(lib).__name__}); XLA options {xla.overrides or 'default'}", flush=True)
+    if cj.ex.missing_targets():
+        print(f"MISSING targets: {', '.join(cj.ex.missing_targets())}")
+
+    runner = Runner(args, xla)
+    not_run = []
+    for i, case in enumerate(cases):
+        if args.max_seconds is not None and time.perf_counter() - start > args.max_seconds:
+            not_run = [c["name"] for c in cases[i:]]
+            print(f"-- --max-seconds {args.max_seconds:g} reached: {len(not_run)} cases not run, "
+                  f"from case {args.start + i} ({not_run[0]}); rerun with --from {args.start + i}")
+            break
+        runner.case(case, args.start + i)
+        if i == 0:
+            print(f"-- compiled with {xla.compile_way}, ran with {xla.run_way}", flush=True)
+
+    print("\n== b unpinned (no layout attributes): the hazard, reported, not a failure", flush=True)
+    for transpose_results in (True, False):
+        for k, item in enumerate(runner.later):
+            if args.max_seconds is not None and time.perf_counter() - start > args.max_seconds:
+                print(f"-- --max-seconds reached: not run for {len(runner.later) - k} cases")
+                break
+            runner.unpinned(*item, transpose_results=transpose_results)
+
+    for note in xla.notes:
+        print(f"note: {note}")
+    print("\n== summary")
+    for variant in ("setup", "a pinned", "a unpinned", "b pinned"):
+        rows = [ok for v, _, ok in runner.lines if v == variant]
+        if rows:
+            print(f"{variant:11} {sum(rows)}/{len(rows)} passed")
+    failed = [(v, n) for v, n, ok in runner.lines if not ok]
+    for v, n in failed:
+        print(f"  FAILED [{v}] {n}")
+    for variant in ("b unpinned", "b unpinned, operands only"):
+        rows = [st for v, _, st, _ in runner.hazards if v == variant]
+        counts = {s: rows.count(s) for s in ("WRONG", "exact", "ERROR")}
+        print(f"unpinned hazards [{variant}] (not counted as failures): {counts['WRONG']} of "
+              f"{len(rows)} cases wrong, {counts['ERROR']} errors, {counts['exact']} exact")
+    passed = sum(1 for _, _, ok in runner.lines if ok)
+    n_failed = len(failed) + len(not_run)
+    if not_run:
+        print(f"{len(not_run)} cases not run (counted as failed)")
+    print(f"{passed} passed, {n_failed} failed", flush=True)
+    return 0 if n_failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
