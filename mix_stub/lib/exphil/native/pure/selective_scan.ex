@@ -26,7 +26,8 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
       `[B, D, N]`: f32, as are their gradients.
 
   Everything is computed in f32 (the inputs are upcast, the sequence
-  outputs rounded to `x`'s type at the end); never in f64.
+  outputs rounded to `x`'s type at the end), and in f64 for f64 inputs,
+  which only this implementation takes (the states are then f64 too).
 
   ## Algorithm
 
@@ -69,8 +70,8 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
     opts = Keyword.validate!(opts, @forward_options)
     s = discretize(x, dt, a, b, opts)
     h = linear_scan(s.alpha, s.beta, s.h0)
-    y = ungated_output(h, c, s.x, opts[:d])
-    y = if z = opts[:z], do: Nx.multiply(y, silu(f32(z))), else: y
+    y = ungated_output(h, c_n(c), s.x, opts[:d])
+    y = if z = opts[:z], do: Nx.multiply(y, silu(up(z))), else: y
     {Nx.as_type(y, Nx.type(x)), last_step(h)}
   end
 
@@ -88,8 +89,8 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
     opts = Keyword.validate!(opts, @backward_options)
     s = discretize(x, dt, a, b, opts)
     h = linear_scan(s.alpha, s.beta, s.h0)
-    c = f32(c)
-    grad_y = f32(grad_y)
+    c_n = c_n(c)
+    grad_y = up(grad_y)
 
     # grad_ungated = dL/d(the output before the gate)
     {grad_ungated, grad_z} =
@@ -98,24 +99,28 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
           {grad_y, nil}
 
         z ->
-          z = f32(z)
+          z = up(z)
           sigmoid_z = Nx.sigmoid(z)
           # silu'(z) = s (1 + z (1 - s)), s = sigmoid(z)
-          silu_slope = Nx.multiply(sigmoid_z, Nx.add(1, Nx.multiply(z, Nx.subtract(1, sigmoid_z))))
-          ungated = ungated_output(h, c, s.x, opts[:d])
-          {Nx.multiply(grad_y, Nx.multiply(z, sigmoid_z)), grad_y |> Nx.multiply(ungated) |> Nx.multiply(silu_slope)}
+          silu_slope =
+            Nx.multiply(sigmoid_z, Nx.add(1, Nx.multiply(z, Nx.subtract(1, sigmoid_z))))
+
+          ungated = ungated_output(h, c_n, s.x, opts[:d])
+
+          {Nx.multiply(grad_y, Nx.multiply(z, sigmoid_z)),
+           grad_y |> Nx.multiply(ungated) |> Nx.multiply(silu_slope)}
       end
 
     grad_ungated_n = Nx.new_axis(grad_ungated, -1)
-    c_n = Nx.new_axis(c, 2)
 
     # dh_t receives alpha_{t+1} dh_{t+1}; at t = T - 1 the carry is
     # grad_h_final itself, hence alpha_T = 1.
     alpha_next = Nx.pad(s.alpha, 1.0, [{0, 0, 0}, {-1, 1, 0}, {0, 0, 0}, {0, 0, 0}])
-    grad_h_final = if g = opts[:grad_h_final], do: f32(g)
+    grad_h_final = if g = opts[:grad_h_final], do: up(g)
     dh = linear_scan(alpha_next, Nx.multiply(c_n, grad_ungated_n), grad_h_final, reverse: true)
 
-    # dh_t * d h_t / d delta_t through the decay: dh alpha h_{t-1} (times A)
+    # h_t = alpha_t h_{t-1} + delta_t B_t x_t, alpha_t = exp(delta_t A): the
+    # decay's part, dh alpha h_{t-1}, feeds the gradients of both delta and A.
     dh_decayed = dh |> Nx.multiply(s.alpha) |> Nx.multiply(previous_states(h, s.h0))
     dh_delta = Nx.multiply(dh, s.delta_n)
 
@@ -127,7 +132,7 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
 
     grad_dt = Nx.multiply(grad_delta, s.slope)
     grad_x = Nx.sum(Nx.multiply(dh_delta, s.b_n), axes: [3])
-    grad_x = if d = opts[:d], do: Nx.add(grad_x, Nx.multiply(grad_ungated, f32(d))), else: grad_x
+    grad_x = if d = opts[:d], do: Nx.add(grad_x, Nx.multiply(grad_ungated, up(d))), else: grad_x
     type = Nx.type(x)
 
     %{
@@ -139,7 +144,8 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
       grad_dt_bias: if(opts[:dt_bias], do: Nx.sum(grad_dt, axes: [0, 1])),
       grad_d: if(opts[:d], do: Nx.sum(Nx.multiply(grad_ungated, s.x), axes: [0, 1])),
       grad_z: if(grad_z, do: Nx.as_type(grad_z, type)),
-      grad_h0: if(s.h0, do: Nx.multiply(first_step(s.alpha), first_step(dh)) |> Nx.squeeze(axes: [1]))
+      grad_h0:
+        if(s.h0, do: Nx.multiply(first_step(s.alpha), first_step(dh)) |> Nx.squeeze(axes: [1]))
     }
   end
 
@@ -147,11 +153,11 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
   # [B, T, D, 1] and the [B, T, N] ones as [B, T, 1, N], so that they
   # broadcast against the [B, T, D, N] states (and a [D, N] against them).
   defp discretize(x, dt, a, b, opts) do
-    x = f32(x)
-    a = f32(a)
-    {delta, slope} = delta(f32(dt), opts)
+    x = up(x)
+    a = up(a)
+    {delta, slope} = delta(up(dt), opts)
     x_n = Nx.new_axis(x, -1)
-    b_n = Nx.new_axis(f32(b), 2)
+    b_n = Nx.new_axis(up(b), 2)
     delta_n = Nx.new_axis(delta, -1)
 
     %{
@@ -163,13 +169,13 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
       slope: slope,
       alpha: Nx.exp(Nx.multiply(delta_n, a)),
       beta: delta_n |> Nx.multiply(b_n) |> Nx.multiply(x_n),
-      h0: if(h0 = opts[:h0], do: f32(h0))
+      h0: if(h0 = opts[:h0], do: up(h0))
     }
   end
 
   # delta and d delta / d dt (which is also d delta / d dt_bias).
   defp delta(dt, opts) do
-    u = if bias = opts[:dt_bias], do: Nx.add(dt, f32(bias)), else: dt
+    u = if bias = opts[:dt_bias], do: Nx.add(dt, up(bias)), else: dt
     {u, slope} = if opts[:softplus], do: {softplus(u), Nx.sigmoid(u)}, else: {u, 1.0}
 
     case opts[:clamp] do
@@ -189,9 +195,9 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
   defp silu(z), do: Nx.multiply(z, Nx.sigmoid(z))
 
   # sum_n C_t[n] h_t[d, n] + D[d] x_t[d]: [B, T, D]
-  defp ungated_output(h, c, x, d) do
-    y = Nx.sum(Nx.multiply(Nx.new_axis(f32(c), 2), h), axes: [3])
-    if d, do: Nx.add(y, Nx.multiply(f32(d), x)), else: y
+  defp ungated_output(h, c_n, x, d) do
+    y = Nx.sum(Nx.multiply(c_n, h), axes: [3])
+    if d, do: Nx.add(y, Nx.multiply(up(d), x)), else: y
   end
 
   # h_t = alpha_t h_{t-1} + beta_t along axis 1 of [B, T, D, N] tensors, from
@@ -202,9 +208,14 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
   # start, where the padding with the identity step (1, 0) stands in).
   defp linear_scan(alpha, beta, init, opts \\ []) do
     if opts[:reverse] do
-      alpha |> Nx.reverse(axes: [1]) |> linear_scan(Nx.reverse(beta, axes: [1]), init) |> Nx.reverse(axes: [1])
+      alpha
+      |> Nx.reverse(axes: [1])
+      |> linear_scan(Nx.reverse(beta, axes: [1]), init)
+      |> Nx.reverse(axes: [1])
     else
-      beta = if init, do: Nx.put_slice(beta, [0, 0, 0, 0], fold_initial(alpha, beta, init)), else: beta
+      beta =
+        if init, do: Nx.put_slice(beta, [0, 0, 0, 0], fold_initial(alpha, beta, init)), else: beta
+
       steps = Nx.axis_size(alpha, 1)
 
       {_alpha, h} =
@@ -212,7 +223,8 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
         |> Stream.iterate(&(&1 * 2))
         |> Enum.take_while(&(&1 < steps))
         |> Enum.reduce({alpha, beta}, fn k, {alpha, h} ->
-          {Nx.multiply(alpha, shift(alpha, k, 1.0)), Nx.add(Nx.multiply(alpha, shift(h, k, 0.0)), h)}
+          {Nx.multiply(alpha, shift(alpha, k, 1.0)),
+           Nx.add(Nx.multiply(alpha, shift(h, k, 0.0)), h)}
         end)
 
       h
@@ -226,14 +238,22 @@ defmodule ExPhil.Native.Pure.SelectiveScan do
 
   # h_{t-1} for every t, h0 (or zeros) at t = 0.
   defp previous_states(h, nil), do: shift(h, 1, 0.0)
-  defp previous_states(h, h0), do: Nx.put_slice(shift(h, 1, 0.0), [0, 0, 0, 0], Nx.new_axis(h0, 1))
+
+  defp previous_states(h, h0),
+    do: Nx.put_slice(shift(h, 1, 0.0), [0, 0, 0, 0], Nx.new_axis(h0, 1))
 
   # Moves a [B, T, D, N] tensor k steps later in time, filling the first k.
   defp shift(t, k, fill), do: Nx.pad(t, fill, [{0, 0, 0}, {k, -k, 0}, {0, 0, 0}, {0, 0, 0}])
 
   defp first_step(t), do: Nx.slice_along_axis(t, 0, 1, axis: 1)
 
-  defp last_step(t), do: t |> Nx.slice_along_axis(Nx.axis_size(t, 1) - 1, 1, axis: 1) |> Nx.squeeze(axes: [1])
+  defp last_step(t),
+    do: t |> Nx.slice_along_axis(Nx.axis_size(t, 1) - 1, 1, axis: 1) |> Nx.squeeze(axes: [1])
 
-  defp f32(t), do: Nx.as_type(t, {:f, 32})
+  # C [B, T, N] as f32 [B, T, 1, N], to broadcast against the states.
+  defp c_n(c), do: Nx.new_axis(up(c), 2)
+
+  # The kernels' arithmetic: f32, and f64 for f64 inputs (which only this
+  # implementation takes).
+  defp up(t), do: Nx.as_type(t, Nx.Type.merge(Nx.type(t), {:f, 32}))
 end
