@@ -1,0 +1,1065 @@
+if Code.ensure_loaded?(Edifice.Block.FusedOp) do
+  defmodule ExPhil.Native.Edifice do
+    @moduledoc """
+    Edifice's fused ops (`%Edifice.Block.FusedOp{}` blocks) as seen from this
+    library: which of them one of our XLA FFI targets could run, and the
+    answer to `EXLA.CustomCall.call/4` for them. Compiled only when Edifice is
+    present.
+
+    Edifice (the first user's library of Axon architectures) sends every fused
+    op through `Nx.block(%Edifice.Block.FusedOp{op: op, attrs: %{}}, args,
+    template, default_fun)`: 47 ops, 29 forward and 18 backward
+    (`ops/0`). EXLA turns a block into a custom call only when the target
+    takes exactly the block's operands and returns exactly its template, and
+    no target of ours does that for any Edifice op today (ours return
+    `h_final` besides `y`, take pre-sigmoid gates, want `lse` in the attention
+    backward, take optional operands Edifice does not pass...), so `call/4`
+    answers `:skip` for every op. `ops/0` says, op by op, what differs and the
+    smallest handler variant or kernel op that would make it native;
+    `mix_stub/EDIFICE.md` is the long form.
+
+    ## The native tier is opt-in
+
+    Edifice takes its `Nx.block` tier as soon as *any* non-`Any`
+    implementation of `EXLA.CustomCall` for `Edifice.Block.FusedOp` exists
+    (`Edifice.Block.native_impl?/0`), and two implementations of one protocol
+    for one struct clash when protocols are consolidated. So this library
+    defines that implementation only when asked to, at compile time:
+
+        # config/config.exs of the application
+        config :exphil_native, edifice_native_tier: true
+
+    (read with `Application.compile_env/3`; EXLA must be present too). It
+    delegates to `call/4`. Turning it on makes `Edifice.Block.native_impl?()`
+    true, so Edifice routes its fused ops through `Edifice.Block.run/5`, whose
+    default functions are Edifice's own fallbacks: with every op `:skip`, the
+    forward math of Edifice's pure path, run as Edifice's sequential
+    fallbacks, with Edifice's hand-written backward functions as gradients.
+    Those are not always the gradient of the forward: EDIFICE.md ("What
+    turning the tier on changes") lists where (Mamba's selective scan), and
+    that the TTT and RLA backward blocks cannot be built at all. Without the
+    option, nothing here changes what Edifice does. An application that
+    defines its own implementation for `FusedOp` can delegate to `call/4`
+    instead.
+
+    ## The rows
+
+    `ops/0` returns one map per op, in the order of Edifice's FUSED_OPS.md:
+
+      * `:index`, `:op`, `:direction` (`:forward` or `:backward`), `:pair`
+        (the paired backward or forward op, or `nil`), `:entry` (the
+        `Edifice.CUDA.FusedScan` function that builds it)
+      * `:operands`, `:results` - names, in Edifice's order (the lengths are
+        the block's operand count and its template's leaf count)
+      * `:ours` - the op of this library that computes the same math
+        (`:linear_scan`, `:min_gru`, `:min_lstm`, `:liquid`,
+        `:selective_scan`, `:attention`), or `nil`
+      * `:status` - `:native` (a target of ours takes the block as it is),
+        `:handler_variant` (our kernel computes this; a target with Edifice's
+        operand and result lists would make it native, with no kernel
+        change), `:kernel_op` (close to one of our ops; needs a new
+        coefficient op or kernel mode as well) or `:no_kernel`
+      * `:variant` - the smallest change that would make it native, a key of
+        `variants/0` (`nil` for `:no_kernel` rows), and `:change`, a note on
+        it for this op (or `nil`)
+      * `:reason` - why it is not native today, with the Edifice code lines
+        (files under Edifice's `lib/edifice/`) that show the math
+      * `:models` - which of the backbones EDIFICE.md studies
+        (`Edifice.build/2` names) build this op when the tier is on
+      * `:target`, `:attributes` - for a `:native` row only: the custom-call
+        target (`ExPhil.Native.Targets`) and its attribute values, a map or a
+        function `(out, args) -> {:ok, map} | {:skip, reason}`
+
+    Making an op native is one row: give it `status: :native`, a `:target`
+    (a new row of `include/exphil/xla_ffi_targets.h` with exactly Edifice's
+    operands and results) and its `:attributes`. This module checks when it
+    compiles that such a target takes the row's operand and result counts.
+    """
+
+    alias Edifice.Block.FusedOp
+    alias ExPhil.Native.{Block, CustomCall, Targets}
+
+    @native_tier Application.compile_env(:exphil_native, :edifice_native_tier, false)
+    @exla Code.ensure_loaded?(EXLA.CustomCall)
+
+    @defaults %{
+      pair: nil,
+      ours: nil,
+      variant: nil,
+      change: nil,
+      models: [],
+      target: nil,
+      attributes: %{}
+    }
+
+    # The smallest changes that would make ops native (`variants/0`).
+    @variants %{
+      v1:
+        "A forward target with y as its only result (no h_final) that takes h0 as Edifice " <>
+          "passes it (always present: zeros of the input dtype). No kernel change: h_final is " <>
+          "optional in the C API.",
+      v2:
+        "A backward target without the grad_h_final operand: (inputs..., h0, y, grad_y) -> " <>
+          "(input gradients..., grad_h0). No kernel change: an absent grad_h_final is the C " <>
+          "API's default.",
+      v2b:
+        "exphil_linear_scan_bwd without the b and grad_h_final operands: (a, h0, y, grad_y) -> " <>
+          "(grad_a, grad_b, grad_h0). No kernel change: LinearScanOp's gradients never read b, " <>
+          "so the handler can pass a in b's place.",
+      k1:
+        "A scan coefficient op (cuda/scan/scan_ops.cuh) for min_gru on a post-sigmoid gate: " <>
+          "a = 1 - z, b = z c; grad_z = g (c - h_prev), grad_c = g z. Targets (z, candidate, " <>
+          "h0) -> y and (z, candidate, h0, y, grad_y) -> (grad_z, grad_candidate, grad_h0).",
+      k2:
+        "A scan coefficient op for min_lstm on post-sigmoid gates: s = f + i + 1e-6, " <>
+          "a = f/s, b = (i/s) c, gradients as MinLstmOp's without the sigmoid slopes. Targets " <>
+          "as V1 and V2.",
+      k3:
+        "A scan coefficient op a = sigmoid(a_vals), b = b_vals (linear_scan with a sigmoid " <>
+          "on a), with a V1 target; its backward is V2b.",
+      k4:
+        "A scan coefficient op z = sigmoid(gate), c' = 1 + elu(candidate), " <>
+          "h = (1 - z) h + z c', with a V1 target; its backward is K1's.",
+      ss_f:
+        "A selective-scan kernel mode that scales B by the mean over channels of clamp(dt) " <>
+          "(B_bar[b,t,n] = mean_d clamp(dt[b,t,d]) B[b,t,n]) instead of each channel's delta, " <>
+          "and a target (x, dt, A, B, C) -> y: softplus false, clamp [0.001, 0.1], no dt_bias, " <>
+          "D, z or h0 operands, no h_final result.",
+      ss_b:
+        "A target (x, dt, A, B, C, grad_y) -> (grad_x, grad_dt, grad_B, grad_C): no grad_A, " <>
+          "no optional operands, softplus false, clamp [0.001, 0.1]. No kernel change for f32 " <>
+          "inputs; for bf16/f16, grad_B and grad_C must be stored as f32 (Edifice's template).",
+      att_f:
+        "exphil_attention_fwd with a fourth operand it never reads and o as its only result " <>
+          "(lse is optional in the C API). The impl reads the mask from the constant " <>
+          "causal_packed when EXLA lowers the block (`constant/1`; :skip when it is not a " <>
+          "constant): mask 0 or 1, layout BHTD, scale 0 (1/sqrt(d)), precision 0.",
+      att_b:
+        "An exphil_attention_bwd target (q, k, v, o, grad_o, causal_packed) -> (grad_q, " <>
+          "grad_k, grad_v) that recomputes lse (the forward kernel into temporary memory: one " <>
+          "forward pass more), mask read as in ATT-F.",
+      laser:
+        "An attention kernel variant that takes exp(V - v_max) as V is loaded and stores " <>
+          "log(max(O, 1e-7)) + v_max, with its backward.",
+      fox:
+        "An attention kernel variant with an additive score bias cs_i - cs_j (one per-row and " <>
+          "one per-column term), always causal, with grad_cs in its backward."
+    }
+
+    @labels %{
+      v1: "V1",
+      v2: "V2",
+      v2b: "V2b",
+      att_f: "ATT-F",
+      att_b: "ATT-B",
+      ss_b: "SS-B",
+      k1: "K1",
+      k2: "K2",
+      k3: "K3",
+      k4: "K4",
+      ss_f: "SS-F",
+      laser: "LASER",
+      fox: "FoX"
+    }
+
+    # Handler variants (new targets only) first, then kernel changes.
+    @variant_order [
+      :v1,
+      :v2,
+      :v2b,
+      :att_f,
+      :att_b,
+      :ss_b,
+      :k1,
+      :k2,
+      :k3,
+      :k4,
+      :ss_f,
+      :laser,
+      :fox
+    ]
+
+    unless Enum.sort(@variant_order) == Enum.sort(Map.keys(@variants)) and
+             Enum.sort(@variant_order) == Enum.sort(Map.keys(@labels)) do
+      raise "ExPhil.Native.Edifice: every variant needs a label and a place in the order"
+    end
+
+    @mlp "no kernel of ours: the recurrence multiplies the state by a weight matrix inside " <>
+           "the step, which is not an elementwise linear recurrence"
+
+    @rows [
+      # ---------------------------------------------------------------- forward
+      %{
+        index: 1,
+        op: :fused_mingru_scan,
+        direction: :forward,
+        pair: :fused_mingru_scan_backward,
+        entry: "mingru/2",
+        operands: [:z, :candidates, :h0],
+        results: [:y],
+        ours: :min_gru,
+        status: :kernel_op,
+        variant: :k1,
+        models: [:min_gru],
+        reason:
+          "same recurrence h = (1 - z) h + z c (cuda/fused_scan.ex:523), but Edifice applies " <>
+            "the sigmoid before the op (cuda/fused_scan.ex:459) and passes z, while " <>
+            "exphil_min_gru_fwd takes the logit and applies it itself; the target also returns " <>
+            "h_final (2 results, Edifice's template has 1)"
+      },
+      %{
+        index: 2,
+        op: :fused_minlstm_scan,
+        direction: :forward,
+        pair: :fused_minlstm_scan_backward,
+        entry: "minlstm/3",
+        operands: [:f, :i, :candidates, :h0],
+        results: [:y],
+        ours: :min_lstm,
+        status: :kernel_op,
+        variant: :k2,
+        models: [:min_lstm],
+        reason:
+          "same normalised recurrence as ours, inside the op: s = f + (i + 1.0e-6), " <>
+            "h = (f/s) h + (i/s) c (cuda/fused_scan.ex:585-597; ours s = f + i + 1e-6), but the " <>
+            "sigmoids are applied before the op (cuda/fused_scan.ex:488-489) and " <>
+            "exphil_min_lstm_fwd takes the logits; the target also returns h_final"
+      },
+      %{
+        index: 3,
+        op: :fused_elu_gru_scan,
+        direction: :forward,
+        pair: :fused_elu_gru_scan_backward,
+        entry: "elu_gru/2",
+        operands: [:gates, :candidates, :h0],
+        results: [:y],
+        ours: :min_gru,
+        status: :kernel_op,
+        variant: :k4,
+        reason:
+          "min_gru with the candidate through 1 + elu inside the op " <>
+            "(cuda/fused_scan.ex:715-717); no kernel of ours applies elu"
+      },
+      %{
+        index: 4,
+        op: :fused_real_gru_scan,
+        direction: :forward,
+        pair: :fused_real_gru_scan_backward,
+        entry: "real_gru/2",
+        operands: [:gates, :candidates, :h0],
+        results: [:y],
+        ours: :min_gru,
+        status: :handler_variant,
+        variant: :v1,
+        change: "exphil_min_gru_fwd, y only",
+        reason:
+          "exactly min_gru on raw gates, sigmoid inside the op (cuda/fused_scan.ex:753-754), " <>
+            "but exphil_min_gru_fwd returns y and h_final and EXLA's custom call returns " <>
+            "exactly the block's template (y)"
+      },
+      %{
+        index: 5,
+        op: :fused_diag_linear_scan,
+        direction: :forward,
+        pair: :fused_diag_linear_scan_backward,
+        entry: "diag_linear/2",
+        operands: [:a_vals, :b_vals, :h0],
+        results: [:y],
+        ours: :linear_scan,
+        status: :kernel_op,
+        variant: :k3,
+        reason:
+          "h = sigmoid(a) h + b with the sigmoid inside the op (cuda/fused_scan.ex:791); " <>
+            "exphil_linear_scan_fwd takes a as it is"
+      },
+      %{
+        index: 6,
+        op: :fused_liquid_scan,
+        direction: :forward,
+        pair: :fused_liquid_scan_backward,
+        entry: "liquid/2",
+        operands: [:tau, :activation, :h0],
+        results: [:y],
+        ours: :liquid,
+        status: :handler_variant,
+        variant: :v1,
+        change: "exphil_liquid_fwd, y only",
+        reason:
+          "same recurrence h = act + (h - act) exp(-1/tau) (cuda/fused_scan.ex:824-825; ours " <>
+            "computes 1 - exp(-1/tau) as -expm1(-1/tau)), but exphil_liquid_fwd also returns " <>
+            "h_final"
+      },
+      %{
+        index: 7,
+        op: :fused_linear_scan,
+        direction: :forward,
+        pair: :fused_linear_scan_backward,
+        entry: "linear_scan/2",
+        operands: [:a_vals, :b_vals, :h0],
+        results: [:y],
+        ours: :linear_scan,
+        status: :handler_variant,
+        variant: :v1,
+        change: "exphil_linear_scan_fwd, y only",
+        reason:
+          "same recurrence h = a h + b (cuda/fused_scan.ex:876), but exphil_linear_scan_fwd " <>
+            "also returns h_final"
+      },
+      %{
+        index: 8,
+        op: :fused_delta_net_scan,
+        direction: :forward,
+        pair: :fused_delta_rule_scan_backward,
+        entry: "delta_net_scan/4",
+        operands: [:q, :k, :v, :beta],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: a matrix-state delta rule, S += beta (v - S k) k^T, o = S q " <>
+            "(cuda/fused_scan.ex:2212-2236)"
+      },
+      %{
+        index: 9,
+        op: :fused_gated_delta_net_scan,
+        direction: :forward,
+        pair: :fused_gated_delta_net_scan_backward,
+        entry: "gated_delta_net_scan/5",
+        operands: [:q, :k, :v, :beta, :alpha],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: the delta rule with a per-head scalar decay " <>
+            "(cuda/fused_scan.ex:2256)"
+      },
+      %{
+        index: 10,
+        op: :fused_delta_product_scan,
+        direction: :forward,
+        entry: "delta_product_scan/4",
+        operands: [:q, :k, :v, :beta],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: Householder-product delta rule with an RMS-normalised output " <>
+            "(cuda/fused_scan.ex:2296)"
+      },
+      %{
+        index: 11,
+        op: :fused_slstm_scan,
+        direction: :forward,
+        entry: "slstm_scan/2",
+        operands: [:wx, :recurrent_weight, :h0, :c0],
+        results: [:y],
+        status: :no_kernel,
+        reason: "#{@mlp}: sLSTM, R h and exponential gating (cuda/fused_scan.ex:2371-2402)"
+      },
+      %{
+        index: 12,
+        op: :fused_lstm_scan,
+        direction: :forward,
+        pair: :fused_lstm_scan_backward,
+        entry: "lstm_scan/2",
+        operands: [:wx, :recurrent_weight, :h0, :c0],
+        results: [:y],
+        status: :no_kernel,
+        reason: "#{@mlp}: LSTM (cuda/fused_scan.ex:2437-2463)"
+      },
+      %{
+        index: 13,
+        op: :fused_gru_scan,
+        direction: :forward,
+        pair: :fused_gru_scan_backward,
+        entry: "gru_scan/2",
+        operands: [:wx, :recurrent_weight, :h0],
+        results: [:y],
+        status: :no_kernel,
+        reason: "#{@mlp}: GRU (cuda/fused_scan.ex:2493-2531)"
+      },
+      %{
+        index: 14,
+        op: :fused_ttt_scan,
+        direction: :forward,
+        pair: :fused_ttt_scan_backward,
+        entry: "ttt_scan/7",
+        operands: [:q, :k, :v, :eta, :w0, :ln_gamma, :ln_beta],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: TTT-Linear, a per-step update of a weight matrix with a " <>
+            "LayerNorm (cuda/fused_scan.ex:2555)"
+      },
+      %{
+        index: 15,
+        op: :fused_selective_scan,
+        direction: :forward,
+        pair: :fused_selective_scan_backward,
+        entry: "selective_scan/5",
+        operands: [:x, :dt, :a, :b, :c],
+        results: [:y],
+        ours: :selective_scan,
+        status: :kernel_op,
+        variant: :ss_f,
+        models: [:mamba],
+        reason:
+          "the default fun (cuda/fused_scan.ex:2601-2604 -> ssm/common.ex:661-668) clamps dt " <>
+            "to [0.001, 0.1] (ssm/common.ex:404), ignores the A operand and uses " <>
+            "A = -(1..S) (ssm/common.ex:410; Mamba passes exactly that, ssm/mamba.ex:187-193), " <>
+            "and scales B by the mean of dt over the channels (ssm/common.ex:431-435), where " <>
+            "ours uses each channel's delta; exphil_selective_scan_fwd also takes 4 optional " <>
+            "operands and returns h_final"
+      },
+      %{
+        index: 16,
+        op: :fused_kda_scan,
+        direction: :forward,
+        pair: :fused_kda_scan_backward,
+        entry: "kda_scan/5",
+        operands: [:q, :k, :v, :alpha, :beta],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: a delta rule with channel-wise decay (cuda/fused_scan.ex:2632)"
+      },
+      %{
+        index: 17,
+        op: :fused_rla_scan,
+        direction: :forward,
+        pair: :fused_rla_scan_backward,
+        entry: "rla_scan/7",
+        operands: [:q, :k, :v, :alpha, :beta, :gamma, :variant_t, :clip_t],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: dual-state residual linear attention; its settings come as " <>
+            "tensor operands variant_t and clip_t (cuda/fused_scan.ex:2671-2692)"
+      },
+      %{
+        index: 18,
+        op: :fused_flash_attention,
+        direction: :forward,
+        pair: :fused_flash_attention_backward,
+        entry: "flash_attention/4",
+        operands: [:q, :k, :v, :causal_packed],
+        results: [:o],
+        ours: :attention,
+        status: :handler_variant,
+        variant: :att_f,
+        models: [:infini_attention],
+        reason:
+          "same softmax(Q K^T / sqrt(d)) V with a causal mask rows >= cols and T = S " <>
+            "(cuda/fused_scan.ex:3476-3508; ours is bottom-right aligned, the same when T = S), " <>
+            "no GQA, BHTD; but the causal flag comes as a tensor operand {1} " <>
+            "(cuda/fused_scan.ex:3431) where ours is an attribute, and exphil_attention_fwd " <>
+            "returns lse besides o"
+      },
+      %{
+        index: 19,
+        op: :fused_laser_attention,
+        direction: :forward,
+        pair: :fused_laser_attention_backward,
+        entry: "laser_attention/4",
+        operands: [:q, :k, :v, :v_max, :causal_packed],
+        results: [:o],
+        ours: :attention,
+        status: :kernel_op,
+        variant: :laser,
+        reason:
+          "LASER: O = log(max(softmax(Q K^T / sqrt(d)) exp(V - v_max), 1e-7)) + v_max " <>
+            "(cuda/fused_scan.ex:3667-3703); our kernel has no value or output transform"
+      },
+      %{
+        index: 20,
+        op: :fused_fox_attention,
+        direction: :forward,
+        pair: :fused_fox_attention_backward,
+        entry: "fox_attention/4",
+        operands: [:q, :k, :v, :cs],
+        results: [:o],
+        ours: :attention,
+        status: :kernel_op,
+        variant: :fox,
+        reason:
+          "Forgetting attention: scores + (cs_i - cs_j), causal (cuda/fused_scan.ex:3863-3907); " <>
+            "our kernel takes no score bias"
+      },
+      %{
+        index: 21,
+        op: :fused_reservoir_scan,
+        direction: :forward,
+        entry: "reservoir_scan/3",
+        operands: [:wx, :w_res, :h0_packed],
+        results: [:h_final],
+        status: :no_kernel,
+        reason:
+          "#{@mlp}: h = tanh(wx + h W_res), final state only, leak rate packed into " <>
+            "h0_packed (cuda/fused_scan.ex:4020-4033, 4067-4082)"
+      },
+      %{
+        index: 22,
+        op: :fused_titans_scan,
+        direction: :forward,
+        entry: "titans_scan/2",
+        operands: [:packed],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours: surprise-gated memory with momentum, the momentum packed as a " <>
+            "column (cuda/fused_scan.ex:4117-4130, 4159)"
+      },
+      %{
+        index: 23,
+        op: :fused_miras_scan,
+        direction: :forward,
+        entry: "miras_scan/2",
+        operands: [:packed],
+        results: [:y],
+        status: :no_kernel,
+        reason: "no kernel of ours: MIRAS memory (cuda/fused_scan.ex:4227-4240, 4269)"
+      },
+      %{
+        index: 24,
+        op: :fused_gsa_scan,
+        direction: :forward,
+        entry: "gsa_scan/4",
+        operands: [:q, :k_slot, :v, :alpha],
+        results: [:y],
+        status: :no_kernel,
+        reason: "no kernel of ours: gated slot attention (cuda/fused_scan.ex:4389)"
+      },
+      %{
+        index: 25,
+        op: :fused_mingru_block_scan,
+        direction: :forward,
+        entry: "mingru_block/4",
+        operands: [:input, :weights, :h0],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "a whole MinGRU stack from packed weights (per layer LayerNorm, two dense " <>
+            "projections, scan, residual: cuda/fused_scan.ex:4521-4571); ours is the scan " <>
+            "only. Reached only from MinGRU.fused_block_inference/4, never from Edifice.build"
+      },
+      %{
+        index: 26,
+        op: :fused_minlstm_block_scan,
+        direction: :forward,
+        entry: "minlstm_block/4",
+        operands: [:input, :weights, :h0],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "a whole MinLSTM stack from packed weights (cuda/fused_scan.ex:4647); ours is the " <>
+            "scan only. Reached only from MinLSTM.fused_block_inference, never from Edifice.build"
+      },
+      %{
+        index: 27,
+        op: :fused_linear_block_scan,
+        direction: :forward,
+        entry: "linear_block/4",
+        operands: [:input, :weights, :h0],
+        results: [:y],
+        status: :no_kernel,
+        reason:
+          "a whole linear-recurrence stack from packed weights (cuda/fused_scan.ex:4785-4831); " <>
+            "ours is the scan only"
+      },
+      %{
+        index: 28,
+        op: :fused_lstm_block_scan,
+        direction: :forward,
+        entry: "lstm_block/5",
+        operands: [:input, :weights, :h0, :c0],
+        results: [:y],
+        status: :no_kernel,
+        reason: "#{@mlp}: a whole LSTM stack from packed weights (cuda/fused_scan.ex:4911)"
+      },
+      %{
+        index: 29,
+        op: :fused_gru_block_scan,
+        direction: :forward,
+        entry: "gru_block/4",
+        operands: [:input, :weights, :h0],
+        results: [:y],
+        status: :no_kernel,
+        reason: "#{@mlp}: a whole GRU stack from packed weights (cuda/fused_scan.ex:5055)"
+      },
+      # --------------------------------------------------------------- backward
+      %{
+        index: 1,
+        op: :fused_mingru_scan_backward,
+        direction: :backward,
+        pair: :fused_mingru_scan,
+        entry: "mingru/2",
+        operands: [:z, :candidates, :h0, :fwd, :g],
+        results: [:grad_z, :grad_cand, :grad_h0],
+        ours: :min_gru,
+        status: :kernel_op,
+        variant: :k1,
+        models: [:min_gru],
+        reason:
+          "gradient with respect to the post-sigmoid z, dz = dh (c - h_prev) " <>
+            "(cuda/fused_scan.ex:570, in 548-581); Edifice applies z (1 - z) afterwards " <>
+            "(cuda/fused_scan.ex:478), while exphil_min_gru_bwd returns the gradient of the " <>
+            "logit and takes a grad_h_final operand (6 operands, Edifice passes 5)"
+      },
+      %{
+        index: 2,
+        op: :fused_minlstm_scan_backward,
+        direction: :backward,
+        pair: :fused_minlstm_scan,
+        entry: "minlstm/3",
+        operands: [:f, :i, :candidates, :h0, :fwd, :g],
+        results: [:grad_f, :grad_i, :grad_cand, :grad_h0],
+        ours: :min_lstm,
+        status: :kernel_op,
+        variant: :k2,
+        models: [:min_lstm],
+        reason:
+          "gradients with respect to the post-sigmoid f and i through the normalisation " <>
+            "(cuda/fused_scan.ex:623-676, the same quotient rule as ours); Edifice applies the " <>
+            "sigmoid slopes afterwards (cuda/fused_scan.ex:508-509), while exphil_min_lstm_bwd " <>
+            "returns gradients of the logits and takes grad_h_final (7 operands, Edifice " <>
+            "passes 6)"
+      },
+      %{
+        index: 3,
+        op: :fused_elu_gru_scan_backward,
+        direction: :backward,
+        pair: :fused_elu_gru_scan,
+        entry: "elu_gru/2",
+        operands: [:z, :c, :h0, :fwd, :g],
+        results: [:grad_z, :grad_c, :grad_h0],
+        ours: :min_gru,
+        status: :kernel_op,
+        variant: :k1,
+        reason:
+          "takes post-activation z and c = 1 + elu(candidates) (cuda/fused_scan.ex:686-687) " <>
+            "and is the MinGRU backward on them (cuda/fused_scan.ex:941-974): K1's backward"
+      },
+      %{
+        index: 4,
+        op: :fused_real_gru_scan_backward,
+        direction: :backward,
+        pair: :fused_real_gru_scan,
+        entry: "real_gru/2",
+        operands: [:z, :candidates, :h0, :fwd, :g],
+        results: [:grad_z, :grad_cand, :grad_h0],
+        ours: :min_gru,
+        status: :kernel_op,
+        variant: :k1,
+        reason:
+          "the MinGRU backward on the post-sigmoid z (cuda/fused_scan.ex:995-998 delegates to " <>
+            "mingru_backward_fallback): K1's backward"
+      },
+      %{
+        index: 5,
+        op: :fused_diag_linear_scan_backward,
+        direction: :backward,
+        pair: :fused_diag_linear_scan,
+        entry: "diag_linear/2",
+        operands: [:a, :h0, :fwd, :g],
+        results: [:grad_a, :grad_b, :grad_h0],
+        ours: :linear_scan,
+        status: :handler_variant,
+        variant: :v2b,
+        reason:
+          "takes the post-sigmoid a (cuda/fused_scan.ex:768) and is the linear-scan backward " <>
+            "(cuda/fused_scan.ex:1019-1022), without b or grad_h_final operands: " <>
+            "exphil_linear_scan_bwd takes 6"
+      },
+      %{
+        index: 6,
+        op: :fused_liquid_scan_backward,
+        direction: :backward,
+        pair: :fused_liquid_scan,
+        entry: "liquid/2",
+        operands: [:tau, :activation, :h0, :fwd, :g],
+        results: [:grad_tau, :grad_activation, :grad_h0],
+        ours: :liquid,
+        status: :handler_variant,
+        variant: :v2,
+        change: "exphil_liquid_bwd without grad_h_final",
+        reason:
+          "the same gradients as ours, dtau = dh (h_prev - act) e / tau^2, dact = dh (1 - e) " <>
+            "(cuda/fused_scan.ex:1202-1238), but exphil_liquid_bwd takes a sixth operand, " <>
+            "grad_h_final"
+      },
+      %{
+        index: 7,
+        op: :fused_linear_scan_backward,
+        direction: :backward,
+        pair: :fused_linear_scan,
+        entry: "linear_scan/2",
+        operands: [:a_vals, :h0, :fwd, :g],
+        results: [:grad_a, :grad_b, :grad_h0],
+        ours: :linear_scan,
+        status: :handler_variant,
+        variant: :v2b,
+        reason:
+          "the same gradients as ours (cuda/fused_scan.ex:884-916), but Edifice passes no " <>
+            "b_vals (cuda/fused_scan.ex:859-866) and no grad_h_final: 4 operands, " <>
+            "exphil_linear_scan_bwd takes 6"
+      },
+      %{
+        index: 8,
+        op: :fused_delta_rule_scan_backward,
+        direction: :backward,
+        pair: :fused_delta_net_scan,
+        entry: "delta_net_scan/4",
+        operands: [:q, :k, :v, :beta, :fwd, :g],
+        results: [:grad_q, :grad_k, :grad_v, :grad_beta],
+        status: :no_kernel,
+        reason: "no kernel of ours (delta rule; cuda/fused_scan.ex:1257)"
+      },
+      %{
+        index: 9,
+        op: :fused_gated_delta_net_scan_backward,
+        direction: :backward,
+        pair: :fused_gated_delta_net_scan,
+        entry: "gated_delta_net_scan/5",
+        operands: [:q, :k, :v, :beta, :alpha, :fwd, :g],
+        results: [:grad_q, :grad_k, :grad_v, :grad_beta, :grad_alpha],
+        status: :no_kernel,
+        reason: "no kernel of ours (gated delta rule; cuda/fused_scan.ex:1347)"
+      },
+      %{
+        index: 10,
+        op: :fused_lstm_scan_backward,
+        direction: :backward,
+        pair: :fused_lstm_scan,
+        entry: "lstm_scan/2",
+        operands: [:wx, :recurrent_weight, :h0, :c0, :fwd, :g],
+        results: [:grad_wx, :grad_h0, :grad_c0],
+        status: :no_kernel,
+        reason: "#{@mlp} (LSTM; cuda/fused_scan.ex:1044)"
+      },
+      %{
+        index: 11,
+        op: :fused_gru_scan_backward,
+        direction: :backward,
+        pair: :fused_gru_scan,
+        entry: "gru_scan/2",
+        operands: [:wx, :recurrent_weight, :h0, :fwd, :g],
+        results: [:grad_wx, :grad_rh, :grad_h0],
+        status: :no_kernel,
+        reason: "#{@mlp} (GRU; cuda/fused_scan.ex:1124)"
+      },
+      %{
+        index: 12,
+        op: :fused_ttt_scan_backward,
+        direction: :backward,
+        pair: :fused_ttt_scan,
+        entry: "ttt_scan/7",
+        operands: [:q, :k, :v, :eta, :w0, :ln_gamma, :ln_beta, :fwd, :g],
+        results: [
+          :grad_q,
+          :grad_k,
+          :grad_v,
+          :grad_eta,
+          :grad_w0,
+          :grad_ln_gamma,
+          :grad_ln_beta
+        ],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours (cuda/fused_scan.ex:1834); and Edifice cannot build this block: " <>
+            "it has 9 operands and Edifice.Block.wrap/2 stops at 8 (block.ex:52-59), so a " <>
+            "gradient of ttt_scan with the tier on raises FunctionClauseError"
+      },
+      %{
+        index: 13,
+        op: :fused_selective_scan_backward,
+        direction: :backward,
+        pair: :fused_selective_scan,
+        entry: "selective_scan/5",
+        operands: [:x, :dt, :a, :b, :c, :g],
+        results: [:grad_x, :grad_dt, :grad_b, :grad_c],
+        ours: :selective_scan,
+        status: :handler_variant,
+        variant: :ss_b,
+        models: [:mamba],
+        reason:
+          "the default fun (cuda/fused_scan.ex:1453-1532) is our backward: per-channel " <>
+            "B_bar = dt B (cuda/fused_scan.ex:1469, 1497), A from the operand, the gradient " <>
+            "of dt masked to 0.001 <= dt <= 0.1 (cuda/fused_scan.ex:1513-1514), as our clamp; " <>
+            "but exphil_selective_scan_bwd takes 5 more (optional) operands and returns grad_A. " <>
+            "It is not the gradient of Edifice's own forward default, which averages dt over " <>
+            "the channels for B (see :fused_selective_scan)"
+      },
+      %{
+        index: 14,
+        op: :fused_kda_scan_backward,
+        direction: :backward,
+        pair: :fused_kda_scan,
+        entry: "kda_scan/5",
+        operands: [:q, :k, :v, :alpha, :beta, :fwd, :g],
+        results: [:grad_q, :grad_k, :grad_v, :grad_alpha, :grad_beta],
+        status: :no_kernel,
+        reason: "no kernel of ours (cuda/fused_scan.ex:1552)"
+      },
+      %{
+        index: 15,
+        op: :fused_rla_scan_backward,
+        direction: :backward,
+        pair: :fused_rla_scan,
+        entry: "rla_scan/7",
+        operands: [:q, :k, :v, :alpha, :beta, :gamma, :fwd, :g, :variant_t, :clip_t],
+        results: [:grad_q, :grad_k, :grad_v, :grad_alpha, :grad_beta, :grad_gamma],
+        status: :no_kernel,
+        reason:
+          "no kernel of ours (cuda/fused_scan.ex:1675); and Edifice cannot build this block: " <>
+            "it has 10 operands and Edifice.Block.wrap/2 stops at 8 (block.ex:52-59), so a " <>
+            "gradient of rla_scan with the tier on raises FunctionClauseError"
+      },
+      %{
+        index: 16,
+        op: :fused_flash_attention_backward,
+        direction: :backward,
+        pair: :fused_flash_attention,
+        entry: "flash_attention/4",
+        operands: [:q, :k, :v, :fwd, :g, :causal_packed],
+        results: [:grad_q, :grad_k, :grad_v],
+        ours: :attention,
+        status: :handler_variant,
+        variant: :att_b,
+        models: [:infini_attention],
+        reason:
+          "the same gradients (cuda/fused_scan.ex:3527-3570), but exphil_attention_bwd needs " <>
+            "the forward's lse, which Edifice's forward op cannot return (its template is o " <>
+            "alone) and so never passes, and the flag is a sixth operand"
+      },
+      %{
+        index: 17,
+        op: :fused_laser_attention_backward,
+        direction: :backward,
+        pair: :fused_laser_attention,
+        entry: "laser_attention/4",
+        operands: [:q, :k, :v, :v_max, :fwd, :g, :causal_packed],
+        results: [:grad_q, :grad_k, :grad_v],
+        ours: :attention,
+        status: :kernel_op,
+        variant: :laser,
+        reason: "LASER's backward (cuda/fused_scan.ex:3723); our kernel has no value transform"
+      },
+      %{
+        index: 18,
+        op: :fused_fox_attention_backward,
+        direction: :backward,
+        pair: :fused_fox_attention,
+        entry: "fox_attention/4",
+        operands: [:q, :k, :v, :cs, :fwd, :g],
+        results: [:grad_q, :grad_k, :grad_v, :grad_cs],
+        ours: :attention,
+        status: :kernel_op,
+        variant: :fox,
+        reason: "FoX's backward, with grad_cs (cuda/fused_scan.ex:3926); our kernel has no bias"
+      }
+    ]
+
+    @rows Enum.map(@rows, &Map.merge(@defaults, &1))
+
+    # The table's invariants, checked when this module compiles.
+    {forward, backward} = Enum.split_with(@rows, &(&1.direction == :forward))
+
+    unless length(forward) == 29 and length(backward) == 18 and
+             length(Enum.uniq_by(@rows, & &1.op)) == 47 do
+      raise "ExPhil.Native.Edifice: expected 47 distinct ops, 29 forward and 18 backward"
+    end
+
+    for row <- @rows do
+      unless row.status in [:native, :handler_variant, :kernel_op, :no_kernel] do
+        raise "ExPhil.Native.Edifice: #{row.op}: unknown status #{inspect(row.status)}"
+      end
+
+      if row.status == :native do
+        target = Targets.fetch!(row.target)
+
+        unless length(target.operands) == length(row.operands) and
+                 length(target.results) == length(row.results) do
+          raise "ExPhil.Native.Edifice: #{row.op} takes #{length(row.operands)} operands and " <>
+                  "returns #{length(row.results)} results; #{row.target} takes " <>
+                  "#{length(target.operands)} and returns #{length(target.results)}"
+        end
+      end
+
+      if row.status in [:handler_variant, :kernel_op] and
+           (row.ours == nil or not Map.has_key?(@variants, row.variant)) do
+        raise "ExPhil.Native.Edifice: #{row.op}: a #{row.status} row names our op and a variant"
+      end
+    end
+
+    @by_op Map.new(@rows, &{&1.op, &1})
+
+    @doc """
+    Every Edifice fused op, one map per op in the order of Edifice's
+    FUSED_OPS.md (forward ops 1-29, then backward ops 1-18); see the module
+    documentation for the keys.
+    """
+    @spec ops() :: [map()]
+    def ops, do: @rows
+
+    @doc """
+    The handler variants and kernel ops that the rows' `:variant` names, by
+    key: what each one is. `V*` need a new target only; `K*`, `SS-F`, `LASER`
+    and `FOX` a kernel change as well (EDIFICE.md, "Variants").
+    """
+    @spec variants() :: %{atom() => String.t()}
+    def variants, do: @variants
+
+    @doc "The row of Edifice op `op` (`:error` for an op Edifice does not have)."
+    @spec fetch(atom()) :: {:ok, map()} | :error
+    def fetch(op), do: Map.fetch(@by_op, op)
+
+    @doc """
+    Whether this build defines `EXLA.CustomCall` for `Edifice.Block.FusedOp`:
+    the application configured `edifice_native_tier: true` at compile time and
+    EXLA is present.
+    """
+    @spec native_tier?() :: boolean()
+    def native_tier?, do: @native_tier == true and @exla
+
+    @doc """
+    The answer to `EXLA.CustomCall.call(block, out, args, client)` for an
+    Edifice fused-op block: `{:ok, %EXLA.CustomCall.Spec{}}` for a `:native`
+    row's target, or `:skip`, and EXLA then compiles the block's default
+    function (Edifice's fallback).
+
+    It is `:skip` unless the client is a CUDA client, the EXLA this library
+    was compiled against pins custom-call layouts
+    (`ExPhil.Native.CustomCall.layouts_pinned?/0`; Edifice's blocks are
+    traced inside `defn` and carry no eager flag, so they are never native
+    without it), the op's row is `:native`, its attributes apply to these
+    operands, and `ExPhil.Native.CustomCall.spec/4` accepts the call (inputs
+    the kernels take, handlers registered). Today no row is `:native`, so it
+    is always `:skip`.
+    """
+    @spec call(struct(), term(), [Nx.Tensor.t()], term()) :: :skip | {:ok, struct()}
+    def call(%FusedOp{op: op}, out, args, client) do
+      with true <- CustomCall.layouts_pinned?(),
+           true <- match?(%{platform: :cuda}, client),
+           {:ok, %{status: :native} = row} <- fetch(op),
+           {:ok, %Block{} = block} <- block(row, out, args) do
+        CustomCall.spec(block, out, args, client)
+      else
+        _ -> :skip
+      end
+    end
+
+    def call(_struct, _out, _args, _client), do: :skip
+
+    @doc false
+    # The ExPhil.Native.Block a row's target makes of a call, or {:skip, reason}.
+    def block(%{target: target, attributes: attributes} = row, out, args)
+        when is_binary(target) do
+      values =
+        case attributes do
+          fun when is_function(fun, 2) -> fun.(out, args)
+          %{} = map -> {:ok, map}
+        end
+
+      with {:ok, values} <- values do
+        {:ok,
+         %Block{
+           target: target,
+           attributes: values,
+           eager: false,
+           unsupported: unsupported(row, args)
+         }}
+      end
+    end
+
+    def block(row, _out, _args), do: {:skip, "#{row.op} has no target"}
+
+    # The kernels take f32, bf16 and f16 floating-point operands only.
+    defp unsupported(row, args) do
+      case Enum.find(args, &(Nx.type(&1) not in [{:f, 32}, {:bf, 16}, {:f, 16}])) do
+        nil -> nil
+        arg -> "#{row.op}: operand of type #{inspect(Nx.type(arg))}"
+      end
+    end
+
+    @doc """
+    The value of an operand that is a constant of the traced expression (as
+    Edifice's flag tensors `causal_packed`, `variant_t` and `clip_t` are), as
+    a flat list, or `:error`. A handler variant that needs a flag as an
+    attribute reads it here when EXLA lowers the block.
+    """
+    @spec constant(Nx.Tensor.t()) :: {:ok, [number()]} | :error
+    def constant(%Nx.Tensor{data: %Nx.Defn.Expr{op: :tensor, args: [tensor]}}),
+      do: {:ok, Nx.to_flat_list(tensor)}
+
+    def constant(%Nx.Tensor{data: %Nx.Defn.Expr{op: :constant, args: [number]}} = t),
+      do: {:ok, List.duplicate(number, Nx.size(t))}
+
+    def constant(_), do: :error
+
+    @doc """
+    The op table and the variants table as Markdown (the tables of
+    `mix_stub/EDIFICE.md`, which the tests keep equal to these).
+    """
+    @spec markdown_table() :: String.t()
+    def markdown_table do
+      ops =
+        for row <- @rows do
+          number = if row.direction == :forward, do: "F#{row.index}", else: "B#{row.index}"
+
+          change =
+            case {row.variant, row.change} do
+              {nil, _} -> "-"
+              {variant, nil} -> label(variant)
+              {variant, note} -> "#{label(variant)}: #{note}"
+            end
+
+          [
+            number,
+            "`#{inspect(row.op)}`",
+            "#{length(row.operands)} (#{names(row.operands)}) -> " <>
+              "#{length(row.results)} (#{names(row.results)})",
+            if(row.ours, do: "`#{row.ours}`", else: "-"),
+            "#{row.status}",
+            change,
+            row.reason
+          ]
+        end
+
+      variants =
+        for variant <- @variant_order do
+          text = Map.fetch!(@variants, variant)
+          used = for row <- @rows, row.variant == variant, do: "`#{inspect(row.op)}`"
+          [label(variant), text, Enum.join(used, ", ")]
+        end
+
+      ops_header = [
+        "#",
+        "op",
+        "operands -> results",
+        "ours",
+        "status",
+        "smallest change",
+        "why not native"
+      ]
+
+      table(ops_header, ops) <>
+        "\n" <> table(["variant", "what it is", "the ops it would serve"], variants)
+    end
+
+    defp label(variant), do: Map.fetch!(@labels, variant)
+
+    defp table(header, rows) do
+      line = fn cells ->
+        "| " <> Enum.map_join(cells, " | ", &String.replace(&1, "|", "\\|")) <> " |\n"
+      end
+
+      line.(header) <> line.(Enum.map(header, fn _ -> "---" end)) <> Enum.map_join(rows, line)
+    end
+
+    defp names(list), do: Enum.map_join(list, ", ", &Atom.to_string/1)
+  end
+
+  if ExPhil.Native.Edifice.native_tier?() do
+    defimpl EXLA.CustomCall, for: Edifice.Block.FusedOp do
+      def call(block, out, args, client),
+        do: ExPhil.Native.Edifice.call(block, out, args, client)
+    end
+  end
+end

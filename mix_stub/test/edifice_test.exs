@@ -1,0 +1,534 @@
+defmodule ExPhil.Native.EdificeTest do
+  # Edifice's fused ops against ExPhil.Native.Edifice's table: the blocks
+  # Edifice builds for small MinGRU, MinLSTM, Mamba and InfiniAttention
+  # models, and for every Edifice.CUDA.FusedScan entry point, have the
+  # operand and result counts of the table (Edifice's FUSED_OPS.md), and
+  # ExPhil.Native.Edifice.call/4 answers :skip for each on a CUDA and a host
+  # client. With the opt-in off (as here), Edifice's models run and train on
+  # the BinaryBackend as Edifice's pure path.
+  #
+  # Edifice builds no fused-op block at all unless an EXLA.CustomCall
+  # implementation for Edifice.Block.FusedOp exists (Edifice.Block.native_impl?/0),
+  # and the test environment defines none. `with_native_tier/1` defines one for
+  # the duration of a call, as `config :exphil_native, edifice_native_tier: true`
+  # would (it delegates to ExPhil.Native.Edifice.call/4): protocols are
+  # consolidated, so it loads EXLA.CustomCall's unconsolidated module, compiles
+  # the implementation, and afterwards deletes it and loads the consolidated
+  # module again. Hence async: false.
+  use ExUnit.Case, async: false
+
+  alias Edifice.Block.FusedOp
+  alias Edifice.CUDA.FusedScan
+  alias ExPhil.Native.Edifice, as: NativeEdifice
+
+  # Edifice.build/2 names: the backbones EDIFICE.md studies.
+  @models [:min_gru, :min_lstm, :mamba, :attention, :infini_attention]
+
+  @model_opts %{
+    min_gru: [
+      embed_dim: 8,
+      hidden_size: 8,
+      num_layers: 2,
+      seq_len: 4,
+      window_size: 4,
+      dropout: 0.0
+    ],
+    min_lstm: [
+      embed_dim: 8,
+      hidden_size: 8,
+      num_layers: 2,
+      seq_len: 4,
+      window_size: 4,
+      dropout: 0.0
+    ],
+    mamba: [
+      embed_dim: 8,
+      hidden_size: 8,
+      state_size: 2,
+      expand_factor: 2,
+      conv_size: 2,
+      num_layers: 1,
+      seq_len: 4,
+      window_size: 4,
+      dropout: 0.0
+    ],
+    attention: [
+      embed_dim: 8,
+      num_heads: 2,
+      head_dim: 4,
+      window_size: 4,
+      num_layers: 1,
+      ffn_dim: 8,
+      dropout: 0.0
+    ],
+    infini_attention: [
+      embed_dim: 8,
+      hidden_size: 8,
+      num_heads: 2,
+      segment_size: 2,
+      num_layers: 1,
+      seq_len: 4,
+      window_size: 4,
+      dropout: 0.0
+    ]
+  }
+
+  # ------------------------------------------------------------------ helpers
+
+  defp client(platform) do
+    %EXLA.Client{
+      ref: nil,
+      platform: platform,
+      name: :test,
+      device_count: 1,
+      default_device_id: 0,
+      automatic_transfers: false
+    }
+  end
+
+  # Runs fun with the given OS environment variables (nil: unset), then
+  # restores them.
+  defp with_env(vars, fun) do
+    old = Map.new(vars, fn {name, _} -> {name, System.get_env(name)} end)
+    Enum.each(vars, fn {name, value} -> put_env(name, value) end)
+
+    try do
+      fun.()
+    after
+      Enum.each(old, fn {name, value} -> put_env(name, value) end)
+    end
+  end
+
+  defp put_env(name, nil), do: System.delete_env(name)
+  defp put_env(name, value), do: System.put_env(name, value)
+
+  # Runs fun with an EXLA.CustomCall implementation for Edifice.Block.FusedOp
+  # that delegates to ExPhil.Native.Edifice.call/4 (the opt-in's), and with
+  # EDIFICE_AUTOTUNE=0, so that Edifice takes its Nx.block tier without
+  # benchmarking (which needs EXLA's NIF).
+  defp with_native_tier(fun) do
+    protocol = EXLA.CustomCall
+    impl = Module.concat(protocol, FusedOp)
+    consolidated = Protocol.consolidated?(protocol)
+    consolidated_beam = List.to_string(:code.which(protocol))
+    plain_beam = Path.join(Application.app_dir(:exla, "ebin"), "#{protocol}.beam")
+
+    if consolidated, do: load_beam!(protocol, plain_beam)
+
+    try do
+      Code.compile_quoted(
+        quote do
+          defimpl EXLA.CustomCall, for: Edifice.Block.FusedOp do
+            def call(block, out, args, client),
+              do: ExPhil.Native.Edifice.call(block, out, args, client)
+          end
+        end
+      )
+
+      assert Edifice.Block.native_impl?()
+      with_env([{"EDIFICE_AUTOTUNE", "0"}, {"EDIFICE_DISABLE_FUSED", nil}], fun)
+    after
+      :code.purge(impl)
+      :code.delete(impl)
+      :code.purge(impl)
+      if consolidated, do: load_beam!(protocol, consolidated_beam)
+    end
+  end
+
+  defp load_beam!(module, path) do
+    :code.purge(module)
+    {:module, ^module} = :code.load_abs(String.to_charlist(Path.rootname(path)))
+  end
+
+  # The Edifice fused-op blocks of a traced expression, each node once:
+  # [{%FusedOp{}, operands, output template}].
+  defp fused_blocks(container) do
+    {blocks, _seen} =
+      Nx.Defn.Composite.reduce(container, {[], MapSet.new()}, &walk/2)
+
+    Enum.reverse(blocks)
+  end
+
+  defp walk(%Nx.Tensor{data: %Nx.Defn.Expr{id: id, op: op, args: args}} = t, {found, seen}) do
+    if MapSet.member?(seen, id) do
+      {found, seen}
+    else
+      found =
+        case {op, args} do
+          {:block, [%FusedOp{} = struct, operands, out, _fun]} ->
+            [{struct, operands, out} | found]
+
+          _ ->
+            found
+        end
+
+      {_, acc} =
+        Nx.Defn.Tree.apply_args(t, {found, MapSet.put(seen, id)}, fn arg, acc ->
+          {arg, walk(arg, acc)}
+        end)
+
+      acc
+    end
+  end
+
+  defp walk(_other, acc), do: acc
+
+  defp leaves(tuple) when is_tuple(tuple),
+    do: tuple |> Tuple.to_list() |> Enum.flat_map(&leaves/1)
+
+  defp leaves(tensor), do: [tensor]
+
+  # Every captured block is a row of the table with its operand and result
+  # counts, and call/4 says :skip for it on CUDA and on the host.
+  defp assert_blocks_in_table(blocks) do
+    for {%FusedOp{op: op} = struct, operands, out} <- blocks do
+      assert {:ok, row} = NativeEdifice.fetch(op), "#{inspect(op)} is not in the table"
+
+      assert length(operands) == length(row.operands),
+             "#{inspect(op)}: #{length(operands)} operands, the table says #{length(row.operands)}"
+
+      assert length(leaves(out)) == length(row.results),
+             "#{inspect(op)}: #{length(leaves(out))} results, the table says #{length(row.results)}"
+
+      assert struct.attrs == %{}
+      assert NativeEdifice.call(struct, out, operands, client(:cuda)) == :skip
+      assert NativeEdifice.call(struct, out, operands, client(:host)) == :skip
+    end
+  end
+
+  defp input(shape), do: Nx.iota(shape, type: :f32) |> Nx.divide(7) |> Nx.sin()
+
+  defp build(model) do
+    {init_fn, predict_fn} = Axon.build(Edifice.build(model, @model_opts[model]), seed: 3)
+    x = input({2, 4, 8})
+    params = init_fn.(Nx.template({2, 4, 8}, :f32), Axon.ModelState.empty())
+    {predict_fn, params, x}
+  end
+
+  # The fused-op blocks of the model's forward expression and of its gradient's.
+  defp traced_blocks(model) do
+    {predict_fn, params, x} = build(model)
+    loss = fn data -> predict_fn.(%{params | data: data}, x) |> Nx.sum() end
+    forward = Nx.Defn.debug_expr(fn data -> predict_fn.(%{params | data: data}, x) end)
+    gradient = Nx.Defn.debug_expr(fn data -> Nx.Defn.grad(data, loss) end)
+    fused_blocks({forward.(params.data), gradient.(params.data)})
+  end
+
+  # ------------------------------------------------------------------- tables
+
+  test "the table has Edifice's 47 ops, none native today" do
+    ops = NativeEdifice.ops()
+    assert length(ops) == 47
+    assert Enum.count(ops, &(&1.direction == :forward)) == 29
+    assert Enum.count(ops, &(&1.direction == :backward)) == 18
+    assert Enum.all?(ops, &(&1.status in [:handler_variant, :kernel_op, :no_kernel]))
+    assert Enum.all?(ops, &(&1.target == nil))
+
+    # Pairs point at each other (FUSED_OPS.md: 18 forward ops with a backward op).
+    for %{pair: pair} = row <- ops, pair != nil do
+      assert {:ok, %{pair: back}} = NativeEdifice.fetch(pair)
+      assert back == row.op
+    end
+
+    assert Enum.count(ops, &(&1.direction == :forward and &1.pair != nil)) == 18
+
+    for row <- ops, row.status != :no_kernel do
+      assert row.ours in [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention]
+      assert Map.has_key?(NativeEdifice.variants(), row.variant)
+    end
+
+    # In the order and numbering of Edifice's FUSED_OPS.md.
+    listed =
+      Regex.scan(
+        ~r/^\| (\d+) \| `:(\w+)` \|/m,
+        File.read!(Path.join(Mix.Project.deps_paths()[:edifice], "FUSED_OPS.md"))
+      )
+
+    assert Enum.map(listed, fn [_, index, op] -> {String.to_integer(index), op} end) ==
+             Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
+
+    counts = Enum.frequencies_by(ops, & &1.status)
+    assert counts == %{handler_variant: 9, kernel_op: 13, no_kernel: 25}
+
+    # EDIFICE.md carries the table this module renders.
+    doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
+
+    assert String.contains?(doc, NativeEdifice.markdown_table()),
+           "EDIFICE.md's tables differ from ExPhil.Native.Edifice.markdown_table/0"
+  end
+
+  test "the opt-in is off here: no implementation for FusedOp, Edifice's tier off" do
+    refute NativeEdifice.native_tier?()
+    assert Protocol.consolidated?(EXLA.CustomCall)
+    assert EXLA.CustomCall.impl_for(%FusedOp{op: :fused_mingru_scan}) == EXLA.CustomCall.Any
+    refute Edifice.Block.native_impl?()
+    refute FusedScan.custom_call_available?()
+  end
+
+  test "call/4 is :skip for any op, client and layout support today" do
+    out = Nx.template({2, 4, 8}, :f32)
+    args = [Nx.template({2, 4, 8}, :f32), Nx.template({2, 4, 8}, :f32), Nx.template({2, 8}, :f32)]
+
+    for %{op: op} <- NativeEdifice.ops(), platform <- [:cuda, :host] do
+      assert NativeEdifice.call(%FusedOp{op: op}, out, args, client(platform)) == :skip
+    end
+
+    assert NativeEdifice.call(%FusedOp{op: :not_an_op}, out, args, client(:cuda)) == :skip
+  end
+
+  test "a target of ours as it is cannot take an Edifice block (why V1 and V2b are needed)" do
+    with_native_tier(fn ->
+      a = input({2, 4, 8})
+      fun = fn a, b -> FusedScan.linear_scan(a, b) end
+      forward = Nx.Defn.debug_expr(fun).(a, a)
+      gradient = Nx.Defn.debug_expr(fn a -> Nx.Defn.grad(a, &Nx.sum(fun.(&1, &1))) end).(a)
+
+      [{%FusedOp{op: :fused_linear_scan}, fwd_args, fwd_out}] = fused_blocks(forward)
+
+      [{%FusedOp{op: :fused_linear_scan_backward}, bwd_args, bwd_out}] =
+        gradient
+        |> fused_blocks()
+        |> Enum.filter(&(elem(&1, 0).op == :fused_linear_scan_backward))
+
+      # A :native row pointing at today's targets: the Block is made, and the
+      # custom call's operand and result counts are refused.
+      for {op, target, args, out, message} <- [
+            {:fused_linear_scan, "exphil_linear_scan_fwd", fwd_args, fwd_out,
+             "has 3 operands and 1 results, the target takes 3 and returns 2"},
+            {:fused_linear_scan_backward, "exphil_linear_scan_bwd", bwd_args, bwd_out,
+             "has 4 operands and 3 results, the target takes 6 and returns 3"}
+          ] do
+        row = %{op: op, target: target, attributes: %{"has_h0" => true}}
+        assert {:ok, %ExPhil.Native.Block{} = block} = NativeEdifice.block(row, out, args)
+        assert block.target == target and block.eager == false and block.unsupported == nil
+
+        assert_raise ArgumentError, ~r/#{message}/, fn ->
+          ExPhil.Native.CustomCall.fields(block, out, args)
+        end
+      end
+
+      # The attributes of a row may depend on the call.
+      skip = %{op: :fused_linear_scan, target: "x", attributes: fn _, _ -> {:skip, "no"} end}
+      assert NativeEdifice.block(skip, fwd_out, fwd_args) == {:skip, "no"}
+    end)
+  end
+
+  # ------------------------------------------------------------------ models
+
+  test "Edifice MinGRU, MinLSTM, Mamba, attention, InfiniAttention: their fused-op blocks are the table's" do
+    # Without the tier Edifice builds no fused-op block.
+    for model <- @models, do: assert(traced_blocks(model) == [])
+
+    with_native_tier(fn ->
+      for model <- @models do
+        blocks = traced_blocks(model)
+        assert_blocks_in_table(blocks)
+
+        captured = blocks |> Enum.map(&elem(&1, 0).op) |> Enum.uniq() |> Enum.sort()
+        listed = for row <- NativeEdifice.ops(), model in row.models, do: row.op
+        assert captured == Enum.sort(listed), "#{model}: #{inspect(captured)}"
+      end
+    end)
+
+    # The protocol is back as it was.
+    assert Protocol.consolidated?(EXLA.CustomCall)
+    refute Edifice.Block.native_impl?()
+  end
+
+  test "every FusedScan entry point: 45 blocks with the table's counts; TTT's and RLA's backward cannot be built" do
+    r = fn shape -> input(shape) |> Nx.abs() |> Nx.add(0.5) end
+    {b, t, h, nh, d} = {1, 2, 4, 2, 2}
+    w = fn per_layer -> r.({2 * per_layer}) end
+
+    entries = [
+      {&FusedScan.mingru/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.minlstm/3, [r.({b, t, h}), r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.elu_gru/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.real_gru/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.diag_linear/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.liquid/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.linear_scan/2, [r.({b, t, h}), r.({b, t, h})]},
+      {&FusedScan.delta_net_scan/4, List.duplicate(r.({b, t, nh, d}), 4)},
+      {&FusedScan.gated_delta_net_scan/5,
+       List.duplicate(r.({b, t, nh, d}), 4) ++ [r.({b, t, nh})]},
+      {&FusedScan.delta_product_scan/4,
+       [r.({b, t, nh, d}), r.({b, t, 2, nh, d}), r.({b, t, 2, nh, d}), r.({b, t, 2, nh})]},
+      {&FusedScan.slstm_scan/2, [r.({b, t, 4 * h}), r.({h, 4 * h})]},
+      {&FusedScan.lstm_scan/2, [r.({b, t, 4 * h}), r.({h, 4 * h})]},
+      {&FusedScan.gru_scan/2, [r.({b, t, 3 * h}), r.({h, 3 * h})]},
+      {&FusedScan.ttt_scan/7, List.duplicate(r.({b, t, h}), 4) ++ [r.({h, h}), r.({h}), r.({h})]},
+      {&FusedScan.selective_scan/5,
+       [r.({b, t, h}), r.({b, t, h}), Nx.negate(r.({h, 3})), r.({b, t, 3}), r.({b, t, 3})]},
+      {&FusedScan.kda_scan/5, List.duplicate(r.({b, t, nh, d}), 4) ++ [r.({b, t, nh})]},
+      {&FusedScan.rla_scan/6,
+       List.duplicate(r.({b, t, nh, d}), 3) ++ List.duplicate(r.({b, t, nh, 1, 1}), 3)},
+      {&FusedScan.flash_attention(&1, &2, &3, causal: true),
+       List.duplicate(r.({b, nh, t, d}), 3)},
+      {&FusedScan.laser_attention(&1, &2, &3, causal: true),
+       List.duplicate(r.({b, nh, t, d}), 3)},
+      {&FusedScan.fox_attention/4, List.duplicate(r.({b, nh, t, d}), 3) ++ [r.({b, nh, t})]},
+      {&FusedScan.reservoir_scan/2, [r.({b, t, h}), r.({h, h})]},
+      {&FusedScan.titans_scan(&1, memory_size: h), [r.({b, t, 4 * h})]},
+      {&FusedScan.miras_scan(&1, memory_size: h), [r.({b, t, 5 * h})]},
+      {&FusedScan.gsa_scan/4,
+       [r.({b, t, nh, d}), r.({b, t, nh, 3}), r.({b, t, nh, d}), r.({b, t, nh})]},
+      {&FusedScan.mingru_block(&1, &2, &3, 2),
+       [r.({b, t, h}), w.(2 * h * h + 4 * h), r.({b, 2, h})]},
+      {&FusedScan.minlstm_block(&1, &2, &3, 2),
+       [r.({b, t, h}), w.(3 * h * h + 5 * h), r.({b, 2, h})]},
+      {&FusedScan.linear_block(&1, &2, &3, 2),
+       [r.({b, t, h}), w.(2 * h * h + 4 * h), r.({b, 2, h})]},
+      {&FusedScan.lstm_block(&1, &2, &3, &4, 2),
+       [r.({b, t, h}), w.(8 * h * h + 6 * h), r.({b, 2, h}), r.({b, 2, h})]},
+      {&FusedScan.gru_block(&1, &2, &3, 2), [r.({b, t, h}), w.(6 * h * h + 5 * h), r.({b, 2, h})]}
+    ]
+
+    unbuildable = [:fused_ttt_scan_backward, :fused_rla_scan_backward]
+
+    {captured, raised} =
+      with_native_tier(fn ->
+        for {fun, args} <- entries, reduce: {[], []} do
+          {captured, raised} ->
+            call = fn args -> apply(fun, Tuple.to_list(args)) end
+            forward = fused_blocks(Nx.Defn.debug_expr(call).(List.to_tuple(args)))
+            assert [{%FusedOp{op: op}, _, _}] = forward
+            {:ok, row} = NativeEdifice.fetch(op)
+
+            gradient =
+              try do
+                Nx.Defn.debug_expr(fn args -> Nx.Defn.grad(args, &Nx.sum(call.(&1))) end).(
+                  List.to_tuple(args)
+                )
+                |> fused_blocks()
+              rescue
+                error in FunctionClauseError ->
+                  assert {error.module, error.function, error.arity} == {Edifice.Block, :wrap, 2}
+                  :raised
+              end
+
+            case gradient do
+              :raised ->
+                assert row.pair in unbuildable
+                {forward ++ captured, [row.pair | raised]}
+
+              blocks ->
+                {forward ++ blocks ++ captured, raised}
+            end
+        end
+      end)
+
+    assert_blocks_in_table(captured)
+    captured_ops = captured |> Enum.map(&elem(&1, 0).op) |> Enum.uniq()
+    assert length(captured_ops) == 45
+    assert Enum.sort(raised) == Enum.sort(unbuildable)
+
+    all = Enum.map(NativeEdifice.ops(), & &1.op)
+    assert Enum.sort(captured_ops ++ raised) == Enum.sort(all)
+
+    # The flag operands are constants of the expression, readable when EXLA
+    # lowers the block (what ATT-F needs).
+    flash = for {%FusedOp{op: :fused_flash_attention}, args, _} <- captured, do: List.last(args)
+    assert [flag | _] = flash
+    assert NativeEdifice.constant(flag) == {:ok, [1.0]}
+    [q | _] = for {%FusedOp{op: :fused_flash_attention}, args, _} <- captured, do: hd(args)
+    assert NativeEdifice.constant(q) == :error
+  end
+
+  test "Edifice models predict and train on the BinaryBackend with our library loaded" do
+    for model <- [:min_gru, :min_lstm, :mamba] do
+      {predict_fn, params, x} = build(model)
+      target = Nx.iota({2, 8}, type: :f32) |> Nx.divide(16)
+
+      out = predict_fn.(params, x)
+      assert out.shape == {2, 8}
+      assert out.data.__struct__ == Nx.BinaryBackend
+
+      step =
+        Nx.Defn.jit(fn data, x, target ->
+          {loss, grads} =
+            Nx.Defn.value_and_grad(data, fn data ->
+              predict_fn.(%{params | data: data}, x)
+              |> Nx.subtract(target)
+              |> Nx.pow(2)
+              |> Nx.mean()
+            end)
+
+          data =
+            Map.new(data, fn {layer, ps} ->
+              {layer,
+               Map.new(ps, fn {name, p} ->
+                 {name, Nx.subtract(p, Nx.multiply(0.1, grads[layer][name]))}
+               end)}
+            end)
+
+          {loss, data}
+        end)
+
+      {losses, _} =
+        Enum.map_reduce(1..4, params.data, fn _, data ->
+          {loss, data} = step.(data, x, target)
+          {Nx.to_number(loss), data}
+        end)
+
+      assert List.last(losses) < hd(losses), "#{model}: losses #{inspect(losses)}"
+    end
+  end
+
+  test "the tier on: forwards unchanged; gradients too, except Mamba's where dt < 0.1" do
+    # Mamba's dt is softplus(...) clamped to [0.001, 0.1]: at initialisation
+    # softplus is near 0.69 and every channel's dt is 0.1. Lowering the bias
+    # of dt_proj spreads dt over [0.007, 0.25].
+    low_dt = fn data ->
+      put_in(
+        data,
+        ["mamba_block_1_ssm_dt_proj", "bias"],
+        Nx.iota({16}) |> Nx.divide(4) |> Nx.subtract(5)
+      )
+    end
+
+    run = fn model, change ->
+      {predict_fn, params, x} = build(model)
+      params = %{params | data: change.(params.data)}
+      weights = x[[.., 0, ..]]
+
+      loss = fn data ->
+        predict_fn.(%{params | data: data}, x) |> Nx.multiply(weights) |> Nx.sum()
+      end
+
+      {predict_fn.(params, x), Nx.Defn.jit(&Nx.Defn.grad(&1, loss)).(params.data)}
+    end
+
+    for {model, change, gradients_agree} <- [
+          {:min_gru, & &1, true},
+          {:min_lstm, & &1, true},
+          {:mamba, & &1, true},
+          {:mamba, low_dt, false}
+        ] do
+      {out, grads} = run.(model, change)
+      {tier_out, tier_grads} = with_native_tier(fn -> run.(model, change) end)
+      assert_close(tier_out, out)
+
+      diff =
+        Enum.max(
+          for {layer, ps} <- grads, {name, g} <- ps do
+            max_abs(Nx.subtract(tier_grads[layer][name], g)) / max(max_abs(g), 1.0e-30)
+          end
+        )
+
+      if gradients_agree do
+        assert diff < 1.0e-4, "#{model}: #{diff}"
+      else
+        # Edifice's selective-scan backward default scales B by each channel's
+        # dt, its forward default by their mean (EDIFICE.md, "What turning
+        # the tier on changes").
+        assert diff > 1.0e-2, "#{model}: #{diff}"
+      end
+    end
+  end
+
+  defp max_abs(t), do: t |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
+
+  defp assert_close(a, b) do
+    assert Nx.all_close(a, b, atol: 1.0e-5, rtol: 1.0e-5) |> Nx.to_number() == 1
+  end
+end
