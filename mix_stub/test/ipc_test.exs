@@ -43,7 +43,12 @@ defmodule ExPhil.Native.IPCTest do
 
     ebin = Path.join(:code.lib_dir(:exphil_native), "ebin")
     args = Enum.map(handles, &Base.encode64(:erlang.term_to_binary(&1)))
-    {output, status} = System.cmd(System.find_executable("elixir"), ["-pa", ebin, "-e", @child | args], stderr_to_stdout: true)
+
+    {output, status} =
+      System.cmd(System.find_executable("elixir"), ["-pa", ebin, "-e", @child | args],
+        stderr_to_stdout: true
+      )
+
     assert status == 0, output
     [_, encoded] = String.split(output, "REPORT:")
     report = :erlang.binary_to_term(Base.decode64!(encoded))

@@ -20,7 +20,11 @@ defmodule ExPhil.Native.MemoryTest do
 
     # 2,000 buffers of 256 KiB never freed explicitly: they go with the
     # process that held them.
-    task = Task.async(fn -> for(_ <- 1..2000, do: {:ok, _} = Native.allocate({:f, 32}, {256, 256})) && :ok end)
+    task =
+      Task.async(fn ->
+        for(_ <- 1..2000, do: {:ok, _} = Native.allocate({:f, 32}, {256, 256})) && :ok
+      end)
+
     assert Task.await(task, 120_000) == :ok
     :erlang.garbage_collect()
 

@@ -14,7 +14,13 @@ defmodule ExPhil.Native.OpsTest do
     test "#{op}: NIF-owned outputs match the reference" do
       p = problem(unquote(op), @dims)
       assert {:ok, %{y: %Native.Buffer{} = y} = fwd} = forward(p.op, p.buffers, h0: p.h0_buffer)
-      assert {:ok, bwd} = backward(p.op, p.buffers, y, p.gy_buffer, h0: p.h0_buffer, grad_h_final: p.gf_buffer)
+
+      assert {:ok, bwd} =
+               backward(p.op, p.buffers, y, p.gy_buffer,
+                 h0: p.h0_buffer,
+                 grad_h_final: p.gf_buffer
+               )
+
       assert Map.keys(bwd) |> Enum.sort() == Enum.sort([:grad_h0 | R.grad_names(p.op)])
       assert check_outputs(p, fwd, bwd) <= 1.0
     end
@@ -36,7 +42,10 @@ defmodule ExPhil.Native.OpsTest do
 
       assert {:ok, ^grads} =
                backward(p.op, inputs, outs.y, view.(p.gy_buffer),
-                 h0: view.(p.h0_buffer), grad_h_final: view.(p.gf_buffer), outputs: grads)
+                 h0: view.(p.h0_buffer),
+                 grad_h_final: view.(p.gf_buffer),
+                 outputs: grads
+               )
 
       assert check_outputs(p, outs, grads) <= 1.0
       Enum.each(List.flatten([owners | Map.values(outputs)]), &(:ok = Native.free(&1)))
@@ -48,7 +57,14 @@ defmodule ExPhil.Native.OpsTest do
     assert {:ok, %Native.Event{} = event} = forward(p.op, p.buffers, h0: p.h0_buffer, sync: false)
     assert {:ok, %{y: y} = fwd} = Native.await(event)
     assert {:ok, ^fwd} = Native.await(event)
-    assert {:ok, event} = backward(p.op, p.buffers, y, p.gy_buffer, h0: p.h0_buffer, grad_h_final: p.gf_buffer, sync: false)
+
+    assert {:ok, event} =
+             backward(p.op, p.buffers, y, p.gy_buffer,
+               h0: p.h0_buffer,
+               grad_h_final: p.gf_buffer,
+               sync: false
+             )
+
     assert {:ok, bwd} = Native.await(event)
     assert check_outputs(p, fwd, bwd) <= 1.0
   end
@@ -57,17 +73,32 @@ defmodule ExPhil.Native.OpsTest do
     p = problem(:min_lstm, @dims)
     assert {:ok, %Native.Stream{} = stream} = Native.new_stream(device: 0)
     assert {:ok, %{y: y} = fwd} = forward(p.op, p.buffers, h0: p.h0_buffer, stream: stream)
-    assert {:ok, bwd} = backward(p.op, p.buffers, y, p.gy_buffer, h0: p.h0_buffer, grad_h_final: p.gf_buffer, stream: stream)
+
+    assert {:ok, bwd} =
+             backward(p.op, p.buffers, y, p.gy_buffer,
+               h0: p.h0_buffer,
+               grad_h_final: p.gf_buffer,
+               stream: stream
+             )
+
     assert check_outputs(p, fwd, bwd) <= 1.0
     view = {Native.pointer(y), {:f, 32}, @dims}
     assert download!(view) == download!(y)
     # export_ipc needs memory the NIF allocated
-    assert_raise ArgumentError, ~r/argument 'buffer': expected an ExPhil.Native.Buffer/, fn -> Native.export_ipc(view) end
+    assert_raise ArgumentError, ~r/argument 'buffer': expected an ExPhil.Native.Buffer/, fn ->
+      Native.export_ipc(view)
+    end
   end
 
   test "an event dropped before its work finished is harmless" do
     p = problem(:liquid, {4, 500, 64})
-    task = Task.async(fn -> {:ok, _event} = forward(p.op, p.buffers, sync: false); :dropped end)
+
+    task =
+      Task.async(fn ->
+        {:ok, _event} = forward(p.op, p.buffers, sync: false)
+        :dropped
+      end)
+
     assert Task.await(task) == :dropped
     :erlang.garbage_collect()
     assert :ok = Native.synchronize(0)
@@ -81,7 +112,10 @@ defmodule ExPhil.Native.OpsTest do
     {gate, _} = R.to_bf16(R.random(n, -4.0, 4.0))
     {cand, _} = R.to_bf16(R.random(n, -2.0, 2.0))
     inputs = [upload!(gate, dims, {:bf, 16}), upload!(cand, dims, {:bf, 16})]
-    assert {:ok, %{y: y, h_final: hf}} = Native.min_gru_forward(Enum.at(inputs, 0), Enum.at(inputs, 1))
+
+    assert {:ok, %{y: y, h_final: hf}} =
+             Native.min_gru_forward(Enum.at(inputs, 0), Enum.at(inputs, 1))
+
     assert y.type == {:bf, 16} and hf.type == {:f, 32}
     {ry, rhf} = R.forward(:min_gru, [gate, cand], dims)
     scale = R.scale([ry, rhf])
@@ -93,17 +127,23 @@ defmodule ExPhil.Native.OpsTest do
     {:ok, buffer} = Native.allocate({:f, 32}, {2, 5, 4})
     assert :ok = Native.free(buffer)
     assert {:error, :already_freed} = Native.free(buffer)
+
     assert_raise ArgumentError, ~r/argument 'gate': the ExPhil.Native.Buffer was freed/, fn ->
       Native.min_gru_forward(buffer, buffer)
     end
   end
 
   test "device_info and synchronize" do
-    assert {:ok, %{name: name, total_memory: total, free_memory: free, compute_capability: {major, _}}} =
+    assert {:ok,
+            %{name: name, total_memory: total, free_memory: free, compute_capability: {major, _}}} =
              Native.device_info(0)
+
     assert is_binary(name) and free <= total and major >= 8
     assert :ok = Native.synchronize()
     assert :ok = Native.synchronize(0)
-    assert_raise ArgumentError, ~r/does not exist/, fn -> Native.device_info(Native.device_count()) end
+
+    assert_raise ArgumentError, ~r/does not exist/, fn ->
+      Native.device_info(Native.device_count())
+    end
   end
 end

@@ -28,7 +28,11 @@ defmodule ExPhil.Native.ReferenceTest do
       close = fn a, b -> abs(a - b) <= 1.0e-6 + 1.0e-5 * abs(b) end
 
       for {input, k} <- Enum.with_index(inputs), i <- 0..(n - 1) do
-        fd = numeric.(fn e -> loss(op, List.replace_at(inputs, k, bump(input, i, e)), dims, h0, w_y, w_f) end)
+        fd =
+          numeric.(fn e ->
+            loss(op, List.replace_at(inputs, k, bump(input, i, e)), dims, h0, w_y, w_f)
+          end)
+
         assert close.(Enum.at(Enum.at(grads, k), i), fd), "#{op} input #{k} element #{i}"
       end
 

@@ -18,7 +18,16 @@ defmodule ExPhil.Native.SelectiveScanReferenceTest do
   end
 
   test "forward: two steps of one channel, worked out by hand" do
-    p = problem({1, 2, 1, 1}, x: [1.0, 2.0], dt: [0.5, 0.25], a: [-1.0], b: [0.5, -1.0], c: [2.0, 1.0], d: [0.5])
+    p =
+      problem({1, 2, 1, 1},
+        x: [1.0, 2.0],
+        dt: [0.5, 0.25],
+        a: [-1.0],
+        b: [0.5, -1.0],
+        c: [2.0, 1.0],
+        d: [0.5]
+      )
+
     {y, h_final} = R.selective_scan_forward(p)
     h1 = 0.5 * 0.5 * 1.0
     h2 = :math.exp(-0.25) * h1 + 0.25 * -1.0 * 2.0
@@ -28,7 +37,17 @@ defmodule ExPhil.Native.SelectiveScanReferenceTest do
   end
 
   test "forward: bias, softplus, clamp (applied last), initial state and gate" do
-    base = [x: [1.0], dt: [0.0], a: [-1.0], b: [1.0], c: [1.0], dt_bias: [0.25], h0: [1.0], z: [1.0]]
+    base = [
+      x: [1.0],
+      dt: [0.0],
+      a: [-1.0],
+      b: [1.0],
+      c: [1.0],
+      dt_bias: [0.25],
+      h0: [1.0],
+      z: [1.0]
+    ]
+
     silu = 1.0 * sigmoid(1.0)
 
     for {extra, delta} <- [
@@ -106,11 +125,23 @@ defmodule ExPhil.Native.SelectiveScanTest do
     per_channel = {{channels}, {:f, 32}}
 
     %{
-      x: sequence, dt: sequence, z: sequence, a: {{channels, states}, {:f, 32}}, b: projection,
-      c: projection, dt_bias: per_channel, d: per_channel, h0: state, y: sequence, h_final: state,
-      grad_y: sequence, grad_h_final: state
+      x: sequence,
+      dt: sequence,
+      z: sequence,
+      a: {{channels, states}, {:f, 32}},
+      b: projection,
+      c: projection,
+      dt_bias: per_channel,
+      d: per_channel,
+      h0: state,
+      y: sequence,
+      h_final: state,
+      grad_y: sequence,
+      grad_h_final: state
     }
-    |> then(fn l -> Enum.reduce(R.selective_scan_tensors(), l, &Map.put(&2, :"grad_#{&1}", l[&1])) end)
+    |> then(fn l ->
+      Enum.reduce(R.selective_scan_tensors(), l, &Map.put(&2, :"grad_#{&1}", l[&1]))
+    end)
   end
 
   # A problem at `dims` rounded to what a `type` call sees, its uploads, and
@@ -120,11 +151,16 @@ defmodule ExPhil.Native.SelectiveScanTest do
     round = if type == {:bf, 16}, do: &bf16/1, else: &R.to_f32/1
     p = R.random_selective_scan(dims, config, round)
     grad_y = round.(R.random(batch * steps * channels, -1.0, 1.0))
-    grad_h_final = if :grad_h_final in config, do: R.to_f32(R.random(batch * channels * states, -1.0, 1.0))
+
+    grad_h_final =
+      if :grad_h_final in config, do: R.to_f32(R.random(batch * channels * states, -1.0, 1.0))
+
     l = layout(dims, type)
 
     uploads =
-      for {name, values} <- [grad_y: grad_y, grad_h_final: grad_h_final] ++ Map.to_list(Map.take(p, R.selective_scan_tensors())),
+      for {name, values} <-
+            [grad_y: grad_y, grad_h_final: grad_h_final] ++
+              Map.to_list(Map.take(p, R.selective_scan_tensors())),
           values != nil,
           into: %{} do
         {shape, t} = l[name]
@@ -134,19 +170,34 @@ defmodule ExPhil.Native.SelectiveScanTest do
     {ref_y, ref_h_final} = R.selective_scan_forward(p)
     ref_grads = R.selective_scan_backward(p, grad_y, grad_h_final)
 
-    %{layout: l, uploads: uploads, p: p, ref_forward: %{y: ref_y, h_final: ref_h_final}, ref_backward: ref_grads}
+    %{
+      layout: l,
+      uploads: uploads,
+      p: p,
+      ref_forward: %{y: ref_y, h_final: ref_h_final},
+      ref_backward: ref_grads
+    }
   end
 
   # The options of both directions for the problem's uploads; nil for the
   # absent tensors, as a caller building them may pass.
   defp options(s, extra) do
     u = s.uploads
-    [dt_bias: u[:dt_bias], d: u[:d], z: u[:z], h0: u[:h0], softplus: s.p.softplus, clamp: s.p.clamp] ++ extra
+
+    [
+      dt_bias: u[:dt_bias],
+      d: u[:d],
+      z: u[:z],
+      h0: u[:h0],
+      softplus: s.p.softplus,
+      clamp: s.p.clamp
+    ] ++ extra
   end
 
   defp inputs(s), do: Enum.map([:x, :dt, :a, :b, :c], &s.uploads[&1])
 
-  defp forward(s, opts), do: apply(Native, :selective_scan_forward, inputs(s) ++ [options(s, opts)])
+  defp forward(s, opts),
+    do: apply(Native, :selective_scan_forward, inputs(s) ++ [options(s, opts)])
 
   defp backward(s, opts) do
     opts = options(s, [grad_h_final: s.uploads[:grad_h_final]] ++ opts)
@@ -178,7 +229,9 @@ defmodule ExPhil.Native.SelectiveScanTest do
     end
   end
 
-  for type <- [{:f, 32}, {:bf, 16}], dims <- [{2, 5, 3, 4}, {1, 33, 7, 16}], {label, config} <- @configs do
+  for type <- [{:f, 32}, {:bf, 16}],
+      dims <- [{2, 5, 3, 4}, {1, 33, 7, 16}],
+      {label, config} <- @configs do
     test "#{inspect(type)} #{inspect(dims)}, #{label}: forward and backward match the reference" do
       s = problem(unquote(Macro.escape(dims)), unquote(config), unquote(Macro.escape(type)))
       assert {:ok, fwd} = forward(s, [])
@@ -202,7 +255,12 @@ defmodule ExPhil.Native.SelectiveScanTest do
 
   for type <- [{:f, 32}, {:bf, 16}] do
     test "#{inspect(type)}: destination passing into pointer maps writes the outputs asked for, and only those" do
-      s = problem({2, 5, 3, 4}, [:dt_bias, :softplus, :clamp, :d, :z, :h0, :grad_h_final], unquote(Macro.escape(type)))
+      s =
+        problem(
+          {2, 5, 3, 4},
+          [:dt_bias, :softplus, :clamp, :d, :z, :h0, :grad_h_final],
+          unquote(Macro.escape(type))
+        )
 
       # Forward without :h_final, then with it.
       {y, y_owner} = nan_view(s, :y)
@@ -210,7 +268,10 @@ defmodule ExPhil.Native.SelectiveScanTest do
       assert map_size(fwd) == 1
       check(s, fwd, s.ref_forward)
       {h_final, h_owner} = nan_view(s, :h_final)
-      assert {:ok, %{y: ^y, h_final: ^h_final} = fwd} = forward(s, outputs: %{y: y, h_final: h_final})
+
+      assert {:ok, %{y: ^y, h_final: ^h_final} = fwd} =
+               forward(s, outputs: %{y: y, h_final: h_final})
+
       check(s, fwd, s.ref_forward)
 
       # A subset of the gradients: a sequence one, the reductions over time
@@ -220,7 +281,9 @@ defmodule ExPhil.Native.SelectiveScanTest do
       assert {:ok, ^wanted} = backward(s, outputs: wanted)
       check(s, wanted, s.ref_backward)
 
-      owners = [y_owner, h_owner | Enum.map(Map.values(views), &elem(&1, 1))] ++ Map.values(s.uploads)
+      owners =
+        [y_owner, h_owner | Enum.map(Map.values(views), &elem(&1, 1))] ++ Map.values(s.uploads)
+
       Enum.each(owners, &(:ok = Native.free(&1)))
     end
   end

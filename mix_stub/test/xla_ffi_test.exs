@@ -50,7 +50,10 @@ defmodule ExPhil.Native.XlaFfiTest do
     test "an XLA library not loaded in this VM is an error, and nothing is loaded",
          %{handlers: handlers} do
       missing = "/nonexistent/libxla_extension.so"
-      assert {:error, {:xla_ffi_registration, message}} = Native.register_xla_ffi(handlers, missing)
+
+      assert {:error, {:xla_ffi_registration, message}} =
+               Native.register_xla_ffi(handlers, missing)
+
       assert message =~ "#{missing} is not loaded in this process"
     end
 

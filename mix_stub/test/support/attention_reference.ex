@@ -15,8 +15,11 @@ defmodule ExPhil.Native.AttentionReference do
   alias ExPhil.Native.Reference, as: R
 
   @doc "Shapes of q (and o, grad_o, grad_q), k (and v, grad_k, grad_v) and lse."
-  def shapes(%{dims: {b, hq, hkv, t, s, d}, layout: :bhtd}), do: %{q: {b, hq, t, d}, k: {b, hkv, s, d}, lse: {b, hq, t}}
-  def shapes(%{dims: {b, hq, hkv, t, s, d}, layout: :bthd}), do: %{q: {b, t, hq, d}, k: {b, s, hkv, d}, lse: {b, hq, t}}
+  def shapes(%{dims: {b, hq, hkv, t, s, d}, layout: :bhtd}),
+    do: %{q: {b, hq, t, d}, k: {b, hkv, s, d}, lse: {b, hq, t}}
+
+  def shapes(%{dims: {b, hq, hkv, t, s, d}, layout: :bthd}),
+    do: %{q: {b, t, hq, d}, k: {b, s, hkv, d}, lse: {b, hq, t}}
 
   @doc """
   A random problem: q in [-2, 2] (so that softmax rows are peaked, not
@@ -66,14 +69,19 @@ defmodule ExPhil.Native.AttentionReference do
             {{bi, h, i}, {List.duplicate(0.0, d), :neg_infinity}}
 
           {probs, lse} ->
-            o = Enum.reduce(probs, List.duplicate(0.0, d), fn {j, pj}, acc -> axpy(pj, v[{bi, g, j}], acc) end)
+            o =
+              Enum.reduce(probs, List.duplicate(0.0, d), fn {j, pj}, acc ->
+                axpy(pj, v[{bi, g, j}], acc)
+              end)
+
             {{bi, h, i}, {o, lse}}
         end
       end
 
     %{
       o: flatten(p, Map.new(per_row, fn {key, {o, _}} -> {key, o} end), :q),
-      lse: for(bi <- 0..(b - 1), h <- 0..(hq - 1), i <- 0..(t - 1), do: elem(per_row[{bi, h, i}], 1))
+      lse:
+        for(bi <- 0..(b - 1), h <- 0..(hq - 1), i <- 0..(t - 1), do: elem(per_row[{bi, h, i}], 1))
     }
   end
 
@@ -104,7 +112,8 @@ defmodule ExPhil.Native.AttentionReference do
               dp = Enum.map(probs, fn {j, pj} -> {j, pj, dot(doi, v[{bi, g, j}])} end)
               dd = dp |> Enum.map(fn {_j, pj, dpj} -> pj * dpj end) |> Enum.sum()
 
-              Enum.reduce(dp, {Map.put(gq, {bi, h, i}, zero), gk, gv}, fn {j, pj, dpj}, {gq, gk, gv} ->
+              Enum.reduce(dp, {Map.put(gq, {bi, h, i}, zero), gk, gv}, fn {j, pj, dpj},
+                                                                          {gq, gk, gv} ->
                 ds = pj * (dpj - dd)
                 key = {bi, g, j}
 
@@ -115,7 +124,11 @@ defmodule ExPhil.Native.AttentionReference do
           end
       end
 
-    %{grad_q: flatten(p, grad_q, :q), grad_k: flatten(p, grad_k, :k), grad_v: flatten(p, grad_v, :k)}
+    %{
+      grad_q: flatten(p, grad_q, :q),
+      grad_k: flatten(p, grad_k, :k),
+      grad_v: flatten(p, grad_v, :k)
+    }
   end
 
   # {[{j, probability}], lse} over the keys query i sees, or nil if none.

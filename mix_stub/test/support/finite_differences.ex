@@ -12,7 +12,9 @@ defmodule ExPhil.Native.FiniteDifferences do
   `grads` maps `:"grad_\#{name}"` to the analytic gradient of each name.
   """
   def assert_matches(loss, params, grads, names) do
-    bump = fn name, k, e -> Map.update!(params, name, &List.update_at(&1, k, fn x -> x + e end)) end
+    bump = fn name, k, e ->
+      Map.update!(params, name, &List.update_at(&1, k, fn x -> x + e end))
+    end
 
     for name <- names, {analytic, k} <- Enum.with_index(grads[:"grad_#{name}"]) do
       numeric = (loss.(bump.(name, k, @eps)) - loss.(bump.(name, k, -@eps))) / (2 * @eps)

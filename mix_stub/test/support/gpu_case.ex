@@ -12,7 +12,10 @@ defmodule ExPhil.Native.GPUCase do
   # A buffer of `shape` filled with NaN, so unwritten elements show.
   def poisoned!(shape) do
     count = Tuple.product(shape)
-    {:ok, buffer} = Native.upload(:binary.copy(<<0xFF, 0xFF, 0xFF, 0x7F>>, count), {:f, 32}, shape)
+
+    {:ok, buffer} =
+      Native.upload(:binary.copy(<<0xFF, 0xFF, 0xFF, 0x7F>>, count), {:f, 32}, shape)
+
     buffer
   end
 
@@ -22,7 +25,9 @@ defmodule ExPhil.Native.GPUCase do
   end
 
   def forward(op, inputs, opts), do: apply(Native, :"#{op}_forward", inputs ++ [opts])
-  def backward(op, inputs, y, grad_y, opts), do: apply(Native, :"#{op}_backward", inputs ++ [y, grad_y, opts])
+
+  def backward(op, inputs, y, grad_y, opts),
+    do: apply(Native, :"#{op}_backward", inputs ++ [y, grad_y, opts])
 
   @doc """
   Random f32 inputs for `op` at `dims`, uploaded, with h0, grad_y and
@@ -38,11 +43,22 @@ defmodule ExPhil.Native.GPUCase do
     {rg, rg0} = R.backward(op, xs, dims, h0, gy, gf)
 
     %{
-      op: op, dims: dims, xs: xs, h0: h0, gy: gy, gf: gf,
+      op: op,
+      dims: dims,
+      xs: xs,
+      h0: h0,
+      gy: gy,
+      gf: gf,
       buffers: Enum.map(xs, &upload!(&1, dims)),
-      h0_buffer: upload!(h0, {b, h}), gy_buffer: upload!(gy, dims), gf_buffer: upload!(gf, {b, h}),
-      ref_y: ry, ref_h_final: rhf, ref_grads: rg, ref_grad_h0: rg0,
-      state_scale: R.scale([ry, rhf]), grad_scale: R.scale([rg0 | rg])
+      h0_buffer: upload!(h0, {b, h}),
+      gy_buffer: upload!(gy, dims),
+      gf_buffer: upload!(gf, {b, h}),
+      ref_y: ry,
+      ref_h_final: rhf,
+      ref_grads: rg,
+      ref_grad_h0: rg0,
+      state_scale: R.scale([ry, rhf]),
+      grad_scale: R.scale([rg0 | rg])
     }
   end
 

@@ -56,6 +56,7 @@ defmodule ExPhil.Native.Reference do
   defp sigmoid(x), do: 1.0 / (1.0 + :math.exp(-x))
 
   defp step(:linear_scan, [a, b], h), do: a * h + b
+
   defp step(:min_gru, [g, c], h) do
     z = sigmoid(g)
     (1 - z) * h + z * c
@@ -112,7 +113,10 @@ defmodule ExPhil.Native.Reference do
       end
 
     by_channel = Map.new(channels)
-    y = for bi <- 0..(b - 1), ti <- 0..(t - 1), hi <- 0..(h - 1), do: elem(by_channel[{bi, hi}], ti)
+
+    y =
+      for bi <- 0..(b - 1), ti <- 0..(t - 1), hi <- 0..(h - 1), do: elem(by_channel[{bi, hi}], ti)
+
     h_final = for bi <- 0..(b - 1), hi <- 0..(h - 1), do: elem(by_channel[{bi, hi}], t - 1)
     {y, h_final}
   end
@@ -144,7 +148,9 @@ defmodule ExPhil.Native.Reference do
         {grads, {s, g0}}
       end
 
-    by_index = results |> Enum.flat_map(&elem(&1, 0)) |> Map.new(fn {i, dx} -> {i, List.to_tuple(dx)} end)
+    by_index =
+      results |> Enum.flat_map(&elem(&1, 0)) |> Map.new(fn {i, dx} -> {i, List.to_tuple(dx)} end)
+
     n = b * t * h
     grads = for k <- 0..(length(inputs) - 1), do: for(i <- 0..(n - 1), do: elem(by_index[i], k))
     grad_h0 = results |> Enum.map(&elem(&1, 1)) |> Enum.sort() |> Enum.map(&elem(&1, 1))
@@ -193,7 +199,10 @@ defmodule ExPhil.Native.Reference do
       dims: dims,
       softplus: softplus,
       # Bounds inside the range of u, so that steps are clamped on both sides.
-      clamp: optional.(:clamp, fn -> List.to_tuple(to_f32(if softplus, do: [0.1, 0.9], else: [0.05, 0.5])) end),
+      clamp:
+        optional.(:clamp, fn ->
+          List.to_tuple(to_f32(if softplus, do: [0.1, 0.9], else: [0.05, 0.5]))
+        end),
       x: round.(random(sequence, -1.0, 1.0)),
       dt: round.(if softplus, do: random(sequence, -3.0, 1.0), else: random(sequence, 0.01, 2.0)),
       a: to_f32(random(channels * states, -2.0, -0.01)),
@@ -201,7 +210,10 @@ defmodule ExPhil.Native.Reference do
       c: round.(random(batch * steps * states, -1.0, 1.0)),
       # Without softplus, delta is dt + dt_bias itself: kept positive, as a
       # negative step grows the state without bound.
-      dt_bias: optional.(:dt_bias, fn -> to_f32(if softplus, do: random(channels, -1.0, 1.0), else: random(channels, 0.0, 0.5)) end),
+      dt_bias:
+        optional.(:dt_bias, fn ->
+          to_f32(if softplus, do: random(channels, -1.0, 1.0), else: random(channels, 0.0, 0.5))
+        end),
       d: optional.(:d, fn -> to_f32(random(channels, -1.0, 1.0)) end),
       z: optional.(:z, fn -> round.(random(sequence, -3.0, 3.0)) end),
       h0: optional.(:h0, fn -> to_f32(random(batch * channels * states, -1.0, 1.0)) end)
@@ -220,7 +232,12 @@ defmodule ExPhil.Native.Reference do
   defp keep_clear_of_clamp_edges(p, round) do
     {_batch, _steps, channels, _states} = p.dims
     q = as_tuples(p)
-    dt = p.dt |> Enum.with_index() |> Enum.map(fn {dt, k} -> clear_of_edges(q, dt, rem(k, channels), round, 0) end)
+
+    dt =
+      p.dt
+      |> Enum.with_index()
+      |> Enum.map(fn {dt, k} -> clear_of_edges(q, dt, rem(k, channels), round, 0) end)
+
     %{p | dt: dt}
   end
 
@@ -240,7 +257,11 @@ defmodule ExPhil.Native.Reference do
     {batch, steps, channels, _states} = p.dims
     q = as_tuples(p)
 
-    walks = for bi <- 0..(batch - 1), i <- 0..(channels - 1), into: %{}, do: {{bi, i}, ss_walk(q, bi, i)}
+    walks =
+      for bi <- 0..(batch - 1),
+          i <- 0..(channels - 1),
+          into: %{},
+          do: {{bi, i}, ss_walk(q, bi, i)}
 
     y =
       for bi <- 0..(batch - 1), t <- 0..(steps - 1), i <- 0..(channels - 1) do
@@ -276,12 +297,20 @@ defmodule ExPhil.Native.Reference do
       end)
 
     sizes = %{
-      x: batch * steps * channels, dt: batch * steps * channels, z: batch * steps * channels,
-      a: channels * states, b: batch * steps * states, c: batch * steps * states,
-      dt_bias: channels, d: channels, h0: batch * channels * states
+      x: batch * steps * channels,
+      dt: batch * steps * channels,
+      z: batch * steps * channels,
+      a: channels * states,
+      b: batch * steps * states,
+      c: batch * steps * states,
+      dt_bias: channels,
+      d: channels,
+      h0: batch * channels * states
     }
 
-    for name <- @selective_scan_tensors, name in [:x, :dt, :a, :b, :c] or p[name] != nil, into: %{} do
+    for name <- @selective_scan_tensors,
+        name in [:x, :dt, :a, :b, :c] or p[name] != nil,
+        into: %{} do
       {:"grad_#{name}", for(k <- 0..(sizes[name] - 1), do: Map.get(sums, {name, k}, 0.0))}
     end
   end
@@ -321,7 +350,11 @@ defmodule ExPhil.Native.Reference do
   defp ss_walk(q, bi, i) do
     {_batch, steps, channels, states} = q.dims
     a = row(q.a, i * states, states)
-    h0 = if q.h0, do: row(q.h0, (bi * channels + i) * states, states), else: List.duplicate(0.0, states)
+
+    h0 =
+      if q.h0,
+        do: row(q.h0, (bi * channels + i) * states, states),
+        else: List.duplicate(0.0, states)
 
     {walk, h_final} =
       Enum.map_reduce(0..(steps - 1), h0, fn t, h_prev ->
@@ -335,7 +368,21 @@ defmodule ExPhil.Native.Reference do
         y0 = dot(c, h) + if(q.d, do: elem(q.d, i) * x, else: 0.0)
         y = if q.z, do: y0 * silu(elem(q.z, j)), else: y0
 
-        step = %{j: j, x: x, delta: delta, slope: slope, a: a, b: b, c: c, decay: decay, h_prev: h_prev, h: h, y0: y0, y: y}
+        step = %{
+          j: j,
+          x: x,
+          delta: delta,
+          slope: slope,
+          a: a,
+          b: b,
+          c: c,
+          decay: decay,
+          h_prev: h_prev,
+          h: h,
+          y0: y0,
+          y: y
+        }
+
         {step, h}
       end)
 
@@ -369,15 +416,25 @@ defmodule ExPhil.Native.Reference do
 
         # y0 = c . h + d * x; g_next already holds dL/dh_t through h_{t+1}
         g_h = Enum.zip_with(g_next, s.c, fn g, c -> g + g_y0 * c end)
-        acc = Enum.reduce(Enum.with_index(s.h), acc, fn {h, n}, acc -> [{:c, p0 + n, g_y0 * h} | acc] end)
-        {g_x, acc} = if q.d, do: {g_y0 * elem(q.d, i), [{:d, i, g_y0 * s.x} | acc]}, else: {0.0, acc}
+
+        acc =
+          Enum.reduce(Enum.with_index(s.h), acc, fn {h, n}, acc ->
+            [{:c, p0 + n, g_y0 * h} | acc]
+          end)
+
+        {g_x, acc} =
+          if q.d, do: {g_y0 * elem(q.d, i), [{:d, i, g_y0 * s.x} | acc]}, else: {0.0, acc}
 
         # h = decay * h_prev + delta * b * x, decay = exp(delta * a)
         terms = Enum.zip([g_h, s.a, s.decay, s.h_prev, s.b]) |> Enum.with_index()
 
         {g_delta, g_x, acc} =
           Enum.reduce(terms, {0.0, g_x, acc}, fn {{g, a, e, hp, b}, n}, {g_delta, g_x, acc} ->
-            acc = [{:a, i * states + n, g * s.delta * e * hp}, {:b, p0 + n, g * s.delta * s.x} | acc]
+            acc = [
+              {:a, i * states + n, g * s.delta * e * hp},
+              {:b, p0 + n, g * s.delta * s.x} | acc
+            ]
+
             {g_delta + g * (a * e * hp + b * s.x), g_x + g * s.delta * b, acc}
           end)
 
