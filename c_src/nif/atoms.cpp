@@ -53,6 +53,7 @@ void make_atoms(ErlNifEnv* env) {
   a.sync = mk("sync");
   a.stream = mk("stream");
   a.managed = mk("managed");
+  a.legacy_default = mk("legacy_default");
   a.state_type = mk("state_type");
   a.none = mk("none");
   a.causal = mk("causal");

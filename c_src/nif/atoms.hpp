@@ -16,7 +16,7 @@ struct Atoms {
   // pointers, types, buffers
   ERL_NIF_TERM kind, local, ipc, address, handle, data_size, f, bf, ref, type, shape, device;
   // options
-  ERL_NIF_TERM h0, grad_h_final, outputs, sync, stream, managed, state_type;
+  ERL_NIF_TERM h0, grad_h_final, outputs, sync, stream, managed, legacy_default, state_type;
   // attention options: masks, layouts and precisions
   ERL_NIF_TERM none, causal, window, bhtd, bthd, exact, tf32x3;
   // outputs

@@ -1,5 +1,7 @@
 #include "call_options.hpp"
 
+#include <cuda_runtime_api.h>
+
 #include "../device_registry.hpp"
 #include "../pointer_query.hpp"
 #include "atoms.hpp"
@@ -20,8 +22,12 @@ int call_device(const TensorArg& first) {
 Stream decode_stream(ErlNifEnv* env, const Options& opts) {
   auto term = opts.get("stream");
   if (!term || enif_is_identical(*term, atoms().managed)) return nullptr;
+  // A special handle, not a stream object: it names the legacy stream of
+  // whichever device is current, and the library enters the tensors' device
+  // before it launches, records events or takes workspace on it.
+  if (enif_is_identical(*term, atoms().legacy_default)) return cudaStreamLegacy;
   if (StreamResource* s = get_stream(env, *term)) return s->stream;
-  bad_argument("stream", ":managed or an ExPhil.Native.Stream", *term);
+  bad_argument("stream", ":managed, :legacy_default or an ExPhil.Native.Stream", *term);
 }
 
 bool decode_sync(const Options& opts) {

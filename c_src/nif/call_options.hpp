@@ -14,7 +14,12 @@ namespace exphil::nif {
 // answer for the first input, else 0 (the library then reports the problem).
 int call_device(const TensorArg& first);
 
-// stream: :managed (the default: nullptr) or an ExPhil.Native.Stream.
+// stream: :managed (the default: nullptr, the library's non-blocking stream
+// for the tensors' device), :legacy_default (cudaStreamLegacy: the legacy
+// default stream of the device current at launch, which the library makes
+// the tensors' device; libtorch's default stream, so work of a caller such
+// as Torchx is ordered with the call's both ways) or an
+// ExPhil.Native.Stream.
 Stream decode_stream(ErlNifEnv* env, const Options& opts);
 
 // sync: true (the default) waits for the call; false returns an Event.

@@ -37,12 +37,17 @@ void buffer_destructor(ErlNifEnv*, void* object) {
 void event_destructor(ErlNifEnv*, void* object) {
   auto* ev = static_cast<EventResource*>(object);
   try {
-    // Dropped before its work finished: wait, so that the memory and terms
-    // it keeps alive outlive the GPU's use of them.
+    // Dropped before its work finished: wait, so that the NIF-owned or
+    // imported memory it keeps alive outlives the GPU's use of it. An event
+    // that holds no such memory (every tensor a :local pointer, whose owner
+    // answers for it, as a stream-ordered allocator such as libtorch's does
+    // on stream: :legacy_default) has nothing to protect, and is not waited
+    // for: the garbage collector must not block on the GPU. cudaEventDestroy
+    // on pending work is allowed; the driver releases the event after it.
     if (ev->event) {
       runtime::ScopedDevice scoped;
       if (scoped.enter(ev->device).ok()) {
-        if (!ev->done) cudaEventSynchronize(ev->event);
+        if (!ev->done && !ev->memory.empty()) cudaEventSynchronize(ev->event);
         cudaEventDestroy(ev->event);
       }
     }

@@ -22,7 +22,8 @@ struct BufferResource {
 // Work enqueued by an op called with sync: false. `keep` is an environment
 // holding copies of the call's arguments and outputs, so nothing they
 // reference is collected while the GPU may still use it; `memory` holds the
-// NIF-owned and imported memory the call uses.
+// NIF-owned and imported memory the call uses. Collected before the work is
+// done, the event waits for it only when `memory` is not empty.
 struct EventResource {
   std::mutex mutex;
   cudaEvent_t event = nullptr;

@@ -7,6 +7,7 @@ defmodule ExPhil.Native.ErrorsTest do
   alias ExPhil.Native
 
   defp local(address, bytes), do: %{kind: :local, address: address, data_size: bytes}
+
   defp tensor(address, shape \\ {2, 5, 4}, type \\ {:f, 32}) do
     bytes = Tuple.product(shape) * if(type == {:f, 32}, do: 4, else: 2)
     {local(address, bytes), type, shape}
@@ -15,96 +16,226 @@ defmodule ExPhil.Native.ErrorsTest do
   defp gpu?, do: Native.device_count() > 0
 
   test "types, shapes and data_size are checked" do
-    assert_raise ArgumentError, ~r/argument 'gate': expected type \{:f, 32\}, \{:f, 16\} or \{:bf, 16\}, got \{:s, 32\}/, fn ->
-      Native.min_gru_forward({local(4096, 160), {:s, 32}, {2, 5, 4}}, tensor(8192))
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'gate': expected type \{:f, 32\}, \{:f, 16\} or \{:bf, 16\}, got \{:s, 32\}/,
+                 fn ->
+                   Native.min_gru_forward({local(4096, 160), {:s, 32}, {2, 5, 4}}, tensor(8192))
+                 end
 
-    assert_raise ArgumentError, ~r/argument 'candidate': expected data_size 120 \(type \{:f, 32\} and shape \{2, 5, 3\}\), got 160/, fn ->
-      Native.min_gru_forward(tensor(4096), {local(8192, 160), {:f, 32}, {2, 5, 3}})
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'candidate': expected data_size 120 \(type \{:f, 32\} and shape \{2, 5, 3\}\), got 160/,
+                 fn ->
+                   Native.min_gru_forward(tensor(4096), {local(8192, 160), {:f, 32}, {2, 5, 3}})
+                 end
 
-    assert_raise ArgumentError, ~r/argument 'a': expected a shape tuple of non-negative integers, got \{2, -1, 4\}/, fn ->
-      Native.linear_scan_forward({local(4096, 0), {:f, 32}, {2, -1, 4}}, tensor(8192))
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'a': expected a shape tuple of non-negative integers, got \{2, -1, 4\}/,
+                 fn ->
+                   Native.linear_scan_forward(
+                     {local(4096, 0), {:f, 32}, {2, -1, 4}},
+                     tensor(8192)
+                   )
+                 end
 
-    assert_raise ArgumentError, ~r/argument 'tau': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/, fn ->
-      Native.liquid_forward(:nope, tensor(8192))
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'tau': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/,
+                 fn ->
+                   Native.liquid_forward(:nope, tensor(8192))
+                 end
 
-    assert_raise ArgumentError, ~r/argument 'forget': expected rank 3 \[B, T, H\], got shape \{2, 5\}/, fn ->
-      Native.min_lstm_forward(tensor(4096, {2, 5}), tensor(8192), tensor(12288))
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'forget': expected rank 3 \[B, T, H\], got shape \{2, 5\}/,
+                 fn ->
+                   Native.min_lstm_forward(tensor(4096, {2, 5}), tensor(8192), tensor(12288))
+                 end
   end
 
   test "pointer maps are checked" do
-    assert_raise ArgumentError, ~r/expected a pointer map with :kind \(:local or :ipc\) and :data_size, got %\{address: 4096\}/, fn ->
-      Native.min_gru_forward({%{address: 4096}, {:f, 32}, {2, 5, 4}}, tensor(8192))
-    end
+    assert_raise ArgumentError,
+                 ~r/expected a pointer map with :kind \(:local or :ipc\) and :data_size, got %\{address: 4096\}/,
+                 fn ->
+                   Native.min_gru_forward({%{address: 4096}, {:f, 32}, {2, 5, 4}}, tensor(8192))
+                 end
 
     assert_raise ArgumentError, ~r/expected pointer :kind :local or :ipc, got :remote/, fn ->
-      Native.min_gru_forward({%{kind: :remote, data_size: 160}, {:f, 32}, {2, 5, 4}}, tensor(8192))
+      Native.min_gru_forward(
+        {%{kind: :remote, data_size: 160}, {:f, 32}, {2, 5, 4}},
+        tensor(8192)
+      )
     end
 
-    assert_raise ArgumentError, ~r/expected an :address that is a non-negative 64-bit integer, got -1/, fn ->
-      Native.min_gru_forward({local(-1, 160), {:f, 32}, {2, 5, 4}}, tensor(8192))
-    end
+    assert_raise ArgumentError,
+                 ~r/expected an :address that is a non-negative 64-bit integer, got -1/,
+                 fn ->
+                   Native.min_gru_forward({local(-1, 160), {:f, 32}, {2, 5, 4}}, tensor(8192))
+                 end
 
     assert_raise ArgumentError, ~r/expected an :ipc pointer map with a 64-byte :handle/, fn ->
-      Native.min_gru_forward({%{kind: :ipc, handle: "short", data_size: 160}, {:f, 32}, {2, 5, 4}}, tensor(8192))
+      Native.min_gru_forward(
+        {%{kind: :ipc, handle: "short", data_size: 160}, {:f, 32}, {2, 5, 4}},
+        tensor(8192)
+      )
     end
   end
 
   test "options are checked" do
-    assert_raise ArgumentError, ~r/argument 'opts': expected option names among :h0, :outputs, :sync, :stream, :state_type, got :bogus/, fn ->
-      Native.min_gru_forward(tensor(4096), tensor(8192), bogus: 1)
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'opts': expected option names among :h0, :outputs, :sync, :stream, :state_type, got :bogus/,
+                 fn ->
+                   Native.min_gru_forward(tensor(4096), tensor(8192), bogus: 1)
+                 end
 
-    assert_raise ArgumentError, ~r/argument 'opts': expected a keyword list or a map, got "opts"/, fn ->
-      Native.min_gru_forward(tensor(4096), tensor(8192), "opts")
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'opts': expected a keyword list or a map, got "opts"/,
+                 fn ->
+                   Native.min_gru_forward(tensor(4096), tensor(8192), "opts")
+                 end
 
     assert_raise ArgumentError, ~r/argument 'sync': expected true or false, got :maybe/, fn ->
       Native.min_gru_forward(tensor(4096), tensor(8192), sync: :maybe)
     end
 
-    assert_raise ArgumentError, ~r/argument 'stream': expected :managed or an ExPhil.Native.Stream, got 140000000000/, fn ->
-      Native.min_gru_forward(tensor(4096), tensor(8192), stream: 140_000_000_000)
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'stream': expected :managed, :legacy_default or an ExPhil.Native.Stream, got 140000000000/,
+                 fn ->
+                   Native.min_gru_forward(tensor(4096), tensor(8192), stream: 140_000_000_000)
+                 end
 
     assert_raise ArgumentError, ~r/argument 'state_type': expected type/, fn ->
       Native.min_gru_forward(tensor(4096), tensor(8192), state_type: {:f, 64})
     end
 
     assert_raise ArgumentError, ~r/argument 'outputs': expected a tensor for :y/, fn ->
-      Native.min_gru_forward(tensor(4096), tensor(8192), outputs: [h_final: tensor(12288, {2, 4})])
-    end
-
-    assert_raise ArgumentError, ~r/argument 'outputs': expected a tensor for :grad_candidate/, fn ->
-      Native.min_gru_backward(tensor(4096), tensor(8192), tensor(12288), tensor(16384),
-        outputs: %{grad_gate: tensor(20480)}
+      Native.min_gru_forward(tensor(4096), tensor(8192),
+        outputs: [h_final: tensor(12288, {2, 4})]
       )
     end
+
+    assert_raise ArgumentError,
+                 ~r/argument 'outputs': expected a tensor for :grad_candidate/,
+                 fn ->
+                   Native.min_gru_backward(
+                     tensor(4096),
+                     tensor(8192),
+                     tensor(12288),
+                     tensor(16384),
+                     outputs: %{grad_gate: tensor(20480)}
+                   )
+                 end
 
     assert_raise ArgumentError, ~r/argument 'opts': expected option names among .*, got :y/, fn ->
       Native.min_gru_forward(tensor(4096), tensor(8192), outputs: [y: tensor(12288)], y: 1)
     end
   end
 
-  test "buffer functions check their arguments" do
-    assert_raise ArgumentError, ~r/argument 'shape': expected a shape with at least one element, got \{2, 0\}/, fn ->
-      Native.allocate({:f, 32}, {2, 0})
+  # stream: :legacy_default (cudaStreamLegacy, libtorch's stream) is taken by
+  # every op, in both directions; anything else but :managed and a Stream is
+  # refused by value, before any device access.
+  defp stream_calls(opts) do
+    grads = [grad_gate: tensor(20480), grad_candidate: tensor(24576)]
+
+    [
+      fn ->
+        Native.min_gru_forward(tensor(4096), tensor(8192), opts ++ [outputs: [y: tensor(12288)]])
+      end,
+      fn ->
+        Native.min_gru_backward(
+          tensor(4096),
+          tensor(8192),
+          tensor(12288),
+          tensor(16384),
+          opts ++ [outputs: grads]
+        )
+      end,
+      fn -> ss_forward(opts ++ [outputs: ss_y()]) end,
+      fn -> ss_backward(opts ++ [outputs: [grad_x: tensor(28672, {2, 5, 3})]]) end,
+      fn ->
+        q = tensor(4096, {1, 2, 3, 32})
+
+        Native.attention_forward(
+          q,
+          tensor(8192, {1, 2, 3, 32}),
+          tensor(12288, {1, 2, 3, 32}),
+          opts ++ [outputs: [o: tensor(16384, {1, 2, 3, 32})]]
+        )
+      end,
+      fn ->
+        t = fn address -> tensor(address, {1, 2, 3, 32}) end
+
+        Native.attention_backward(
+          t.(4096),
+          t.(8192),
+          t.(12288),
+          t.(16384),
+          tensor(20480, {1, 2, 3}),
+          t.(24576),
+          opts ++ [outputs: [grad_q: t.(28672)]]
+        )
+      end
+    ]
+  end
+
+  test "stream: :legacy_default is accepted by every op; other values are refused, naming them" do
+    for bad <- [
+          :legacy,
+          :default,
+          :per_thread,
+          :legacy_stream,
+          nil,
+          true,
+          "legacy_default",
+          0,
+          1,
+          2,
+          {:legacy_default},
+          [:legacy_default],
+          %{},
+          make_ref()
+        ] do
+      for call <- stream_calls(stream: bad) do
+        assert_raise ArgumentError,
+                     ~r/argument 'stream': expected :managed, :legacy_default or an ExPhil.Native.Stream, got #{Regex.escape(inspect(bad))}/,
+                     call
+      end
     end
 
-    assert_raise ArgumentError, ~r/argument 'data': expected 24 bytes \(type \{:f, 32\} and shape \{2, 3\}\), got 3/, fn ->
-      Native.upload(<<1, 2, 3>>, {:f, 32}, {2, 3})
+    # Well-formed: the call gets past the option and fails only where the
+    # fake addresses do (no device here; the library's device check there).
+    for opts <- [
+          [stream: :legacy_default],
+          [stream: :legacy_default, sync: false],
+          [stream: :managed]
+        ],
+        call <- stream_calls(opts) do
+      if gpu?() do
+        assert_raise ArgumentError, ~r/expected device memory/, call
+      else
+        assert {:error, :no_cuda_device} = call.()
+      end
     end
+  end
+
+  test "buffer functions check their arguments" do
+    assert_raise ArgumentError,
+                 ~r/argument 'shape': expected a shape with at least one element, got \{2, 0\}/,
+                 fn ->
+                   Native.allocate({:f, 32}, {2, 0})
+                 end
+
+    assert_raise ArgumentError,
+                 ~r/argument 'data': expected 24 bytes \(type \{:f, 32\} and shape \{2, 3\}\), got 3/,
+                 fn ->
+                   Native.upload(<<1, 2, 3>>, {:f, 32}, {2, 3})
+                 end
 
     assert_raise ArgumentError, ~r/argument 'device': expected an integer/, fn ->
       Native.allocate({:f, 32}, {2}, device: -1)
     end
 
     for f <- [&Native.free/1, &Native.download/1, &Native.pointer/1, &Native.export_ipc/1] do
-      assert_raise ArgumentError, ~r/argument 'buffer': expected (a tensor .* or )?an ExPhil.Native.Buffer, got :nope/, fn -> f.(:nope) end
+      assert_raise ArgumentError,
+                   ~r/argument 'buffer': expected (a tensor .* or )?an ExPhil.Native.Buffer, got :nope/,
+                   fn -> f.(:nope) end
     end
 
     fake = %ExPhil.Native.Buffer{ref: make_ref(), type: {:f, 32}, shape: {2}, device: 0}
@@ -114,9 +245,11 @@ defmodule ExPhil.Native.ErrorsTest do
       Native.import_ipc(local(4096, 8), {:f, 32}, {2})
     end
 
-    assert_raise ArgumentError, ~r/argument 'event': expected an ExPhil.Native.Event, got :nope/, fn ->
-      Native.await(:nope)
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'event': expected an ExPhil.Native.Event, got :nope/,
+                 fn ->
+                   Native.await(:nope)
+                 end
   end
 
   test "well-formed calls fail cleanly where there is no GPU memory" do
@@ -143,11 +276,17 @@ defmodule ExPhil.Native.ErrorsTest do
     assert_raise ArgumentError,
                  ~r/min_gru forward: argument 'candidate': expected shape \[2, 5, 4\] \(\[B, T, H\] of 'gate'\), got \[2, 6, 4\]/,
                  fn ->
-                   Native.min_gru_forward(tensor(4096), tensor(8192, {2, 6, 4}), outputs: [y: tensor(12288)])
+                   Native.min_gru_forward(tensor(4096), tensor(8192, {2, 6, 4}),
+                     outputs: [y: tensor(12288)]
+                   )
                  end
 
     assert_raise ArgumentError, ~r/liquid backward: argument 'grad_y': expected dtype f32/, fn ->
-      Native.liquid_backward(tensor(4096), tensor(8192), tensor(12288), tensor(16384, {2, 5, 4}, {:bf, 16}),
+      Native.liquid_backward(
+        tensor(4096),
+        tensor(8192),
+        tensor(12288),
+        tensor(16384, {2, 5, 4}, {:bf, 16}),
         outputs: [grad_tau: tensor(20480), grad_target: tensor(24576)]
       )
     end
@@ -158,11 +297,17 @@ defmodule ExPhil.Native.ErrorsTest do
   # Well-formed selective-scan tensors at B2 T5 D3 N4, at fake addresses 4 KiB
   # apart (so that none overlaps): x, dt, a, b, c; then grad_y.
   defp ss_inputs do
-    [tensor(4096, {2, 5, 3}), tensor(8192, {2, 5, 3}), tensor(12288, {3, 4}), tensor(16384, {2, 5, 4}),
-     tensor(20480, {2, 5, 4})]
+    [
+      tensor(4096, {2, 5, 3}),
+      tensor(8192, {2, 5, 3}),
+      tensor(12288, {3, 4}),
+      tensor(16384, {2, 5, 4}),
+      tensor(20480, {2, 5, 4})
+    ]
   end
 
-  defp ss_forward(opts, inputs \\ ss_inputs()), do: apply(Native, :selective_scan_forward, inputs ++ [opts])
+  defp ss_forward(opts, inputs \\ ss_inputs()),
+    do: apply(Native, :selective_scan_forward, inputs ++ [opts])
 
   defp ss_backward(opts, inputs \\ ss_inputs()),
     do: apply(Native, :selective_scan_backward, inputs ++ [tensor(24576, {2, 5, 3}), opts])
@@ -175,56 +320,86 @@ defmodule ExPhil.Native.ErrorsTest do
                  fn -> ss_forward(state_type: {:f, 32}) end
 
     # the backward recomputes the states: it takes no y
-    assert_raise ArgumentError, ~r/argument 'opts': expected option names among .*:grad_h_final.*, got :y/, fn ->
-      ss_backward(y: tensor(28672, {2, 5, 3}))
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'opts': expected option names among .*:grad_h_final.*, got :y/,
+                 fn ->
+                   ss_backward(y: tensor(28672, {2, 5, 3}))
+                 end
 
     for bad <- [:yes, nil, 1, "true"] do
-      assert_raise ArgumentError, ~r/argument 'softplus': expected true or false, got #{Regex.escape(inspect(bad))}/, fn ->
-        ss_forward(softplus: bad)
-      end
+      assert_raise ArgumentError,
+                   ~r/argument 'softplus': expected true or false, got #{Regex.escape(inspect(bad))}/,
+                   fn ->
+                     ss_forward(softplus: bad)
+                   end
     end
 
-    for bad <- [0.5, {0.1}, {0.1, 0.5, 0.9}, [0.1, 0.5], {0.1, :x}, {"0.1", 0.5}, {0.9, 0.1}, {2, 1},
-                {0.0, 1.0e39}, {-1.0e300, 0.0}, {0, 1 <<< 64}] do
+    for bad <- [
+          0.5,
+          {0.1},
+          {0.1, 0.5, 0.9},
+          [0.1, 0.5],
+          {0.1, :x},
+          {"0.1", 0.5},
+          {0.9, 0.1},
+          {2, 1},
+          {0.0, 1.0e39},
+          {-1.0e300, 0.0},
+          {0, 1 <<< 64}
+        ] do
       assert_raise ArgumentError,
                    ~r/argument 'clamp': expected nil or \{dt_min, dt_max\} with dt_min <= dt_max, two numbers within f32's range \(floats or 64-bit integers\), got #{Regex.escape(inspect(bad))}/,
                    fn -> ss_backward(clamp: bad) end
     end
 
     for name <- [:dt_bias, :d, :z, :h0] do
-      assert_raise ArgumentError, ~r/argument '#{name}': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/, fn ->
-        ss_forward([{name, :nope}])
-      end
+      assert_raise ArgumentError,
+                   ~r/argument '#{name}': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/,
+                   fn ->
+                     ss_forward([{name, :nope}])
+                   end
     end
 
-    assert_raise ArgumentError, ~r/argument 'grad_h_final': expected a tensor/, fn -> ss_backward(grad_h_final: {}) end
-    assert_raise ArgumentError, ~r/argument 'sync': expected true or false, got :maybe/, fn -> ss_forward(sync: :maybe) end
-
-    assert_raise ArgumentError, ~r/argument 'stream': expected :managed or an ExPhil.Native.Stream, got 1/, fn ->
-      ss_backward(stream: 1)
+    assert_raise ArgumentError, ~r/argument 'grad_h_final': expected a tensor/, fn ->
+      ss_backward(grad_h_final: {})
     end
+
+    assert_raise ArgumentError, ~r/argument 'sync': expected true or false, got :maybe/, fn ->
+      ss_forward(sync: :maybe)
+    end
+
+    assert_raise ArgumentError,
+                 ~r/argument 'stream': expected :managed, :legacy_default or an ExPhil.Native.Stream, got 1/,
+                 fn ->
+                   ss_backward(stream: 1)
+                 end
   end
 
   test "selective scan: tensor arguments, the ranks output shapes rest on, and outputs: are checked" do
     [x, dt, a, b, c] = ss_inputs()
 
-    assert_raise ArgumentError, ~r/argument 'c': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/, fn ->
-      ss_forward([], [x, dt, a, b, :nope])
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'c': expected a tensor \{pointer, type, shape\} or an ExPhil.Native.Buffer, got :nope/,
+                 fn ->
+                   ss_forward([], [x, dt, a, b, :nope])
+                 end
 
     assert_raise ArgumentError, ~r/argument 'grad_y': expected a tensor/, fn ->
       Native.selective_scan_backward(x, dt, a, b, c, :nope)
     end
 
     for opts <- [[], [outputs: ss_y()]] do
-      assert_raise ArgumentError, ~r/argument 'x': expected rank 3 \[B, T, D\], got shape \{2, 5\}/, fn ->
-        ss_forward(opts, [tensor(4096, {2, 5}), dt, a, b, c])
-      end
+      assert_raise ArgumentError,
+                   ~r/argument 'x': expected rank 3 \[B, T, D\], got shape \{2, 5\}/,
+                   fn ->
+                     ss_forward(opts, [tensor(4096, {2, 5}), dt, a, b, c])
+                   end
 
-      assert_raise ArgumentError, ~r/argument 'a': expected rank 2 \[D, N\], got shape \{3\}/, fn ->
-        ss_backward(opts, [x, dt, tensor(12288, {3}), b, c])
-      end
+      assert_raise ArgumentError,
+                   ~r/argument 'a': expected rank 2 \[D, N\], got shape \{3\}/,
+                   fn ->
+                     ss_backward(opts, [x, dt, tensor(12288, {3}), b, c])
+                   end
     end
 
     assert_raise ArgumentError, ~r/argument 'outputs': expected a tensor for :y/, fn ->
@@ -270,9 +445,11 @@ defmodule ExPhil.Native.ErrorsTest do
     [x, dt, a, b, _c] = ss_inputs()
     out = [outputs: ss_y()]
 
-    assert_raise ArgumentError, ~r/argument 'C': expected shape \[2, 5, 4\] \(\[B, T, N\] from 'x' and 'A'\), got \[2, 5, 3\]/, fn ->
-      ss_forward(out, [x, dt, a, b, tensor(20480, {2, 5, 3})])
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'C': expected shape \[2, 5, 4\] \(\[B, T, N\] from 'x' and 'A'\), got \[2, 5, 3\]/,
+                 fn ->
+                   ss_forward(out, [x, dt, a, b, tensor(20480, {2, 5, 3})])
+                 end
 
     assert_raise ArgumentError, ~r/argument 'A': expected dtype f32, got bf16/, fn ->
       ss_forward(out, [x, dt, tensor(12288, {3, 4}, {:bf, 16}), b, tensor(20480, {2, 5, 4})])
@@ -287,7 +464,13 @@ defmodule ExPhil.Native.ErrorsTest do
     end
 
     assert_raise ArgumentError, ~r/argument 'A': N = 300 states per channel/, fn ->
-      ss_forward(out, [x, dt, tensor(12288, {3, 300}), tensor(16384, {2, 5, 300}), tensor(65536, {2, 5, 300})])
+      ss_forward(out, [
+        x,
+        dt,
+        tensor(12288, {3, 300}),
+        tensor(16384, {2, 5, 300}),
+        tensor(65536, {2, 5, 300})
+      ])
     end
   end
 end

@@ -7,29 +7,90 @@ defmodule ExPhil.Native.FuzzTest do
   alias ExPhil.Native
 
   @functions [
-    device_info: 1, synchronize: 1, await: 1, new_stream: 1, allocate: 3, upload: 4, download: 1, free: 1,
-    pointer: 1, export_ipc: 1, import_ipc: 4, linear_scan_forward: 3, linear_scan_backward: 5,
-    min_gru_forward: 3, min_gru_backward: 5, min_lstm_forward: 4, min_lstm_backward: 6,
-    liquid_forward: 3, liquid_backward: 5, selective_scan_forward: 6, selective_scan_backward: 7
+    device_info: 1,
+    synchronize: 1,
+    await: 1,
+    new_stream: 1,
+    allocate: 3,
+    upload: 4,
+    download: 1,
+    free: 1,
+    pointer: 1,
+    export_ipc: 1,
+    import_ipc: 4,
+    linear_scan_forward: 3,
+    linear_scan_backward: 5,
+    min_gru_forward: 3,
+    min_gru_backward: 5,
+    min_lstm_forward: 4,
+    min_lstm_backward: 6,
+    liquid_forward: 3,
+    liquid_backward: 5,
+    selective_scan_forward: 6,
+    selective_scan_backward: 7
   ]
 
-  @atoms [:ok, :f, :bf, :s, :local, :ipc, nil, true, false, :managed, :y, :h0, :outputs, :sync,
-          :stream, :state_type, :grad_h_final, :kind, :address, :data_size, :handle, :device,
-          :dt_bias, :d, :z, :softplus, :clamp, :grad_x, :grad_a, :grad_h0]
+  @atoms [
+    :ok,
+    :f,
+    :bf,
+    :s,
+    :local,
+    :ipc,
+    nil,
+    true,
+    false,
+    :managed,
+    :legacy_default,
+    :y,
+    :h0,
+    :outputs,
+    :sync,
+    :stream,
+    :state_type,
+    :grad_h_final,
+    :kind,
+    :address,
+    :data_size,
+    :handle,
+    :device,
+    :dt_bias,
+    :d,
+    :z,
+    :softplus,
+    :clamp,
+    :grad_x,
+    :grad_a,
+    :grad_h0
+  ]
 
-  defp type, do: Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}, {:f, 64}, {:s, 32}, {:bf, 32}, {:f}, {1, 2}])
+  defp type,
+    do: Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}, {:f, 64}, {:s, 32}, {:bf, 32}, {:f}, {1, 2}])
 
   defp shape do
-    dims = for _ <- 0..:rand.uniform(4), do: Enum.random([0, 1, 2, 3, 5, 7, -1, 1 <<< 31, 1 <<< 62])
+    dims =
+      for _ <- 0..:rand.uniform(4), do: Enum.random([0, 1, 2, 3, 5, 7, -1, 1 <<< 31, 1 <<< 62])
+
     List.to_tuple(dims)
   end
 
   defp pointer do
     case :rand.uniform(4) do
-      1 -> %{kind: :local, address: :rand.uniform(1 <<< 47), data_size: :rand.uniform(1 <<< 20)}
-      2 -> %{kind: :ipc, handle: :rand.bytes(Enum.random([0, 63, 64, 65])), data_size: :rand.uniform(4096)}
-      3 -> %{kind: Enum.random(@atoms), address: term(1), data_size: term(1)}
-      4 -> %ExPhil.Native.Buffer{ref: make_ref(), type: type(), shape: shape(), device: 0}
+      1 ->
+        %{kind: :local, address: :rand.uniform(1 <<< 47), data_size: :rand.uniform(1 <<< 20)}
+
+      2 ->
+        %{
+          kind: :ipc,
+          handle: :rand.bytes(Enum.random([0, 63, 64, 65])),
+          data_size: :rand.uniform(4096)
+        }
+
+      3 ->
+        %{kind: Enum.random(@atoms), address: term(1), data_size: term(1)}
+
+      4 ->
+        %ExPhil.Native.Buffer{ref: make_ref(), type: type(), shape: shape(), device: 0}
     end
   end
 
@@ -38,37 +99,91 @@ defmodule ExPhil.Native.FuzzTest do
   defp consistent_tensor do
     {type, size} = Enum.random([{{:f, 32}, 4}, {{:f, 16}, 2}, {{:bf, 16}, 2}])
     shape = List.to_tuple(for _ <- 1..Enum.random([1, 2, 3, 3, 3]), do: Enum.random([1, 2, 3, 7]))
-    address = Enum.random([0, 1, 4096, :rand.uniform(1 <<< 47), 0x7F0000000000 + :rand.uniform(1 <<< 20)])
+
+    address =
+      Enum.random([0, 1, 4096, :rand.uniform(1 <<< 47), 0x7F0000000000 + :rand.uniform(1 <<< 20)])
+
     {%{kind: :local, address: address, data_size: Tuple.product(shape) * size}, type, shape}
   end
 
   # Clamp bounds: valid, reversed, beyond f32, or not numbers.
   defp clamp(depth) do
-    Enum.random([nil, {0.1, 0.5}, {0.5, 0.1}, {0, 1}, {1.0e300, 2.0}, {1 <<< 70, 0}, {term(depth), term(depth)}])
+    Enum.random([
+      nil,
+      {0.1, 0.5},
+      {0.5, 0.1},
+      {0, 1},
+      {1.0e300, 2.0},
+      {1 <<< 70, 0},
+      {term(depth), term(depth)}
+    ])
   end
 
-  defp term(0), do: Enum.random([:rand.uniform(1000) - 500, 1.5, :y, "x", make_ref(), self(), [], {}])
+  defp term(0),
+    do: Enum.random([:rand.uniform(1000) - 500, 1.5, :y, "x", make_ref(), self(), [], {}])
 
   defp term(depth) do
     case :rand.uniform(18) do
-      1 -> :rand.uniform(1 <<< 64) - (1 <<< 63)
-      2 -> :rand.uniform() * 1.0e6 - 5.0e5
-      3 -> Enum.random(@atoms)
-      4 -> :rand.bytes(:rand.uniform(100) - 1)
-      5 -> List.to_tuple(for _ <- 1..:rand.uniform(4), do: term(depth - 1))
-      6 -> for _ <- 1..:rand.uniform(4), do: term(depth - 1)
-      7 -> Map.new(for _ <- 1..:rand.uniform(4), do: {term(depth - 1), term(depth - 1)})
-      8 -> make_ref()
-      9 -> type()
-      10 -> shape()
-      11 -> pointer()
-      12 -> {pointer(), type(), shape()}
-      13 -> for _ <- 1..:rand.uniform(3), do: {Enum.random(@atoms), term(depth - 1)}
-      14 -> [outputs: [y: {pointer(), type(), shape()}], sync: Enum.random([true, false, :x])]
-      15 -> consistent_tensor()
-      16 -> [outputs: [y: consistent_tensor(), h_final: consistent_tensor()], stream: term(depth - 1)]
-      17 -> [softplus: Enum.random([true, false, nil, 0]), clamp: clamp(depth - 1), z: consistent_tensor()]
-      18 -> [outputs: [grad_x: consistent_tensor(), grad_a: consistent_tensor()], dt_bias: term(depth - 1)]
+      1 ->
+        :rand.uniform(1 <<< 64) - (1 <<< 63)
+
+      2 ->
+        :rand.uniform() * 1.0e6 - 5.0e5
+
+      3 ->
+        Enum.random(@atoms)
+
+      4 ->
+        :rand.bytes(:rand.uniform(100) - 1)
+
+      5 ->
+        List.to_tuple(for _ <- 1..:rand.uniform(4), do: term(depth - 1))
+
+      6 ->
+        for _ <- 1..:rand.uniform(4), do: term(depth - 1)
+
+      7 ->
+        Map.new(for _ <- 1..:rand.uniform(4), do: {term(depth - 1), term(depth - 1)})
+
+      8 ->
+        make_ref()
+
+      9 ->
+        type()
+
+      10 ->
+        shape()
+
+      11 ->
+        pointer()
+
+      12 ->
+        {pointer(), type(), shape()}
+
+      13 ->
+        for _ <- 1..:rand.uniform(3), do: {Enum.random(@atoms), term(depth - 1)}
+
+      14 ->
+        [outputs: [y: {pointer(), type(), shape()}], sync: Enum.random([true, false, :x])]
+
+      15 ->
+        consistent_tensor()
+
+      16 ->
+        [outputs: [y: consistent_tensor(), h_final: consistent_tensor()], stream: term(depth - 1)]
+
+      17 ->
+        [
+          softplus: Enum.random([true, false, nil, 0]),
+          clamp: clamp(depth - 1),
+          z: consistent_tensor()
+        ]
+
+      18 ->
+        [
+          outputs: [grad_x: consistent_tensor(), grad_a: consistent_tensor()],
+          dt_bias: term(depth - 1)
+        ]
     end
   end
 
@@ -91,11 +206,20 @@ defmodule ExPhil.Native.FuzzTest do
           end
 
         case result do
-          {:raised, _} -> :raised
-          {:error, _} -> :error
+          {:raised, _} ->
+            :raised
+
+          {:error, _} ->
+            :error
+
           # Random arguments can be valid for allocation on a GPU: free it.
-          {:ok, %ExPhil.Native.Buffer{} = b} when name in [:allocate, :upload] -> Native.free(b) && :allocated
-          other -> flunk("#{name}/#{arity} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 8)}")
+          {:ok, %ExPhil.Native.Buffer{} = b} when name in [:allocate, :upload] ->
+            Native.free(b) && :allocated
+
+          other ->
+            flunk(
+              "#{name}/#{arity} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 8)}"
+            )
         end
       end
 
@@ -110,23 +234,47 @@ defmodule ExPhil.Native.FuzzTest do
   test "nearly valid selective-scan calls are refused cleanly" do
     seed = :rand.uniform(1 <<< 30)
     :rand.seed(:exsss, {seed, seed, seed})
-    grads = [:grad_x, :grad_dt, :grad_a, :grad_b, :grad_c, :grad_dt_bias, :grad_d, :grad_z, :grad_h0]
+
+    grads = [
+      :grad_x,
+      :grad_dt,
+      :grad_a,
+      :grad_b,
+      :grad_c,
+      :grad_dt_bias,
+      :grad_d,
+      :grad_z,
+      :grad_h0
+    ]
 
     for _ <- 1..2_000 do
-      optional = for name <- [:dt_bias, :d, :z, :h0, :grad_h_final], do: {name, Enum.random([nil, consistent_tensor()])}
-      settings = [softplus: Enum.random([true, false]), clamp: Enum.random([nil, {0.1, 0.5}, {0, 1}, {-1.0, -1.0}]),
-                  sync: Enum.random([true, false])]
+      optional =
+        for name <- [:dt_bias, :d, :z, :h0, :grad_h_final],
+            do: {name, Enum.random([nil, consistent_tensor()])}
+
+      settings = [
+        softplus: Enum.random([true, false]),
+        clamp: Enum.random([nil, {0.1, 0.5}, {0, 1}, {-1.0, -1.0}]),
+        sync: Enum.random([true, false])
+      ]
 
       {name, args, outputs} =
         if :rand.uniform(2) == 1 do
           {:selective_scan_forward, [], [y: consistent_tensor(), h_final: consistent_tensor()]}
         else
-          {:selective_scan_backward, [consistent_tensor()], Enum.map(grads, &{&1, consistent_tensor()})}
+          {:selective_scan_backward, [consistent_tensor()],
+           Enum.map(grads, &{&1, consistent_tensor()})}
         end
 
       outputs = Enum.take_random(outputs, :rand.uniform(length(outputs) + 1) - 1)
-      opts = Enum.take_random(optional ++ settings, :rand.uniform(8)) ++ if(outputs == [], do: [], else: [outputs: outputs])
-      opts = if name == :selective_scan_forward, do: Keyword.delete(opts, :grad_h_final), else: opts
+
+      opts =
+        Enum.take_random(optional ++ settings, :rand.uniform(8)) ++
+          if(outputs == [], do: [], else: [outputs: outputs])
+
+      opts =
+        if name == :selective_scan_forward, do: Keyword.delete(opts, :grad_h_final), else: opts
+
       args = for(_ <- 1..5, do: consistent_tensor()) ++ args ++ [opts]
 
       result =
@@ -137,9 +285,16 @@ defmodule ExPhil.Native.FuzzTest do
         end
 
       case result do
-        {:raised, ArgumentError} -> :ok
-        {:error, _} -> :ok
-        other -> flunk("#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}")
+        {:raised, ArgumentError} ->
+          :ok
+
+        {:error, _} ->
+          :ok
+
+        other ->
+          flunk(
+            "#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}"
+          )
       end
     end
 

@@ -48,10 +48,12 @@ defmodule ExPhil.Native do
       once; `await/1` waits and gives the outputs. The call's arguments and
       outputs are kept alive until the work is done.
     * `:stream` - `:managed` (default: the library's stream for the
-      tensors' device, shared by every caller) or an `ExPhil.Native.Stream`
-      from `new_stream/1`, for work that need not wait behind other
-      callers'. Raw `cudaStream_t` addresses are not accepted: a wrong one
-      would crash the VM inside the driver.
+      tensors' device, shared by every caller), `:legacy_default` (CUDA's
+      legacy default stream of the tensors' device, `cudaStreamLegacy`:
+      see "Synchronisation with libtorch" below) or an
+      `ExPhil.Native.Stream` from `new_stream/1`, for work that need not
+      wait behind other callers'. Raw `cudaStream_t` addresses are not
+      accepted: a wrong one would crash the VM inside the driver.
 
   Ops return `{:ok, outputs}` (a map from output name to the tensor or
   buffer written), or `{:ok, event}` with `sync: false`.
@@ -62,6 +64,23 @@ defmodule ExPhil.Native do
   function are ready when EXLA hands out their pointers; a fresh upload may
   not be. Call `synchronize/1` first when an input may still be in flight on
   another stream.
+
+  ## Synchronisation with libtorch (Torchx)
+
+  The managed stream and `new_stream/1` streams are non-blocking: they do
+  not wait for work on CUDA's legacy default stream, which is where libtorch
+  (and so Torchx) runs its kernels. With `stream: :legacy_default` an op is
+  enqueued on that same stream, so it starts after every kernel libtorch
+  enqueued before it (the kernel that made its inputs, say) and libtorch's
+  later kernels start after it, with no host wait and no device-wide
+  synchronisation. `sync: false` is then safe on tensors from
+  `Nx.to_pointer(t, mode: :local)` of Torchx tensors, dropping the event:
+  libtorch's caching allocator gives a freed tensor's memory only to later
+  work on the stream it was allocated on, which is ordered after the op, so
+  the op's inputs and outputs need not outlive the call on the Elixir side.
+  (An event that holds no memory of the NIF's own is not waited for when it
+  is garbage-collected.) `ExPhil.Native.Ops` does exactly this for Torchx
+  CUDA tensors (see `ExPhil.Native.Eager`).
 
   ## Errors
 
@@ -297,7 +316,7 @@ defmodule ExPhil.Native do
           | {:clamp, {number(), number()} | nil}
           | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
           | {:sync, boolean()}
-          | {:stream, :managed | Stream.t()}
+          | {:stream, :managed | :legacy_default | Stream.t()}
 
   @typedoc "Options of `selective_scan_backward/7`: the forward's and `:grad_h_final`."
   @type selective_scan_backward_option ::
@@ -408,7 +427,7 @@ defmodule ExPhil.Native do
           | {:precision, :exact | :tf32x3}
           | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
           | {:sync, boolean()}
-          | {:stream, :managed | Stream.t()}
+          | {:stream, :managed | :legacy_default | Stream.t()}
 
   @doc """
   Scaled dot-product attention with grouped-query heads. For each batch row

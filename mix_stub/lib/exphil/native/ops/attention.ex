@@ -2,9 +2,10 @@ defmodule ExPhil.Native.Ops.Attention do
   @moduledoc false
   # Scaled dot-product attention with grouped-query heads as Nx blocks:
   # checks, the forward block, and (inside defn) its gradient as a block for
-  # the backward target. The default functions are ExPhil.Native.Pure.Attention.
+  # the backward target. The default functions are ExPhil.Native.Pure.Attention,
+  # or the NIF on Torchx CUDA tensors (ExPhil.Native.Eager).
 
-  alias ExPhil.Native.{Block, Targets}
+  alias ExPhil.Native.{Block, Eager, Targets}
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
@@ -41,15 +42,15 @@ defmodule ExPhil.Native.Ops.Attention do
       {Nx.template(Nx.shape(q), type),
        Nx.template({batch, q_heads, steps}, Args.state_type(type))}
 
+    nif_opts = Keyword.take(opts, [:mask, :window, :layout, :scale, :precision])
+    block = block(:forward, attributes, not traced?, dims, type)
+
     out =
-      Nx.block(
-        block(:forward, attributes, not traced?, dims, type),
-        [q, k, v],
-        template,
-        fn _block, q, k, v ->
+      Nx.block(block, [q, k, v], template, fn _block, q, k, v ->
+        Eager.attention_forward(block, [q, k, v], nif_opts, fn ->
           Pure.Attention.forward(q, k, v, pure_opts)
-        end
-      )
+        end)
+      end)
 
     out =
       if traced? do
@@ -59,15 +60,14 @@ defmodule ExPhil.Native.Ops.Attention do
           operands = [q, k, v, o, lse, Nx.as_type(grad_o, type)]
           template = {template(q), template(k), template(v)}
 
+          block = block(:backward, attributes, false, dims, type)
+
           grads =
-            Nx.block(
-              block(:backward, attributes, false, dims, type),
-              operands,
-              template,
-              fn _block, q, k, v, o, lse, grad_o ->
+            Nx.block(block, operands, template, fn _block, q, k, v, o, lse, grad_o ->
+              Eager.attention_backward(block, [q, k, v, o, lse, grad_o], nif_opts, fn ->
                 Pure.Attention.backward(q, k, v, o, lse, grad_o, pure_opts)
-              end
-            )
+              end)
+            end)
 
           Tuple.to_list(grads)
         end)

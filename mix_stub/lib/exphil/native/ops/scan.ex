@@ -2,9 +2,10 @@ defmodule ExPhil.Native.Ops.Scan do
   @moduledoc false
   # The four linear recurrences as Nx blocks: checks, the forward block, and
   # (inside defn) its gradient, itself a block for the backward target. The
-  # blocks' default functions are ExPhil.Native.Pure.Scan.
+  # blocks' default functions are ExPhil.Native.Pure.Scan, or the NIF on
+  # Torchx CUDA tensors (ExPhil.Native.Eager).
 
-  alias ExPhil.Native.{Block, Targets}
+  alias ExPhil.Native.{Block, Eager, Targets}
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
@@ -47,7 +48,11 @@ defmodule ExPhil.Native.Ops.Scan do
         template,
         Args.spread(length(operands), fn operands ->
           {inputs, [h0]} = Enum.split(operands, -1)
-          Pure.Scan.forward(op, inputs, if(block.attributes["has_h0"], do: h0))
+          h0 = if block.attributes["has_h0"], do: h0
+
+          Eager.scan_forward(block, op, inputs, h0, fn ->
+            Pure.Scan.forward(op, inputs, h0)
+          end)
         end)
       )
 
@@ -98,20 +103,16 @@ defmodule ExPhil.Native.Ops.Scan do
         Args.spread(length(operands), fn operands ->
           {inputs, [h0, y, grad_y, grad_h_final]} = Enum.split(operands, -4)
           has? = &block.attributes["has_" <> &1]
+          h0 = if has?.("h0"), do: h0
+          grad_h_final = if has?.("grad_h_final"), do: grad_h_final
 
-          grads =
-            Pure.Scan.backward(
-              op,
-              inputs,
-              if(has?.("h0"), do: h0),
-              y,
-              grad_y,
-              if(has?.("grad_h_final"), do: grad_h_final)
-            )
+          Eager.scan_backward(block, op, inputs, h0, y, grad_y, grad_h_final, fn ->
+            grads = Pure.Scan.backward(op, inputs, h0, y, grad_y, grad_h_final)
 
-          if has?.("h0"),
-            do: grads,
-            else: put_elem(grads, tuple_size(grads) - 1, Args.placeholder())
+            if h0,
+              do: grads,
+              else: put_elem(grads, tuple_size(grads) - 1, Args.placeholder())
+          end)
         end)
       )
 

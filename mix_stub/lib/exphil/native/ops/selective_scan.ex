@@ -2,9 +2,10 @@ defmodule ExPhil.Native.Ops.SelectiveScan do
   @moduledoc false
   # Mamba's selective scan as Nx blocks: checks, the forward block, and
   # (inside defn) its gradient as a block for the backward target. The
-  # default functions are ExPhil.Native.Pure.SelectiveScan.
+  # default functions are ExPhil.Native.Pure.SelectiveScan, or the NIF on
+  # Torchx CUDA tensors (ExPhil.Native.Eager).
 
-  alias ExPhil.Native.{Block, Targets}
+  alias ExPhil.Native.{Block, Eager, Targets}
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
@@ -62,7 +63,11 @@ defmodule ExPhil.Native.Ops.SelectiveScan do
         template,
         Args.spread(length(operands), fn operands ->
           [x, dt, a, b, c | rest] = operands
-          Pure.SelectiveScan.forward(x, dt, a, b, c, pure_options(block, rest))
+          options = pure_options(block, rest)
+
+          Eager.selective_scan_forward(block, [x, dt, a, b, c], options, fn ->
+            Pure.SelectiveScan.forward(x, dt, a, b, c, options)
+          end)
         end)
       )
 
@@ -121,14 +126,16 @@ defmodule ExPhil.Native.Ops.SelectiveScan do
               if(block.attributes["has_grad_h_final"], do: grad_h_final)
             )
 
-          grads = Pure.SelectiveScan.backward(x, dt, a, b, c, grad_y, options)
+          Eager.selective_scan_backward(block, [x, dt, a, b, c], grad_y, options, fn ->
+            grads = Pure.SelectiveScan.backward(x, dt, a, b, c, grad_y, options)
 
-          List.to_tuple(
-            [grads.grad_x, grads.grad_dt, grads.grad_a, grads.grad_b, grads.grad_c] ++
-              Enum.map(@optional, fn {key, _} ->
-                Map.fetch!(grads, :"grad_#{key}") || Args.placeholder()
-              end)
-          )
+            List.to_tuple(
+              [grads.grad_x, grads.grad_dt, grads.grad_a, grads.grad_b, grads.grad_c] ++
+                Enum.map(@optional, fn {key, _} ->
+                  Map.fetch!(grads, :"grad_#{key}") || Args.placeholder()
+                end)
+            )
+          end)
         end)
       )
 
