@@ -206,6 +206,9 @@ defmodule ExPhil.Native.CustomCallTest do
     end
   end
 
+  defp attention_shape(:bhtd, b, heads, steps, d), do: {b, heads, steps, d}
+  defp attention_shape(:bthd, b, heads, steps, d), do: {b, steps, heads, d}
+
   describe "attention" do
     for type <- [{:f, 32}, {:bf, 16}, {:f, 16}],
         {mask, window} <- [{:none, nil}, {:causal, nil}, {:window, 3}],
@@ -216,9 +219,7 @@ defmodule ExPhil.Native.CustomCallTest do
         layout = unquote(layout)
         {b, t, s, d} = {2, 3, 5, 32}
 
-        shape = fn heads, steps ->
-          if layout == :bhtd, do: {b, heads, steps, d}, else: {b, steps, heads, d}
-        end
+        shape = &attention_shape(layout, b, &1, &2, d)
 
         inputs =
           {random(shape.(unquote(hq), t), type, 1), random(shape.(unquote(hkv), s), type, 2),
