@@ -30,6 +30,14 @@ defmodule ExPhil.Native.NxOpsTest do
     assert error <= tolerance * scale, "max error #{error}, scale #{scale}"
   end
 
+  # Each {fun, message}: fun raises an ArgumentError whose message holds message.
+  defp assert_errors(errors) do
+    for {fun, message} <- errors do
+      error = assert_raise ArgumentError, fun
+      assert error.message =~ message
+    end
+  end
+
   defp assert_all_close(got, expected) do
     Enum.zip_with(List.wrap(got), List.wrap(expected), &assert_close/2)
   end
@@ -133,10 +141,7 @@ defmodule ExPhil.Native.NxOpsTest do
          "ExPhil.Native.Ops.min_lstm/4: argument 'h0' expected a tensor, got: 1"}
       ]
 
-      for {fun, message} <- errors do
-        error = assert_raise ArgumentError, fun
-        assert error.message =~ message
-      end
+      assert_errors(errors)
     end
   end
 
@@ -211,10 +216,7 @@ defmodule ExPhil.Native.NxOpsTest do
          "option :softplus expected a boolean, got: 1"}
       ]
 
-      for {fun, message} <- errors do
-        error = assert_raise ArgumentError, fun
-        assert error.message =~ message
-      end
+      assert_errors(errors)
     end
   end
 
@@ -274,10 +276,7 @@ defmodule ExPhil.Native.NxOpsTest do
          "argument 'k' expected type {:f, 32} (the type of 'q'), got: {:f, 16}"}
       ]
 
-      for {fun, message} <- errors do
-        error = assert_raise ArgumentError, fun
-        assert error.message =~ message
-      end
+      assert_errors(errors)
     end
   end
 

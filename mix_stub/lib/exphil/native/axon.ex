@@ -52,6 +52,7 @@ if Code.ensure_loaded?(Axon) do
     """
 
     alias ExPhil.Native.Axon.Layers
+    alias ExPhil.Native.Ops.Args
 
     # Axon.param takes these names (Axon's own list, which it does not export).
     @initializers [
@@ -208,7 +209,7 @@ if Code.ensure_loaded?(Axon) do
       input!(fun, input)
 
       opts =
-        options!(
+        Args.options!(
           fun,
           opts,
           @recurrent_options ++ [state_size: 16, expand: 2, conv_size: 4, dt_rank: nil]
@@ -297,7 +298,7 @@ if Code.ensure_loaded?(Axon) do
       input!(fun, input)
 
       opts =
-        options!(
+        Args.options!(
           fun,
           opts,
           @common_options ++
@@ -366,7 +367,7 @@ if Code.ensure_loaded?(Axon) do
       fun = "ExPhil.Native.Axon.#{op}/3"
       input!(fun, input)
       units = positive_integer!(fun, "argument 'units'", units)
-      opts = options!(fun, opts, @recurrent_options ++ extra_options)
+      opts = Args.options!(fun, opts, @recurrent_options ++ extra_options)
       recurrent_options!(fun, opts)
       layer_opts = Keyword.take(opts, Keyword.keys(extra_options))
 
@@ -459,23 +460,6 @@ if Code.ensure_loaded?(Axon) do
     defp input!(fun, other) do
       raise ArgumentError,
             "#{fun}: argument 'input' expected an Axon node, got: #{inspect(other)}"
-    end
-
-    defp options!(fun, opts, allowed) do
-      unless Keyword.keyword?(opts) do
-        raise ArgumentError,
-              "#{fun}: argument 'opts' expected a keyword list, got: #{inspect(opts)}"
-      end
-
-      case Keyword.validate(opts, allowed) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          raise ArgumentError,
-                "#{fun}: unknown options #{inspect(unknown)}, expected one of " <>
-                  inspect(Keyword.keys(allowed))
-      end
     end
 
     defp common_options!(fun, opts) do

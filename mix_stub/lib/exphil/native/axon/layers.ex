@@ -336,15 +336,7 @@ if Code.ensure_loaded?(Axon) do
     # Unknown options raise, as in ExPhil.Native.Ops; values are checked where
     # the layers are built (ExPhil.Native.Axon), or by the ops themselves.
     deftransformp options!(fun, opts, allowed) do
-      case Keyword.validate(opts, allowed) do
-        {:ok, opts} ->
-          opts
-
-        {:error, unknown} ->
-          raise ArgumentError,
-                "ExPhil.Native.Axon.Layers.#{fun}: unknown options #{inspect(unknown)}, " <>
-                  "expected one of #{inspect(Keyword.keys(allowed))}"
-      end
+      ExPhil.Native.Ops.Args.options!("ExPhil.Native.Axon.Layers.#{fun}", opts, allowed)
     end
   end
 end

@@ -93,6 +93,15 @@ defmodule ExPhil.Native.Ops.Args do
   def placeholder, do: Nx.tensor(0.0, type: :f32)
   def placeholder_template, do: Nx.template({}, {:f, 32})
 
+  @doc """
+  The gradient of a state output as the backward target takes it: `nil`
+  (absent) for a traced constant zero, the gradient of an output the loss
+  does not use; otherwise in the state type.
+  """
+  def state_gradient(grad, type) do
+    if zero_constant?(grad), do: nil, else: Nx.as_type(grad, state_type(type))
+  end
+
   @doc "Whether `tensor` is a traced constant zero (an unused output's gradient)."
   def zero_constant?(%T{data: %Nx.Defn.Expr{op: :constant, args: [value]}}), do: value == 0
   def zero_constant?(_), do: false
@@ -109,8 +118,16 @@ defmodule ExPhil.Native.Ops.Args do
     end
   end
 
-  @doc "Validates `opts` against `allowed` (a keyword list of defaults) for `fun`."
+  @doc """
+  Validates `opts` (a keyword list) against `allowed` (a keyword list of
+  defaults) for `fun`, the function named in messages.
+  """
   def options!(fun, opts, allowed) do
+    unless Keyword.keyword?(opts) do
+      raise ArgumentError,
+            "#{fun}: argument 'opts' expected a keyword list, got: #{inspect(opts)}"
+    end
+
     case Keyword.validate(opts, allowed) do
       {:ok, opts} ->
         opts

@@ -72,10 +72,7 @@ defmodule ExPhil.Native.Ops.Scan do
 
   # The gradients of `inputs` (and of h0 when given), from the backward block.
   defp backward(op, inputs, h0, y, grad_y, grad_h_final, type) do
-    grad_h_final =
-      if Args.zero_constant?(grad_h_final),
-        do: nil,
-        else: Nx.as_type(grad_h_final, Args.state_type(type))
+    grad_h_final = Args.state_gradient(grad_h_final, type)
 
     attributes = %{"has_h0" => h0 != nil, "has_grad_h_final" => grad_h_final != nil}
     block = block(op, :backward, attributes, false, type)

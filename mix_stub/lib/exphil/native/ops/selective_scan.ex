@@ -88,10 +88,7 @@ defmodule ExPhil.Native.Ops.SelectiveScan do
   defp backward(inputs, optional, attributes, grad_y, grad_h_final, dims, type) do
     {_batch, _steps, _channels, states} = dims
 
-    grad_h_final =
-      if Args.zero_constant?(grad_h_final),
-        do: nil,
-        else: Nx.as_type(grad_h_final, Args.state_type(type))
+    grad_h_final = Args.state_gradient(grad_h_final, type)
 
     attributes = Map.put(attributes, "has_grad_h_final", grad_h_final != nil)
     block = block(:backward, attributes, false, type, states)
