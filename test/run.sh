@@ -49,7 +49,7 @@ echo "== ExUnit (mix_stub)"
 if command -v mix >/dev/null 2>&1; then
   echo "Elixir: $(elixir --version | tail -n 1); dependencies: ${EXPHIL_DEPS_PATH:-Hex}"
   (cd "$root/mix_stub" && LANG=C.UTF-8 EXPHIL_BUILD_DIR="$build" MIX_ENV=test \
-     mix do deps.get + compile + test) || status=$?
+     mix do deps.get + compile --warnings-as-errors + test --warnings-as-errors) || status=$?
 else
   echo "mix not found: install Elixir 1.17 or newer, or set EXPHIL_DEPS_PATH to a" \
        "folder with elixir/ and the packages (see README), to run the ExUnit suite" >&2
