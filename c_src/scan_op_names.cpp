@@ -19,9 +19,11 @@ const ScanOpInfo* info(ScanOp op) noexcept {
       {"min_lstm", 3, {"forget", "input", "candidate"},
        {"grad_forget", "grad_input", "grad_candidate"}},
       {"liquid", 2, {"tau", "target", nullptr}, {"grad_tau", "grad_target", nullptr}},
+      {"min_gru_activated", 2, {"z", "candidate", nullptr}, {"grad_z", "grad_candidate", nullptr}},
+      {"min_lstm_activated", 3, {"f", "i", "candidate"}, {"grad_f", "grad_i", "grad_candidate"}},
   };
   const int i = static_cast<int>(op);
-  return i >= 0 && i < 4 ? &kInfo[i] : nullptr;
+  return i >= 0 && i < static_cast<int>(sizeof(kInfo) / sizeof(kInfo[0])) ? &kInfo[i] : nullptr;
 }
 
 }  // namespace

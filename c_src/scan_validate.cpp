@@ -90,8 +90,15 @@ class ScanChecker {
 };
 
 bool valid_op(ScanOp op) {
-  return op == ScanOp::linear_scan || op == ScanOp::min_gru || op == ScanOp::min_lstm ||
-         op == ScanOp::liquid;
+  switch (op) {
+    case ScanOp::linear_scan:
+    case ScanOp::min_gru:
+    case ScanOp::min_lstm:
+    case ScanOp::liquid:
+    case ScanOp::min_gru_activated:
+    case ScanOp::min_lstm_activated: return true;
+  }
+  return false;
 }
 
 // What both directions take first: the op's inputs (the first fixes dtype

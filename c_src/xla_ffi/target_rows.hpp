@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <string_view>
 
 #include "exphil/xla_ffi_targets.h"
@@ -152,12 +153,18 @@ inline void has_attribute_without_its_optional_operand() {}
 inline void optional_result_is_not_grad_of_an_optional_operand() {}
 }  // namespace row_errors
 
+// The index in kTargetRows of target `name`; use it in constant expressions
+// only (a template argument can name a row by it).
+constexpr int target_index(std::string_view name) {
+  for (int i = 0; i < static_cast<int>(std::size(kTargetRows)); ++i)
+    if (name == kTargetRows[i].name) return i;
+  row_errors::no_row_for_this_target_name();
+  return 0;
+}
+
 // The row of target `name`; use it in constant expressions only.
 constexpr const TargetRow& target_row(std::string_view name) {
-  for (const TargetRow& row : kTargetRows)
-    if (name == row.name) return row;
-  row_errors::no_row_for_this_target_name();
-  return kTargetRows[0];
+  return kTargetRows[target_index(name)];
 }
 
 constexpr bool row_is_well_formed(const TargetRow& row) {

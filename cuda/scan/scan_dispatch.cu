@@ -24,6 +24,8 @@ LaunchResult dispatch(ScanOp op, DType dtype, F&& f) {
     case ScanOp::min_gru: return with_op(MinGruOp{});
     case ScanOp::min_lstm: return with_op(MinLstmOp{});
     case ScanOp::liquid: return with_op(LiquidOp{});
+    case ScanOp::min_gru_activated: return with_op(MinGruActivatedOp{});
+    case ScanOp::min_lstm_activated: return with_op(MinLstmActivatedOp{});
   }
   return {cudaErrorInvalidValue, "scan dispatch (unknown op)"};
 }

@@ -96,4 +96,44 @@ struct LiquidOp {
   }
 };
 
+// min_gru on a gate already through the sigmoid (Edifice passes z =
+// sigmoid(gate)): h_t = (1 - z) h_{t-1} + z c. Inputs: z, candidate; the
+// gradient is with respect to z, dz = g (c - h_prev).
+struct MinGruActivatedOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    a = 1.0f - x[0];
+    b = x[0] * x[1];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    dx[0] = g * (x[1] - h_prev);
+    dx[1] = g * x[0];
+  }
+};
+
+// min_lstm on gates already through the sigmoid (Edifice passes f =
+// sigmoid(forget), i = sigmoid(input)), normalised as Edifice does:
+// s = f + (i + eps), h_t = (f / s) h_{t-1} + (i / s) c. Inputs: f, i,
+// candidate; gradients with respect to f and i (the quotient rule of
+// MinLstmOp without the sigmoid slopes).
+struct MinLstmActivatedOp {
+  static constexpr int kInputs = 3;
+  static constexpr float kEps = 1e-6f;
+  __device__ __forceinline__ static void coefficients(const float (&x)[3], float& a, float& b) {
+    const float s = x[0] + (x[1] + kEps);
+    a = x[0] / s;
+    b = (x[1] / s) * x[2];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[3], float h_prev, float g,
+                                                         float (&dx)[3]) {
+    const float f = x[0], i = x[1];
+    const float inv_s = 1.0f / (f + (i + kEps));
+    const float g_s2 = g * inv_s * inv_s;
+    dx[0] = g_s2 * (h_prev * (i + kEps) - i * x[2]);
+    dx[1] = g_s2 * (x[2] * (f + kEps) - f * h_prev);
+    dx[2] = g * i * inv_s;
+  }
+};
+
 }  // namespace exphil::kernels

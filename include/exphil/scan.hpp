@@ -14,11 +14,24 @@ enum class ScanOp : int {
   min_gru = 1,      // inputs gate, candidate
   min_lstm = 2,     // inputs forget, input, candidate
   liquid = 3,       // inputs tau, target
+  // min_gru on a gate already through the sigmoid: z in (0, 1);
+  // h_t = (1 - z) h_{t-1} + z candidate, gradients with respect to z.
+  min_gru_activated = 4,   // inputs z, candidate
+  // min_lstm on gates already through the sigmoid: f, i in (0, 1);
+  // s = f + (i + 1e-6), h_t = (f / s) h_{t-1} + (i / s) candidate,
+  // gradients with respect to f and i.
+  min_lstm_activated = 5,  // inputs f, i, candidate
 };
 
 inline constexpr int kMaxScanInputs = 3;
-inline constexpr ScanOp kAllScanOps[] = {ScanOp::linear_scan, ScanOp::min_gru,
-                                         ScanOp::min_lstm, ScanOp::liquid};
+inline constexpr ScanOp kAllScanOps[] = {ScanOp::linear_scan,       ScanOp::min_gru,
+                                         ScanOp::min_lstm,          ScanOp::liquid,
+                                         ScanOp::min_gru_activated, ScanOp::min_lstm_activated};
+// The ops with entry points in the C ABI (exphil.h) and the NIF. The
+// activated ops are reached through this C++ API and the XLA FFI handlers
+// only (Edifice's fused ops pass gates after the sigmoid).
+inline constexpr ScanOp kAbiScanOps[] = {ScanOp::linear_scan, ScanOp::min_gru, ScanOp::min_lstm,
+                                         ScanOp::liquid};
 
 // Number of sequence inputs of `op` (2 or 3).
 int scan_input_count(ScanOp op) noexcept;

@@ -57,6 +57,24 @@
  *   gradient into the final state. h_final takes the dtype it is given (f32
  *   or the sequence dtype).
  *
+ * Scans, y-only form (the operands and results of Edifice's fused scan ops):
+ * h0 always an operand, no final state in either direction, no attributes.
+ *   exphil_<op>_y_fwd   op in {linear_scan, min_gru, liquid}
+ *                       operands: inputs..., h0 [B, H]
+ *                       results:  y [B, T, H]
+ *   exphil_liquid_y_bwd operands: tau, target, h0, y, grad_y
+ *                       results:  grad_tau, grad_target, grad_h0 [B, H]
+ *   exphil_min_gru_activated_{fwd,bwd} and exphil_min_lstm_activated_{fwd,bwd}
+ *   have this form, with gates already through the sigmoid, each in (0, 1):
+ *     min_gru_activated  inputs z, candidate:
+ *                        h_t = (1 - z) h_{t-1} + z candidate
+ *     min_lstm_activated inputs f, i, candidate; s = f + (i + 1e-6):
+ *                        h_t = (f / s) h_{t-1} + (i / s) candidate
+ *   and their backward returns the gradients of z (f, i), not of logits:
+ *     fwd  operands: inputs..., h0            results: y
+ *     bwd  operands: inputs..., h0, y, grad_y results: grad of each input...,
+ *                                                      grad_h0
+ *
  * Selective scan (exphil.h, "selective_scan"). Attributes: softplus (i1),
  * clamp (i1), dt_min (f32), dt_max (f32); from JAX np.bool_ and np.float32;
  * and has_dt_bias, has_D, has_z, has_h0 (and, backward, has_grad_h_final).
@@ -126,6 +144,14 @@ EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_fwd(struct XLA_FFI_CallFrame* c
 EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_liquid_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_liquid_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_gru_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_liquid_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_liquid_y_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_gru_activated_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_gru_activated_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_activated_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_min_lstm_activated_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_attention_fwd(struct XLA_FFI_CallFrame* call_frame);

@@ -179,7 +179,9 @@ defmodule ExPhil.Native.EdificeTest do
   defp leaves(tensor), do: [tensor]
 
   # Every captured block is a row of the table with its operand and result
-  # counts, and call/4 says :skip for it on CUDA and on the host.
+  # counts, and call/4 says :skip for it on CUDA and on the host (the vendored
+  # EXLA does not pin layouts). A :native row's block maps to its target's
+  # custom call exactly (assert_native_block/4); any other row's to none.
   defp assert_blocks_in_table(blocks) do
     for {%FusedOp{op: op} = struct, operands, out} <- blocks do
       assert {:ok, row} = NativeEdifice.fetch(op), "#{inspect(op)} is not in the table"
@@ -191,8 +193,45 @@ defmodule ExPhil.Native.EdificeTest do
              "#{inspect(op)}: #{length(leaves(out))} results, the table says #{length(row.results)}"
 
       assert struct.attrs == %{}
+      refute ExPhil.Native.CustomCall.layouts_pinned?()
       assert NativeEdifice.call(struct, out, operands, client(:cuda)) == :skip
       assert NativeEdifice.call(struct, out, operands, client(:host)) == :skip
+
+      if row.status == :native,
+        do: assert_native_block(row, struct, out, operands),
+        else: assert({:skip, _} = NativeEdifice.native_block(struct, out, operands))
+    end
+  end
+
+  # The block of a :native row: its target takes exactly the block's operands
+  # and returns exactly its template (ExPhil.Native.CustomCall.fields/3 checks
+  # the counts), with no attribute and no optional operand or result; the
+  # sequences are [B, T, H] and the states (h0, grad_h0) [B, H], all of the
+  # first operand's type (Edifice's templates), which the handlers take.
+  defp assert_native_block(row, struct, out, operands) do
+    assert {:ok, %ExPhil.Native.Block{} = block} =
+             NativeEdifice.native_block(struct, out, operands)
+
+    assert block.target == row.target and block.eager == false and block.unsupported == nil
+    assert block.attributes == %{}
+    target = ExPhil.Native.Targets.fetch!(row.target)
+
+    assert %{call_target_name: name, attributes: []} =
+             ExPhil.Native.CustomCall.fields(block, out, operands)
+
+    assert name == row.target
+    assert target.attributes == []
+    assert Enum.all?(target.operands, &match?({_, :required}, &1))
+    assert Enum.all?(target.results, &match?({_, :always}, &1))
+
+    {batch, _steps, width} = sequence = Nx.shape(hd(operands))
+    type = Nx.type(hd(operands))
+
+    for {{name, _}, tensor} <-
+          Enum.zip(target.operands, operands) ++
+            Enum.zip(target.results, leaves(out)) do
+      expected = if name in ["h0", "grad_h0"], do: {batch, width}, else: sequence
+      assert {name, Nx.shape(tensor), Nx.type(tensor)} == {name, expected, type}
     end
   end
 
@@ -216,13 +255,30 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------- tables
 
-  test "the table has Edifice's 47 ops, none native today" do
+  test "the table has Edifice's 47 ops, 10 native" do
     ops = NativeEdifice.ops()
     assert length(ops) == 47
     assert Enum.count(ops, &(&1.direction == :forward)) == 29
     assert Enum.count(ops, &(&1.direction == :backward)) == 18
-    assert Enum.all?(ops, &(&1.status in [:handler_variant, :kernel_op, :no_kernel]))
-    assert Enum.all?(ops, &(&1.target == nil))
+    assert Enum.all?(ops, &(&1.status in [:native, :handler_variant, :kernel_op, :no_kernel]))
+    assert Enum.all?(ops, &(&1.status == :native or &1.target == nil))
+
+    native = for %{status: :native} = row <- ops, into: %{}, do: {row.op, row.target}
+
+    assert native == %{
+             fused_mingru_scan: "exphil_min_gru_activated_fwd",
+             fused_minlstm_scan: "exphil_min_lstm_activated_fwd",
+             fused_real_gru_scan: "exphil_min_gru_y_fwd",
+             fused_liquid_scan: "exphil_liquid_y_fwd",
+             fused_linear_scan: "exphil_linear_scan_y_fwd",
+             fused_mingru_scan_backward: "exphil_min_gru_activated_bwd",
+             fused_minlstm_scan_backward: "exphil_min_lstm_activated_bwd",
+             fused_elu_gru_scan_backward: "exphil_min_gru_activated_bwd",
+             fused_real_gru_scan_backward: "exphil_min_gru_activated_bwd",
+             fused_liquid_scan_backward: "exphil_liquid_y_bwd"
+           }
+
+    for {_op, target} <- native, do: assert(%{} = ExPhil.Native.Targets.fetch!(target))
 
     # Pairs point at each other (FUSED_OPS.md: 18 forward ops with a backward op).
     for %{pair: pair} = row <- ops, pair != nil do
@@ -248,7 +304,7 @@ defmodule ExPhil.Native.EdificeTest do
              Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
 
     counts = Enum.frequencies_by(ops, & &1.status)
-    assert counts == %{handler_variant: 9, kernel_op: 13, no_kernel: 25}
+    assert counts == %{native: 10, handler_variant: 3, kernel_op: 9, no_kernel: 25}
 
     # EDIFICE.md carries the table this module renders.
     doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
@@ -265,7 +321,8 @@ defmodule ExPhil.Native.EdificeTest do
     refute FusedScan.custom_call_available?()
   end
 
-  test "call/4 is :skip for any op, client and layout support today" do
+  test "call/4 is :skip for any op and client under an EXLA that does not pin layouts" do
+    refute ExPhil.Native.CustomCall.layouts_pinned?()
     out = Nx.template({2, 4, 8}, :f32)
     args = [Nx.template({2, 4, 8}, :f32), Nx.template({2, 4, 8}, :f32), Nx.template({2, 8}, :f32)]
 

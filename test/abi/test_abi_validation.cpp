@@ -72,7 +72,7 @@ bool have_gpu() { return exphil::test::gpu_available(nullptr); }
 }  // namespace
 
 TEST_CASE("a NULL required descriptor or data pointer is rejected by name", "[abi]") {
-  for (ScanOp op : exphil::kAllScanOps) {
+  for (ScanOp op : exphil::kAbiScanOps) {
     for (int i = 0; i < exphil::scan_input_count(op); ++i) {
       FakeScan f(op);
       f.xp[i] = nullptr;

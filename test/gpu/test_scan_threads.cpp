@@ -3,6 +3,7 @@
 // the lazily created per-device state is made once).
 #include <catch2/catch.hpp>
 
+#include <iterator>
 #include <stdexcept>
 
 #include <string>
@@ -31,7 +32,7 @@ TEST_CASE("host threads calling at once get correct results", "[gpu][scan]") {
         if (i % 2 && cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking) != cudaSuccess)
           throw std::runtime_error("cudaStreamCreateWithFlags failed");
         for (int k = 0; k < kCallsPerThread; ++k) {
-          const ScanOp op = kAllScanOps[(i + k) % 4];
+          const ScanOp op = kAllScanOps[(i + k) % std::size(kAllScanOps)];
           const ScanCase c = stateful_case(op, k % 2 ? DType::bf16 : DType::f32, {1 + i % 3, 40 + 97 * k, 16 + i});
           const ScanCheck check = run_scan_case(c, cpp_runner(own), test_seed());
           if (!check.ok()) failures[static_cast<std::size_t>(i)] += describe_case(c) + "\n" + check.describe();

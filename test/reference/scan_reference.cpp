@@ -44,6 +44,23 @@ void step_partials(ScanOp op, const double* x, double h_prev, double& d_h_prev, 
       d_x[1] = 1.0 - e;
       return;
     }
+    case ScanOp::min_gru_activated: {  // h = (1 - z) h' + z c, z given
+      const double z = x[0];
+      d_h_prev = 1.0 - z;
+      d_x[0] = x[1] - h_prev;
+      d_x[1] = z;
+      return;
+    }
+    case ScanOp::min_lstm_activated: {  // h = (f h' + i c) / (f + (i + eps)), f and i given
+      const double f = x[0], i = x[1], c = x[2];
+      const double s = f + (i + kMinLstmEps);
+      const double h = (f * h_prev + i * c) / s;
+      d_h_prev = f / s;
+      d_x[0] = (h_prev - h) / s;
+      d_x[1] = (c - h) / s;
+      d_x[2] = i / s;
+      return;
+    }
   }
 }
 
@@ -62,6 +79,11 @@ double scan_step(ScanOp op, const double* x, double h_prev) {
       return (f / s) * h_prev + (i / s) * x[2];
     }
     case ScanOp::liquid: return x[1] + (h_prev - x[1]) * std::exp(-1.0 / x[0]);
+    case ScanOp::min_gru_activated: return (1.0 - x[0]) * h_prev + x[0] * x[1];
+    case ScanOp::min_lstm_activated: {
+      const double s = x[0] + (x[1] + kMinLstmEps);
+      return (x[0] / s) * h_prev + (x[1] / s) * x[2];
+    }
   }
   return 0.0;
 }

@@ -10,6 +10,8 @@ exphil_status abi_scan_forward(ScanOp op, const exphil_tensor* const* x, const e
     case ScanOp::min_gru: return exphil_min_gru_forward(x[0], x[1], h0, y, h_final, stream);
     case ScanOp::min_lstm: return exphil_min_lstm_forward(x[0], x[1], x[2], h0, y, h_final, stream);
     case ScanOp::liquid: return exphil_liquid_forward(x[0], x[1], h0, y, h_final, stream);
+    case ScanOp::min_gru_activated:  // no C ABI entry point (scan.hpp, kAbiScanOps)
+    case ScanOp::min_lstm_activated: break;
   }
   return EXPHIL_ERROR_INTERNAL;
 }
@@ -28,6 +30,8 @@ exphil_status abi_scan_backward(ScanOp op, const exphil_tensor* const* x, const 
                                       stream);
     case ScanOp::liquid:
       return exphil_liquid_backward(x[0], x[1], h0, y, gy, gf, gx[0], gx[1], g0, stream);
+    case ScanOp::min_gru_activated:  // no C ABI entry point (scan.hpp, kAbiScanOps)
+    case ScanOp::min_lstm_activated: break;
   }
   return EXPHIL_ERROR_INTERNAL;
 }

@@ -53,6 +53,10 @@ reference::ScanProblem random_scan_problem(ScanOp op, ShapeCase shape, DType dty
     case ScanOp::min_gru: ranges[0] = {-4, 4}; ranges[1] = {-2, 2}; break;
     case ScanOp::min_lstm: ranges[0] = {-4, 4}; ranges[1] = {-4, 4}; ranges[2] = {-2, 2}; break;
     case ScanOp::liquid: ranges[0] = {0.5, 8}; ranges[1] = {-2, 2}; break;
+    // Gates after the sigmoid: sigmoid([-4, 4]) is about [0.018, 0.982].
+    case ScanOp::min_gru_activated: ranges[0] = {0.02, 0.98}; ranges[1] = {-2, 2}; break;
+    case ScanOp::min_lstm_activated:
+      ranges[0] = {0.02, 0.98}; ranges[1] = {0.02, 0.98}; ranges[2] = {-2, 2}; break;
   }
   if (regime == InputRegime::long_memory) {
     switch (op) {
@@ -60,6 +64,10 @@ reference::ScanProblem random_scan_problem(ScanOp op, ShapeCase shape, DType dty
       case ScanOp::min_gru: ranges[0] = {-9, -5}; break;
       case ScanOp::min_lstm: ranges[0] = {5, 9}; ranges[1] = {-9, -5}; break;
       case ScanOp::liquid: ranges[0] = {50, 400}; break;
+      // sigmoid([-9, -5]) and sigmoid([5, 9]) as above
+      case ScanOp::min_gru_activated: ranges[0] = {1.2e-4, 6.7e-3}; break;
+      case ScanOp::min_lstm_activated:
+        ranges[0] = {0.9933, 0.99988}; ranges[1] = {1.2e-4, 6.7e-3}; break;
     }
   }
   for (int k = 0; k < scan_input_count(op); ++k)

@@ -94,4 +94,10 @@ TEST_CASE("reference forward follows each op's definition", "[reference]") {
   const double liquid[] = {2.0, 1.0};  // e = exp(-0.5)
   CHECK(exphil::reference::scan_step(ScanOp::liquid, liquid, h_prev) ==
         Approx(1.0 + (0.5 - 1.0) * std::exp(-0.5)));
+  const double gru_activated[] = {0.25, 2.0};  // z given
+  CHECK(exphil::reference::scan_step(ScanOp::min_gru_activated, gru_activated, h_prev) ==
+        Approx(0.75 * 0.5 + 0.25 * 2.0));
+  const double lstm_activated[] = {0.25, 0.5, 2.0};  // f, i given; s = f + (i + 1e-6)
+  CHECK(exphil::reference::scan_step(ScanOp::min_lstm_activated, lstm_activated, h_prev) ==
+        Approx((0.25 * 0.5 + 0.5 * 2.0) / (0.75 + 1e-6)));
 }

@@ -682,3 +682,78 @@ TEST_CASE("handlers: malformed buffers and attributes", "[xla_ffi]") {
                        "attributes are has_h0?:i1");
   }
 }
+
+TEST_CASE("handlers: the y-only form, h0 required, no final state", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  const auto bf16 = XLA_FFI_DataType_BF16;
+
+  SECTION("forward: y only (no h_final reaches the library), h0 f32 or the sequence dtype") {
+    for (const XLA_FFI_DataType h0_type : {f32, bf16}) {
+      const HandlerOutcome o = CallFrameBuilder(api)
+                                   .operands(2, bf16, {2, 3, 4})  // z, candidate
+                                   .operand(h0_type, {2, 4})      // h0
+                                   .result(bf16, {2, 3, 4})       // y
+                                   .call(exphil_min_gru_activated_fwd);
+      check_reached_library(o, "exphil_min_gru_activated_fwd", {"h_final"});
+    }
+  }
+  SECTION("backward: no grad_h_final, grad_h0 always written, in h0's dtype or f32") {
+    for (const XLA_FFI_DataType state_type : {f32, bf16}) {
+      const HandlerOutcome o = CallFrameBuilder(api)
+                                   .operands(3, bf16, {2, 3, 4})  // f, i, candidate
+                                   .operand(state_type, {2, 4})   // h0
+                                   .operands(2, bf16, {2, 3, 4})  // y, grad_y
+                                   .results(3, bf16, {2, 3, 4})   // grad_f, grad_i, grad_candidate
+                                   .result(state_type, {2, 4})    // grad_h0
+                                   .call(exphil_min_lstm_activated_bwd);
+      check_reached_library(o, "exphil_min_lstm_activated_bwd", {"grad_h_final"});
+    }
+  }
+  SECTION("h0 is required: zero elements are an error naming it, not an absent h0") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})  // tau, target
+                                 .operand(f32, {0})            // h0
+                                 .result(f32, {2, 3, 4})       // y
+                                 .call(exphil_liquid_y_fwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_liquid_y_fwd: operand 'h0': has zero elements"));
+  }
+  SECTION("has_h0 is not an attribute of the y-only targets") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})  // a, b
+                                 .operand(f32, {2, 4})         // h0
+                                 .result(f32, {2, 3, 4})       // y
+                                 .attribute("has_h0", true)
+                                 .call(exphil_linear_scan_y_fwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_linear_scan_y_fwd: attribute 'has_h0': unknown; "));
+  }
+  SECTION("the library checks grad_h0 against h0") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operands(2, f32, {2, 3, 4})  // tau, target
+                                 .operand(f32, {2, 4})         // h0
+                                 .operands(2, f32, {2, 3, 4})  // y, grad_y
+                                 .results(2, f32, {2, 3, 4})   // grad_tau, grad_target
+                                 .result(f32, {2, 5})          // grad_h0
+                                 .call(exphil_liquid_y_bwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_liquid_y_bwd: liquid backward: ") &&
+                              Contains("'grad_h0'"));
+  }
+  SECTION("the activated ops' arguments are named as the library names them") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operand(f32, {2, 3, 4})      // z
+                                 .operand(f32, {2, 3, 5})      // candidate
+                                 .operand(f32, {2, 4})         // h0
+                                 .operands(2, f32, {2, 3, 4})  // y, grad_y
+                                 .results(2, f32, {2, 3, 4})   // grad_z, grad_candidate
+                                 .result(f32, {2, 4})          // grad_h0
+                                 .call(exphil_min_gru_activated_bwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message,
+               StartsWith("exphil_min_gru_activated_bwd: min_gru_activated backward: argument "
+                          "'candidate'"));
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}

@@ -26,6 +26,10 @@ const std::set<std::string> kContractTargets = {
     "exphil_min_gru_bwd",        "exphil_min_lstm_fwd",       "exphil_min_lstm_bwd",
     "exphil_liquid_fwd",         "exphil_liquid_bwd",         "exphil_selective_scan_fwd",
     "exphil_selective_scan_bwd", "exphil_attention_fwd",      "exphil_attention_bwd",
+    // y-only form (Edifice's operand and result lists)
+    "exphil_linear_scan_y_fwd", "exphil_min_gru_y_fwd", "exphil_liquid_y_fwd",
+    "exphil_liquid_y_bwd", "exphil_min_gru_activated_fwd", "exphil_min_gru_activated_bwd",
+    "exphil_min_lstm_activated_fwd", "exphil_min_lstm_activated_bwd",
 };
 
 bool is_loaded(const char* path) {

@@ -10,13 +10,18 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     op through `Nx.block(%Edifice.Block.FusedOp{op: op, attrs: %{}}, args,
     template, default_fun)`: 47 ops, 29 forward and 18 backward
     (`ops/0`). EXLA turns a block into a custom call only when the target
-    takes exactly the block's operands and returns exactly its template, and
-    no target of ours does that for any Edifice op today (ours return
-    `h_final` besides `y`, take pre-sigmoid gates, want `lse` in the attention
-    backward, take optional operands Edifice does not pass...), so `call/4`
-    answers `:skip` for every op. `ops/0` says, op by op, what differs and the
-    smallest handler variant or kernel op that would make it native;
-    `mix_stub/EDIFICE.md` is the long form.
+    takes exactly the block's operands and returns exactly its template. The
+    scan targets of the y-only form (`exphil_<op>_y_fwd`,
+    `exphil_liquid_y_bwd`, `exphil_min_gru_activated_*`,
+    `exphil_min_lstm_activated_*`) do that for 10 of them (the `:native`
+    rows: MinGRU, MinLSTM, Real-GRU, liquid and linear scans, the ELU-GRU and
+    Real-GRU backward ops), and `native_block/3` gives their custom call;
+    `call/4` answers with it only under an EXLA that pins layouts (see
+    `call/4`), and `:skip` otherwise and for every other op (ours return
+    `h_final` besides `y`, want `lse` in the attention backward, take
+    optional operands Edifice does not pass...). `ops/0` says, op by op, what
+    differs and the smallest handler variant or kernel op that would make it
+    native; `mix_stub/EDIFICE.md` is the long form.
 
     ## The native tier is opt-in
 
@@ -95,25 +100,30 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     # The smallest changes that would make ops native (`variants/0`).
     @variants %{
       v1:
-        "A forward target with y as its only result (no h_final) that takes h0 as Edifice " <>
-          "passes it (always present: zeros of the input dtype). No kernel change: h_final is " <>
-          "optional in the C API.",
+        "Done: forward targets exphil_<op>_y_fwd with y as the only result (no h_final) that " <>
+          "take h0 as Edifice passes it (always present: zeros of the input dtype). No kernel " <>
+          "change: h_final is optional in the C API.",
       v2:
-        "A backward target without the grad_h_final operand: (inputs..., h0, y, grad_y) -> " <>
-          "(input gradients..., grad_h0). No kernel change: an absent grad_h_final is the C " <>
-          "API's default.",
+        "Done: a backward target without the grad_h_final operand, exphil_liquid_y_bwd: " <>
+          "(tau, target, h0, y, grad_y) -> (grad_tau, grad_target, grad_h0). No kernel " <>
+          "change: an absent grad_h_final is the C API's default.",
       v2b:
         "exphil_linear_scan_bwd without the b and grad_h_final operands: (a, h0, y, grad_y) -> " <>
-          "(grad_a, grad_b, grad_h0). No kernel change: LinearScanOp's gradients never read b, " <>
-          "so the handler can pass a in b's place.",
+          "(grad_a, grad_b, grad_h0). Needs a kernel change: the backward kernel rebuilds the " <>
+          "states h_{t-1} in each tile from one row of y and the forward maps (a_t, b_t) " <>
+          "(cuda/scan/scan_backward.cuh), so it reads b and a in b's place gives wrong states; " <>
+          "it would have to read h_{t-1} from y at every step, or take b = y_t - a_t y_{t-1}.",
       k1:
-        "A scan coefficient op (cuda/scan/scan_ops.cuh) for min_gru on a post-sigmoid gate: " <>
-          "a = 1 - z, b = z c; grad_z = g (c - h_prev), grad_c = g z. Targets (z, candidate, " <>
-          "h0) -> y and (z, candidate, h0, y, grad_y) -> (grad_z, grad_candidate, grad_h0).",
+        "Done: a scan coefficient op (cuda/scan/scan_ops.cuh, MinGruActivatedOp) for min_gru " <>
+          "on a post-sigmoid gate: a = 1 - z, b = z c; grad_z = g (c - h_prev), grad_c = g z. " <>
+          "Targets exphil_min_gru_activated_fwd (z, candidate, h0) -> y and " <>
+          "exphil_min_gru_activated_bwd (z, candidate, h0, y, grad_y) -> (grad_z, " <>
+          "grad_candidate, grad_h0).",
       k2:
-        "A scan coefficient op for min_lstm on post-sigmoid gates: s = f + i + 1e-6, " <>
-          "a = f/s, b = (i/s) c, gradients as MinLstmOp's without the sigmoid slopes. Targets " <>
-          "as V1 and V2.",
+        "Done: a scan coefficient op (MinLstmActivatedOp) for min_lstm on post-sigmoid gates: " <>
+          "s = f + (i + 1e-6) as Edifice groups it, a = f/s, b = (i/s) c, gradients as " <>
+          "MinLstmOp's without the sigmoid slopes. Targets exphil_min_lstm_activated_fwd and " <>
+          "exphil_min_lstm_activated_bwd, in the forms of V1 and V2.",
       k3:
         "A scan coefficient op a = sigmoid(a_vals), b = b_vals (linear_scan with a sigmoid " <>
           "on a), with a V1 target; its backward is V2b.",
@@ -198,14 +208,15 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:z, :candidates, :h0],
         results: [:y],
         ours: :min_gru,
-        status: :kernel_op,
+        status: :native,
         variant: :k1,
+        change: "exphil_min_gru_activated_fwd",
+        target: "exphil_min_gru_activated_fwd",
         models: [:min_gru],
         reason:
-          "same recurrence h = (1 - z) h + z c (cuda/fused_scan.ex:523), but Edifice applies " <>
-            "the sigmoid before the op (cuda/fused_scan.ex:459) and passes z, while " <>
-            "exphil_min_gru_fwd takes the logit and applies it itself; the target also returns " <>
-            "h_final (2 results, Edifice's template has 1)"
+          "native: the recurrence h = (1 - z) h + z c (cuda/fused_scan.ex:523) on the " <>
+            "post-sigmoid z Edifice passes (cuda/fused_scan.ex:459), y only; " <>
+            "MinGruActivatedOp computes a = 1 - z in f32 from the z it is given"
       },
       %{
         index: 2,
@@ -216,14 +227,15 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:f, :i, :candidates, :h0],
         results: [:y],
         ours: :min_lstm,
-        status: :kernel_op,
+        status: :native,
         variant: :k2,
+        change: "exphil_min_lstm_activated_fwd",
+        target: "exphil_min_lstm_activated_fwd",
         models: [:min_lstm],
         reason:
-          "same normalised recurrence as ours, inside the op: s = f + (i + 1.0e-6), " <>
-            "h = (f/s) h + (i/s) c (cuda/fused_scan.ex:585-597; ours s = f + i + 1e-6), but the " <>
-            "sigmoids are applied before the op (cuda/fused_scan.ex:488-489) and " <>
-            "exphil_min_lstm_fwd takes the logits; the target also returns h_final"
+          "native: Edifice's normalisation s = f + (i + 1.0e-6), h = (f/s) h + (i/s) c " <>
+            "(cuda/fused_scan.ex:585-597), grouped and divided as Edifice does, on the " <>
+            "post-sigmoid f and i Edifice passes (cuda/fused_scan.ex:488-489), y only"
       },
       %{
         index: 3,
@@ -249,13 +261,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:gates, :candidates, :h0],
         results: [:y],
         ours: :min_gru,
-        status: :handler_variant,
+        status: :native,
         variant: :v1,
-        change: "exphil_min_gru_fwd, y only",
+        change: "exphil_min_gru_y_fwd",
+        target: "exphil_min_gru_y_fwd",
         reason:
-          "exactly min_gru on raw gates, sigmoid inside the op (cuda/fused_scan.ex:753-754), " <>
-            "but exphil_min_gru_fwd returns y and h_final and EXLA's custom call returns " <>
-            "exactly the block's template (y)"
+          "native: exactly min_gru on raw gates, sigmoid inside the op " <>
+            "(cuda/fused_scan.ex:753-754); exphil_min_gru_y_fwd is exphil_min_gru_fwd with h0 " <>
+            "required and y its only result"
       },
       %{
         index: 5,
@@ -281,13 +294,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:tau, :activation, :h0],
         results: [:y],
         ours: :liquid,
-        status: :handler_variant,
+        status: :native,
         variant: :v1,
-        change: "exphil_liquid_fwd, y only",
+        change: "exphil_liquid_y_fwd",
+        target: "exphil_liquid_y_fwd",
         reason:
-          "same recurrence h = act + (h - act) exp(-1/tau) (cuda/fused_scan.ex:824-825; ours " <>
-            "computes 1 - exp(-1/tau) as -expm1(-1/tau)), but exphil_liquid_fwd also returns " <>
-            "h_final"
+          "native: the recurrence h = act + (h - act) exp(-1/tau) (cuda/fused_scan.ex:824-825; " <>
+            "ours computes 1 - exp(-1/tau) as -expm1(-1/tau)), y only"
       },
       %{
         index: 7,
@@ -298,12 +311,11 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a_vals, :b_vals, :h0],
         results: [:y],
         ours: :linear_scan,
-        status: :handler_variant,
+        status: :native,
         variant: :v1,
-        change: "exphil_linear_scan_fwd, y only",
-        reason:
-          "same recurrence h = a h + b (cuda/fused_scan.ex:876), but exphil_linear_scan_fwd " <>
-            "also returns h_final"
+        change: "exphil_linear_scan_y_fwd",
+        target: "exphil_linear_scan_y_fwd",
+        reason: "native: the recurrence h = a h + b (cuda/fused_scan.ex:876), y only"
       },
       %{
         index: 8,
@@ -593,14 +605,15 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:z, :candidates, :h0, :fwd, :g],
         results: [:grad_z, :grad_cand, :grad_h0],
         ours: :min_gru,
-        status: :kernel_op,
+        status: :native,
         variant: :k1,
+        change: "exphil_min_gru_activated_bwd",
+        target: "exphil_min_gru_activated_bwd",
         models: [:min_gru],
         reason:
-          "gradient with respect to the post-sigmoid z, dz = dh (c - h_prev) " <>
-            "(cuda/fused_scan.ex:570, in 548-581); Edifice applies z (1 - z) afterwards " <>
-            "(cuda/fused_scan.ex:478), while exphil_min_gru_bwd returns the gradient of the " <>
-            "logit and takes a grad_h_final operand (6 operands, Edifice passes 5)"
+          "native: the gradient with respect to the post-sigmoid z, dz = dh (c - h_prev), " <>
+            "dc = dh z, dh_prev = dh (1 - z) (cuda/fused_scan.ex:570-572, in 548-581); Edifice " <>
+            "applies z (1 - z) afterwards (cuda/fused_scan.ex:478); no grad_h_final"
       },
       %{
         index: 2,
@@ -611,15 +624,16 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:f, :i, :candidates, :h0, :fwd, :g],
         results: [:grad_f, :grad_i, :grad_cand, :grad_h0],
         ours: :min_lstm,
-        status: :kernel_op,
+        status: :native,
         variant: :k2,
+        change: "exphil_min_lstm_activated_bwd",
+        target: "exphil_min_lstm_activated_bwd",
         models: [:min_lstm],
         reason:
-          "gradients with respect to the post-sigmoid f and i through the normalisation " <>
-            "(cuda/fused_scan.ex:623-676, the same quotient rule as ours); Edifice applies the " <>
-            "sigmoid slopes afterwards (cuda/fused_scan.ex:508-509), while exphil_min_lstm_bwd " <>
-            "returns gradients of the logits and takes grad_h_final (7 operands, Edifice " <>
-            "passes 6)"
+          "native: the gradients with respect to the post-sigmoid f and i through the " <>
+            "normalisation (cuda/fused_scan.ex:623-676, the quotient rule of MinLstmOp without " <>
+            "the sigmoid slopes, which Edifice applies afterwards: cuda/fused_scan.ex:508-509); " <>
+            "no grad_h_final"
       },
       %{
         index: 3,
@@ -630,11 +644,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:z, :c, :h0, :fwd, :g],
         results: [:grad_z, :grad_c, :grad_h0],
         ours: :min_gru,
-        status: :kernel_op,
+        status: :native,
         variant: :k1,
+        change: "exphil_min_gru_activated_bwd",
+        target: "exphil_min_gru_activated_bwd",
         reason:
-          "takes post-activation z and c = 1 + elu(candidates) (cuda/fused_scan.ex:686-687) " <>
-            "and is the MinGRU backward on them (cuda/fused_scan.ex:941-974): K1's backward"
+          "native: takes post-activation z and c = 1 + elu(candidates) " <>
+            "(cuda/fused_scan.ex:686-687) and is the MinGRU backward on them " <>
+            "(cuda/fused_scan.ex:941-974): K1's backward"
       },
       %{
         index: 4,
@@ -645,11 +662,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:z, :candidates, :h0, :fwd, :g],
         results: [:grad_z, :grad_cand, :grad_h0],
         ours: :min_gru,
-        status: :kernel_op,
+        status: :native,
         variant: :k1,
+        change: "exphil_min_gru_activated_bwd",
+        target: "exphil_min_gru_activated_bwd",
         reason:
-          "the MinGRU backward on the post-sigmoid z (cuda/fused_scan.ex:995-998 delegates to " <>
-            "mingru_backward_fallback): K1's backward"
+          "native: the MinGRU backward on the post-sigmoid z (cuda/fused_scan.ex:995-998 " <>
+            "delegates to mingru_backward_fallback): K1's backward"
       },
       %{
         index: 5,
@@ -660,12 +679,12 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a, :h0, :fwd, :g],
         results: [:grad_a, :grad_b, :grad_h0],
         ours: :linear_scan,
-        status: :handler_variant,
+        status: :kernel_op,
         variant: :v2b,
         reason:
           "takes the post-sigmoid a (cuda/fused_scan.ex:768) and is the linear-scan backward " <>
             "(cuda/fused_scan.ex:1019-1022), without b or grad_h_final operands: " <>
-            "exphil_linear_scan_bwd takes 6"
+            "exphil_linear_scan_bwd takes 6, and its kernel reads b (V2b)"
       },
       %{
         index: 6,
@@ -676,13 +695,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:tau, :activation, :h0, :fwd, :g],
         results: [:grad_tau, :grad_activation, :grad_h0],
         ours: :liquid,
-        status: :handler_variant,
+        status: :native,
         variant: :v2,
-        change: "exphil_liquid_bwd without grad_h_final",
+        change: "exphil_liquid_y_bwd",
+        target: "exphil_liquid_y_bwd",
         reason:
-          "the same gradients as ours, dtau = dh (h_prev - act) e / tau^2, dact = dh (1 - e) " <>
-            "(cuda/fused_scan.ex:1202-1238), but exphil_liquid_bwd takes a sixth operand, " <>
-            "grad_h_final"
+          "native: the same gradients as ours, dtau = dh (h_prev - act) e / tau^2, " <>
+            "dact = dh (1 - e) (cuda/fused_scan.ex:1202-1238); exphil_liquid_y_bwd is " <>
+            "exphil_liquid_bwd with h0 required and no grad_h_final"
       },
       %{
         index: 7,
@@ -693,12 +713,12 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a_vals, :h0, :fwd, :g],
         results: [:grad_a, :grad_b, :grad_h0],
         ours: :linear_scan,
-        status: :handler_variant,
+        status: :kernel_op,
         variant: :v2b,
         reason:
           "the same gradients as ours (cuda/fused_scan.ex:884-916), but Edifice passes no " <>
             "b_vals (cuda/fused_scan.ex:859-866) and no grad_h_final: 4 operands, " <>
-            "exphil_linear_scan_bwd takes 6"
+            "exphil_linear_scan_bwd takes 6, and its kernel reads b (V2b)"
       },
       %{
         index: 8,
@@ -930,15 +950,15 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     traced inside `defn` and carry no eager flag, so they are never native
     without it), the op's row is `:native`, its attributes apply to these
     operands, and `ExPhil.Native.CustomCall.spec/4` accepts the call (inputs
-    the kernels take, handlers registered). Today no row is `:native`, so it
-    is always `:skip`.
+    the kernels take, handlers registered). With the vendored EXLA, which does
+    not pin layouts, it is always `:skip`; `native_block/3` gives what it
+    would answer with.
     """
     @spec call(struct(), term(), [Nx.Tensor.t()], term()) :: :skip | {:ok, struct()}
     def call(%FusedOp{op: op}, out, args, client) do
       with true <- CustomCall.layouts_pinned?(),
            true <- match?(%{platform: :cuda}, client),
-           {:ok, %{status: :native} = row} <- fetch(op),
-           {:ok, %Block{} = block} <- block(row, out, args) do
+           {:ok, %Block{} = block} <- native_block(%FusedOp{op: op}, out, args) do
         CustomCall.spec(block, out, args, client)
       else
         _ -> :skip
@@ -946,6 +966,23 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     end
 
     def call(_struct, _out, _args, _client), do: :skip
+
+    @doc """
+    The `ExPhil.Native.Block` (target and attribute values) that `call/4`
+    turns into a custom call for an Edifice fused-op block with these
+    operands (`args`) and output template (`out`), whatever the client and
+    the EXLA: `{:ok, block}` for a `:native` row, or `{:skip, reason}`.
+    `ExPhil.Native.CustomCall.fields/3` of the block gives the Spec's fields.
+    """
+    @spec native_block(struct(), term(), [Nx.Tensor.t()]) ::
+            {:ok, Block.t()} | {:skip, String.t()}
+    def native_block(%FusedOp{op: op}, out, args) do
+      case fetch(op) do
+        {:ok, %{status: :native} = row} -> block(row, out, args)
+        {:ok, row} -> {:skip, "#{op} is not native (#{row.status})"}
+        :error -> {:skip, "#{inspect(op)} is not an Edifice fused op"}
+      end
+    end
 
     @doc false
     # The ExPhil.Native.Block a row's target makes of a call, or {:skip, reason}.
