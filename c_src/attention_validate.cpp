@@ -253,7 +253,10 @@ Status validate_attention_backward(const AttentionBackwardArgs& args,
   EXPHIL_RETURN_IF_ERROR(
       check_inputs(check, args.in, args.options, params.d_q, params.d_k, params.d_v));
   EXPHIL_RETURN_IF_ERROR(check.rows("o", args.o, Rows::query, false, false, params.d_o));
-  EXPHIL_RETURN_IF_ERROR(check.lse(args.lse, false, false, params.d_lse));
+  if (args.recompute_lse && args.lse)
+    return {StatusCode::invalid_argument,
+            arg_prefix("lse") + "expected NULL with recompute_lse (the call computes it)"};
+  EXPHIL_RETURN_IF_ERROR(check.lse(args.lse, args.recompute_lse, false, params.d_lse));
   EXPHIL_RETURN_IF_ERROR(check.rows("grad_o", args.grad_o, Rows::query, false, false, params.d_grad_o));
   EXPHIL_RETURN_IF_ERROR(check.rows("grad_q", args.grad_q, Rows::query, true, true, params.d_grad_q));
   EXPHIL_RETURN_IF_ERROR(check.rows("grad_k", args.grad_k, Rows::key, true, true, params.d_grad_k));

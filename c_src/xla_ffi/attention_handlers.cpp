@@ -1,6 +1,13 @@
-// The attention handlers, exphil_attention_fwd and _bwd. The mask, window,
-// layout, scale and precision attributes are passed to the library
-// unchecked; it reports bad values with the names of exphil.h.
+// The attention handlers, exphil_attention_fwd and _bwd, and
+// exphil_attention_o_fwd, Edifice's :fused_flash_attention: the forward with
+// o as its only result (lse not computed: NULL in the C++ API) and a fourth
+// operand, Edifice's causal flag, bound but never read (its value comes as
+// the mask attribute); exphil_attention_o_bwd, Edifice's
+// :fused_flash_attention_backward: the backward without lse (recompute_lse
+// in the C++ API: a forward pass into the library's workspace) and the same
+// unread flag, last. The mask, window, layout, scale and precision
+// attributes are passed to the library unchecked; it reports bad values with
+// the names of exphil.h.
 #include <cstdint>
 
 #include "attributes.hpp"
@@ -18,11 +25,16 @@ namespace {
 
 constexpr const TargetRow& kForward = target_row("exphil_attention_fwd");
 constexpr const TargetRow& kBackward = target_row("exphil_attention_bwd");
+constexpr const TargetRow& kOForward = target_row("exphil_attention_o_fwd");
+constexpr const TargetRow& kOBackward = target_row("exphil_attention_o_bwd");
 
 // forward() and backward() below take the buffers of the rows in this order.
 static_assert(kForward.operands == "q k v" && kForward.results == "o lse");
 static_assert(kBackward.operands == "q k v o lse grad_o" &&
               kBackward.results == "grad_q grad_k grad_v");
+static_assert(kOForward.operands == "q k v flag" && kOForward.results == "o");
+static_assert(kOBackward.operands == "q k v o grad_o flag" &&
+              kOBackward.results == "grad_q grad_k grad_v");
 
 // The attributes of both directions.
 AttentionOptions options_of(CallAttributes& attrs) {
@@ -79,6 +91,41 @@ ffi::Error backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi:
   return to_ffi_error(kBackward.name, attention_backward(args, stream));
 }
 
+// `flag` is never read (not even its element type: any buffer binds).
+ffi::Error o_forward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi::AnyBuffer q,
+                     ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer /*flag*/,
+                     ffi::Result<ffi::AnyBuffer> o) {
+  CallAttributes attrs(kOForward, attributes);
+  AttentionForwardArgs args;
+  args.options = options_of(attrs);
+  if (!attrs.ok()) return attrs.error();
+  BufferViews views(kOForward.name);
+  args.in = describe_inputs(views, q, k, v);
+  args.o = views.result("o", *o);
+  if (!views.ok()) return views.error();
+  return to_ffi_error(kOForward.name, attention_forward(args, stream));
+}
+
+ffi::Error o_backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi::AnyBuffer q,
+                      ffi::AnyBuffer k, ffi::AnyBuffer v, ffi::AnyBuffer o, ffi::AnyBuffer grad_o,
+                      ffi::AnyBuffer /*flag*/, ffi::Result<ffi::AnyBuffer> grad_q,
+                      ffi::Result<ffi::AnyBuffer> grad_k, ffi::Result<ffi::AnyBuffer> grad_v) {
+  CallAttributes attrs(kOBackward, attributes);
+  AttentionBackwardArgs args;
+  args.options = options_of(attrs);
+  if (!attrs.ok()) return attrs.error();
+  BufferViews views(kOBackward.name);
+  args.in = describe_inputs(views, q, k, v);
+  args.o = views.operand("o", o);
+  args.recompute_lse = true;
+  args.grad_o = views.operand("grad_o", grad_o);
+  args.grad_q = views.result("grad_q", *grad_q);
+  args.grad_k = views.result("grad_k", *grad_k);
+  args.grad_v = views.result("grad_v", *grad_v);
+  if (!views.ok()) return views.error();
+  return to_ffi_error(kOBackward.name, attention_backward(args, stream));
+}
+
 }  // namespace
 
 }  // namespace exphil::xla_ffi
@@ -106,6 +153,28 @@ XLA_FFI_Error* exphil_attention_bwd(XLA_FFI_CallFrame* call_frame) {
         xf::stream_attributes_and_buffers<xf::operand_count(xf::kBackward),
                                           xf::result_count(xf::kBackward)>()
             .To(xf::backward, xf::kHandlerTraits)
+            .release();
+    return handler->Call(f);
+  });
+}
+
+XLA_FFI_Error* exphil_attention_o_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::guarded_call(xf::kOForward.name, call_frame, [](XLA_FFI_CallFrame* f) {
+    static const auto* const handler =
+        xf::stream_attributes_and_buffers<xf::operand_count(xf::kOForward),
+                                          xf::result_count(xf::kOForward)>()
+            .To(xf::o_forward, xf::kHandlerTraits)
+            .release();
+    return handler->Call(f);
+  });
+}
+
+XLA_FFI_Error* exphil_attention_o_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::guarded_call(xf::kOBackward.name, call_frame, [](XLA_FFI_CallFrame* f) {
+    static const auto* const handler =
+        xf::stream_attributes_and_buffers<xf::operand_count(xf::kOBackward),
+                                          xf::result_count(xf::kOBackward)>()
+            .To(xf::o_backward, xf::kHandlerTraits)
             .release();
     return handler->Call(f);
   });

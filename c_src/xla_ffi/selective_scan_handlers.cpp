@@ -1,7 +1,10 @@
 // The selective-scan handlers, exphil_selective_scan_fwd and _bwd. The
 // optional inputs (dt_bias, D, z, h0) and grad_h_final are absent when their
 // has_* attribute is false or, without it, when their buffer has zero
-// elements, since an XLA custom call has a fixed operand list.
+// elements, since an XLA custom call has a fixed operand list. And
+// exphil_selective_scan_y_bwd, Edifice's :fused_selective_scan_backward: the
+// same backward without those operands (all absent) and without grad_A (not
+// computed: the C++ API leaves a NULL gradient unwritten).
 #include "attributes.hpp"
 #include "buffer_views.hpp"
 #include "error_mapping.hpp"
@@ -17,6 +20,7 @@ namespace {
 
 constexpr const TargetRow& kForward = target_row("exphil_selective_scan_fwd");
 constexpr const TargetRow& kBackward = target_row("exphil_selective_scan_bwd");
+constexpr const TargetRow& kYBackward = target_row("exphil_selective_scan_y_bwd");
 
 // forward() and backward() below take the buffers of the rows in this order.
 static_assert(kForward.operands == "x dt A B C dt_bias? D? z? h0?" &&
@@ -24,6 +28,8 @@ static_assert(kForward.operands == "x dt A B C dt_bias? D? z? h0?" &&
 static_assert(kBackward.operands == "x dt A B C dt_bias? D? z? h0? grad_y grad_h_final?" &&
               kBackward.results ==
                   "grad_x grad_dt grad_A grad_B grad_C grad_dt_bias? grad_D? grad_z? grad_h0?");
+static_assert(kYBackward.operands == "x dt A B C grad_y" &&
+              kYBackward.results == "grad_x grad_dt grad_B grad_C");
 
 // The inputs of both directions, with the presence of each optional one.
 struct InputPresence {
@@ -44,18 +50,26 @@ SelectiveScanOptions options_of(CallAttributes& attrs) {
   return options;
 }
 
-SelectiveScanInputs describe_inputs(BufferViews& views, const InputPresence& presence,
-                                    const ffi::AnyBuffer& x, const ffi::AnyBuffer& dt,
-                                    const ffi::AnyBuffer& A, const ffi::AnyBuffer& B,
-                                    const ffi::AnyBuffer& C, const ffi::AnyBuffer& dt_bias,
-                                    const ffi::AnyBuffer& D, const ffi::AnyBuffer& z,
-                                    const ffi::AnyBuffer& h0) {
+// The required inputs; the optional ones absent.
+SelectiveScanInputs describe_required_inputs(BufferViews& views, const ffi::AnyBuffer& x,
+                                             const ffi::AnyBuffer& dt, const ffi::AnyBuffer& A,
+                                             const ffi::AnyBuffer& B, const ffi::AnyBuffer& C) {
   SelectiveScanInputs in;
   in.x = views.operand("x", x);
   in.dt = views.operand("dt", dt);
   in.A = views.operand("A", A);
   in.B = views.operand("B", B);
   in.C = views.operand("C", C);
+  return in;
+}
+
+SelectiveScanInputs describe_inputs(BufferViews& views, const InputPresence& presence,
+                                    const ffi::AnyBuffer& x, const ffi::AnyBuffer& dt,
+                                    const ffi::AnyBuffer& A, const ffi::AnyBuffer& B,
+                                    const ffi::AnyBuffer& C, const ffi::AnyBuffer& dt_bias,
+                                    const ffi::AnyBuffer& D, const ffi::AnyBuffer& z,
+                                    const ffi::AnyBuffer& h0) {
+  SelectiveScanInputs in = describe_required_inputs(views, x, dt, A, B, C);
   in.dt_bias = views.optional_operand("dt_bias", dt_bias, presence.dt_bias);
   in.D = views.optional_operand("D", D, presence.D);
   in.z = views.optional_operand("z", z, presence.z);
@@ -114,6 +128,26 @@ ffi::Error backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi:
   return to_ffi_error(kBackward.name, selective_scan_backward(args, stream));
 }
 
+ffi::Error y_backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi::AnyBuffer x,
+                      ffi::AnyBuffer dt, ffi::AnyBuffer A, ffi::AnyBuffer B, ffi::AnyBuffer C,
+                      ffi::AnyBuffer grad_y, ffi::Result<ffi::AnyBuffer> grad_x,
+                      ffi::Result<ffi::AnyBuffer> grad_dt, ffi::Result<ffi::AnyBuffer> grad_B,
+                      ffi::Result<ffi::AnyBuffer> grad_C) {
+  CallAttributes attrs(kYBackward, attributes);
+  SelectiveScanBackwardArgs args;
+  args.options = options_of(attrs);
+  if (!attrs.ok()) return attrs.error();
+  BufferViews views(kYBackward.name);
+  args.in = describe_required_inputs(views, x, dt, A, B, C);
+  args.grad_y = views.operand("grad_y", grad_y);
+  args.grad_x = views.result("grad_x", *grad_x);
+  args.grad_dt = views.result("grad_dt", *grad_dt);
+  args.grad_B = views.result("grad_B", *grad_B);
+  args.grad_C = views.result("grad_C", *grad_C);
+  if (!views.ok()) return views.error();
+  return to_ffi_error(kYBackward.name, selective_scan_backward(args, stream));
+}
+
 }  // namespace
 
 }  // namespace exphil::xla_ffi
@@ -141,6 +175,17 @@ XLA_FFI_Error* exphil_selective_scan_bwd(XLA_FFI_CallFrame* call_frame) {
         xf::stream_attributes_and_buffers<xf::operand_count(xf::kBackward),
                                           xf::result_count(xf::kBackward)>()
             .To(xf::backward, xf::kHandlerTraits)
+            .release();
+    return handler->Call(f);
+  });
+}
+
+XLA_FFI_Error* exphil_selective_scan_y_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::guarded_call(xf::kYBackward.name, call_frame, [](XLA_FFI_CallFrame* f) {
+    static const auto* const handler =
+        xf::stream_attributes_and_buffers<xf::operand_count(xf::kYBackward),
+                                          xf::result_count(xf::kYBackward)>()
+            .To(xf::y_backward, xf::kHandlerTraits)
             .release();
     return handler->Call(f);
   });

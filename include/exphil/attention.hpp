@@ -54,6 +54,11 @@ struct AttentionBackwardArgs {
   AttentionOptions options;
   const Tensor* o = nullptr;       // the forward's output
   const Tensor* lse = nullptr;     // the forward's log-sum-exp [B, Hq, T], f32
+  // Without the forward's lse: lse must then be NULL, and the call
+  // recomputes it with a forward pass (its o discarded) into temporary
+  // memory (B * Hq * T floats and an o-sized block more), taken as the
+  // backward's own (capture-safe). Not in the C ABI.
+  bool recompute_lse = false;
   const Tensor* grad_o = nullptr;  // the shape and dtype of q
   const Tensor* grad_q = nullptr;  // optional outputs, the shapes of q, k, v
   const Tensor* grad_k = nullptr;

@@ -90,6 +90,12 @@
  *                                        grad_C, grad_dt_bias, grad_D,
  *                                        grad_z, grad_h0 (the last four the
  *                                        gradients of the optional inputs)
+ *   exphil_selective_scan_y_bwd  (Edifice's :fused_selective_scan_backward)
+ *                              operands: x, dt, A, B, C, grad_y
+ *                              results:  grad_x, grad_dt, grad_B, grad_C
+ *                              the backward above with no optional inputs,
+ *                              no grad_h_final and grad_A not computed;
+ *                              attributes softplus, clamp, dt_min, dt_max.
  *
  * Attention (exphil.h, "attention"). No optional operands. Attributes: mask
  * (i32: 0 none, 1 causal, 2 window), window (i32), layout (i32: 0 BHTD, 1
@@ -99,6 +105,18 @@
  *                         results:  o (the shape of q), lse [B, Hq, T] f32
  *   exphil_attention_bwd  operands: q, k, v, o, lse, grad_o
  *                         results:  grad_q, grad_k, grad_v
+ *   exphil_attention_o_fwd  (Edifice's :fused_flash_attention)
+ *                         operands: q, k, v, flag (never read: any type
+ *                                   and shape; the caller gives its value
+ *                                   as the mask attribute)
+ *                         results:  o (the forward above without lse)
+ *   exphil_attention_o_bwd  (Edifice's :fused_flash_attention_backward)
+ *                         operands: q, k, v, o, grad_o, flag (never read)
+ *                         results:  grad_q, grad_k, grad_v
+ *                         the backward above without lse: each call
+ *                         recomputes it with a forward pass into the
+ *                         library's temporary memory (capture-safe, as
+ *                         below), whose o it discards.
  *
  * Errors. A failing handler returns an XLA error whose message starts with
  * the target name, then the library's message (or the handler's, naming the
@@ -156,6 +174,9 @@ EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_fwd(struct XLA_FFI_CallFr
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_attention_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_attention_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_y_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_bwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

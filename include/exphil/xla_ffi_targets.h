@@ -15,6 +15,10 @@
  *             elements (JAX's callers pass shape [0]). An absent operand's
  *             buffer is never read; with has_h0 = false it may be of any
  *             shape (Nx, which has no zero-size dimension, passes a scalar).
+ *             "flag" is an operand the handler never reads, of any type and
+ *             shape: it is bound only so that the target takes a caller's
+ *             operand list as it is (Edifice's causal flag tensor, whose
+ *             value the caller gives as an attribute instead).
  * results     the result names in order. "grad_h0?" is the gradient of the
  *             optional operand h0: written only when h0 is present, and
  *             otherwise never touched (any shape with has_h0 = false, zero
@@ -51,7 +55,10 @@
   EXPHIL_XLA_FFI_TARGET(exphil_min_gru_activated_fwd, "z candidate h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_min_gru_activated_bwd, "z candidate h0 y grad_y", "grad_z grad_candidate grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_min_lstm_activated_fwd, "f i candidate h0", "y", "") \
-  EXPHIL_XLA_FFI_TARGET(exphil_min_lstm_activated_bwd, "f i candidate h0 y grad_y", "grad_f grad_i grad_candidate grad_h0", "")
+  EXPHIL_XLA_FFI_TARGET(exphil_min_lstm_activated_bwd, "f i candidate h0 y grad_y", "grad_f grad_i grad_candidate grad_h0", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_y_bwd, "x dt A B C grad_y", "grad_x grad_dt grad_B grad_C", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_fwd, "q k v flag", "o", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_bwd, "q k v o grad_o flag", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

@@ -197,42 +197,113 @@ defmodule ExPhil.Native.EdificeTest do
       assert NativeEdifice.call(struct, out, operands, client(:cuda)) == :skip
       assert NativeEdifice.call(struct, out, operands, client(:host)) == :skip
 
-      if row.status == :native,
-        do: assert_native_block(row, struct, out, operands),
-        else: assert({:skip, _} = NativeEdifice.native_block(struct, out, operands))
+      cond do
+        row.status != :native ->
+          assert {:skip, _} = NativeEdifice.native_block(struct, out, operands)
+
+        # The attention rows of these small blocks (head width 2 or 4) are
+        # :skip for the width alone; the wide blocks are checked in
+        # "the selective-scan backward and attention blocks".
+        row.target in ["exphil_attention_o_fwd", "exphil_attention_o_bwd"] and
+            elem(Nx.shape(hd(operands)), 3) < 32 ->
+          assert {:skip, "the kernels take head widths " <> _} =
+                   NativeEdifice.native_block(struct, out, operands)
+
+        true ->
+          assert_native_block(row, struct, out, operands)
+      end
     end
   end
 
   # The block of a :native row: its target takes exactly the block's operands
   # and returns exactly its template (ExPhil.Native.CustomCall.fields/3 checks
-  # the counts), with no attribute and no optional operand or result; the
-  # sequences are [B, T, H] and the states (h0, grad_h0) [B, H], all of the
-  # first operand's type (Edifice's templates), which the handlers take.
+  # the counts), with no optional operand or result, every buffer of the shape
+  # and type the handler takes (block_shapes/3), and the attributes the
+  # target's contract needs. Returns the attributes as MLIR text.
   defp assert_native_block(row, struct, out, operands) do
     assert {:ok, %ExPhil.Native.Block{} = block} =
              NativeEdifice.native_block(struct, out, operands)
 
     assert block.target == row.target and block.eager == false and block.unsupported == nil
-    assert block.attributes == %{}
     target = ExPhil.Native.Targets.fetch!(row.target)
 
-    assert %{call_target_name: name, attributes: []} =
+    assert %{call_target_name: name, attributes: attributes} =
              ExPhil.Native.CustomCall.fields(block, out, operands)
 
     assert name == row.target
-    assert target.attributes == []
     assert Enum.all?(target.operands, &match?({_, :required}, &1))
     assert Enum.all?(target.results, &match?({_, :always}, &1))
+    assert Enum.map(attributes, &elem(&1, 0)) == Enum.map(target.attributes, &elem(&1, 0))
 
-    {batch, _steps, width} = sequence = Nx.shape(hd(operands))
-    type = Nx.type(hd(operands))
+    expected = block_shapes(row.target, operands, attributes)
 
     for {{name, _}, tensor} <-
           Enum.zip(target.operands, operands) ++
             Enum.zip(target.results, leaves(out)) do
-      expected = if name in ["h0", "grad_h0"], do: {batch, width}, else: sequence
-      assert {name, Nx.shape(tensor), Nx.type(tensor)} == {name, expected, type}
+      assert {name, {Nx.shape(tensor), Nx.type(tensor)}} == {name, Map.fetch!(expected, name)}
     end
+
+    attributes
+  end
+
+  # name => {shape, type} for every buffer of a native block, as the handler
+  # takes it.
+  defp block_shapes("exphil_selective_scan_y_bwd", [x, _dt, a, _b, _c, _g], attributes) do
+    # Edifice's clamp (0.001 and 0.1 as f32 hold them, printed exactly); f32
+    # only: grad_B and grad_C are f32 in Edifice's template and in x's dtype in
+    # ours.
+    assert attributes == [
+             {"softplus", "false"},
+             {"clamp", "true"},
+             {"dt_min", "0.0010000000474974513 : f32"},
+             {"dt_max", "0.10000000149011612 : f32"}
+           ]
+
+    {batch, steps, channels} = Nx.shape(x)
+    {^channels, states} = Nx.shape(a)
+    seq = {{batch, steps, channels}, {:f, 32}}
+    bn = {{batch, steps, states}, {:f, 32}}
+
+    %{"x" => seq, "dt" => seq, "A" => {{channels, states}, {:f, 32}}, "B" => bn, "C" => bn}
+    |> Map.merge(%{"grad_y" => seq, "grad_x" => seq, "grad_dt" => seq})
+    |> Map.merge(%{"grad_B" => bn, "grad_C" => bn})
+  end
+
+  defp block_shapes("exphil_attention_o_bwd", [q | _], attributes) do
+    block_shapes("exphil_attention_o_fwd", [q], attributes)
+    bhtd = {Nx.shape(q), Nx.type(q)}
+    names = ~w(q k v o grad_o grad_q grad_k grad_v)
+    Map.new(names, &{&1, bhtd}) |> Map.put("flag", {{1}, Nx.type(q)})
+  end
+
+  defp block_shapes("exphil_attention_o_fwd", [q | _], attributes) do
+    # BHTD, 1/sqrt(d), exact; the mask from the flag (read as a constant).
+    assert [
+             {"mask", mask},
+             {"window", "0 : i32"},
+             {"layout", "0 : i32"},
+             {"scale", "0.0 : f32"},
+             {"precision", "0 : i32"}
+           ] = attributes
+
+    assert mask in ["0 : i32", "1 : i32"]
+    bhtd = {Nx.shape(q), Nx.type(q)}
+    %{"q" => bhtd, "k" => bhtd, "v" => bhtd, "flag" => {{1}, Nx.type(q)}, "o" => bhtd}
+  end
+
+  # The scans' y-only targets: no attributes; the sequences are [B, T, H] and
+  # the states (h0, grad_h0) [B, H], all of the first operand's type
+  # (Edifice's templates).
+  defp block_shapes(target, [first | _] = operands, []) do
+    {batch, _steps, width} = sequence = Nx.shape(first)
+    type = Nx.type(first)
+    names = ExPhil.Native.Targets.fetch!(target)
+    names = Enum.map(names.operands ++ names.results, &elem(&1, 0))
+    assert length(operands) <= length(names)
+
+    Map.new(names, fn name ->
+      {name, {if(name in ["h0", "grad_h0"], do: {batch, width}, else: sequence), type}}
+    end)
   end
 
   defp input(shape), do: Nx.iota(shape, type: :f32) |> Nx.divide(7) |> Nx.sin()
@@ -255,7 +326,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------- tables
 
-  test "the table has Edifice's 47 ops, 10 native" do
+  test "the table has Edifice's 47 ops, 13 native" do
     ops = NativeEdifice.ops()
     assert length(ops) == 47
     assert Enum.count(ops, &(&1.direction == :forward)) == 29
@@ -275,7 +346,10 @@ defmodule ExPhil.Native.EdificeTest do
              fused_minlstm_scan_backward: "exphil_min_lstm_activated_bwd",
              fused_elu_gru_scan_backward: "exphil_min_gru_activated_bwd",
              fused_real_gru_scan_backward: "exphil_min_gru_activated_bwd",
-             fused_liquid_scan_backward: "exphil_liquid_y_bwd"
+             fused_liquid_scan_backward: "exphil_liquid_y_bwd",
+             fused_selective_scan_backward: "exphil_selective_scan_y_bwd",
+             fused_flash_attention: "exphil_attention_o_fwd",
+             fused_flash_attention_backward: "exphil_attention_o_bwd"
            }
 
     for {_op, target} <- native, do: assert(%{} = ExPhil.Native.Targets.fetch!(target))
@@ -304,7 +378,7 @@ defmodule ExPhil.Native.EdificeTest do
              Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
 
     counts = Enum.frequencies_by(ops, & &1.status)
-    assert counts == %{native: 10, handler_variant: 3, kernel_op: 9, no_kernel: 25}
+    assert counts == %{native: 13, kernel_op: 9, no_kernel: 25}
 
     # EDIFICE.md carries the table this module renders.
     doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
@@ -489,6 +563,175 @@ defmodule ExPhil.Native.EdificeTest do
     assert NativeEdifice.constant(flag) == {:ok, [1.0]}
     [q | _] = for {%FusedOp{op: :fused_flash_attention}, args, _} <- captured, do: hd(args)
     assert NativeEdifice.constant(q) == :error
+  end
+
+  test "the selective-scan backward and attention blocks: native, or :skip where they must be" do
+    {b, t, h, n} = {2, 5, 3, 4}
+    {heads, width} = {2, 32}
+
+    {ss, attention} =
+      with_native_tier(fn ->
+        ss =
+          for type <- [:f32, :bf16] do
+            args =
+              for shape <- [{b, t, h}, {b, t, h}, {h, n}, {b, t, n}, {b, t, n}], do: input(shape)
+
+            args = Enum.map(args, &Nx.as_type(&1, type)) |> List.update_at(2, &Nx.negate/1)
+            call = fn args -> apply(FusedScan, :selective_scan, Tuple.to_list(args)) end
+
+            grad =
+              Nx.Defn.debug_expr(fn args -> Nx.Defn.grad(args, &Nx.sum(call.(&1))) end).(
+                List.to_tuple(args)
+              )
+
+            assert [block] =
+                     for(
+                       {%FusedOp{op: :fused_selective_scan_backward}, _, _} = blk <-
+                         fused_blocks(grad),
+                       do: blk
+                     )
+
+            {type, block}
+          end
+
+        attention =
+          for type <- [:f32, :bf16], causal <- [false, true], steps <- [1, 7] do
+            qkv = for _ <- 1..3, do: input({1, heads, steps, width}) |> Nx.as_type(type)
+
+            call = fn args ->
+              apply(FusedScan, :flash_attention, Tuple.to_list(args) ++ [[causal: causal]])
+            end
+
+            expr = Nx.Defn.debug_expr(call).(List.to_tuple(qkv))
+
+            grad =
+              Nx.Defn.debug_expr(fn args -> Nx.Defn.grad(args, &Nx.sum(call.(&1))) end).(
+                List.to_tuple(qkv)
+              )
+
+            assert [{%FusedOp{op: :fused_flash_attention}, _, _} = block] = fused_blocks(expr)
+
+            assert [backward] =
+                     for(
+                       {%FusedOp{op: :fused_flash_attention_backward}, _, _} = blk <-
+                         fused_blocks(grad),
+                       do: blk
+                     )
+
+            {type, causal, block, backward}
+          end
+
+        {ss, attention}
+      end)
+
+    # :fused_selective_scan_backward: native for f32 operands only.
+    {:ok, ss_row} = NativeEdifice.fetch(:fused_selective_scan_backward)
+    {_, {struct, operands, out}} = List.keyfind(ss, :f32, 0)
+    assert_native_block(ss_row, struct, out, operands)
+    {_, {struct, operands, out}} = List.keyfind(ss, :bf16, 0)
+
+    assert {:skip, "fused_selective_scan_backward: native for f32 operands only" <> _} =
+             NativeEdifice.native_block(struct, out, operands)
+
+    # Any operand other than f32 (here A alone) is :skip, and so are more states
+    # than the kernels keep.
+    {_, {struct, [x, dt, a, bm, c, g], out}} = List.keyfind(ss, :f32, 0)
+
+    assert {:skip, _} =
+             NativeEdifice.native_block(struct, out, [x, dt, Nx.as_type(a, :f16), bm, c, g])
+
+    wide = [
+      x,
+      dt,
+      Nx.template({h, 257}, :f32),
+      Nx.template({b, t, 257}, :f32),
+      Nx.template({b, t, 257}, :f32),
+      g
+    ]
+
+    assert {:skip, "the kernels take at most 256 states, not 257"} =
+             NativeEdifice.native_block(struct, out, wide)
+
+    # :fused_flash_attention and its backward: native in f32 and bf16, the
+    # mask from the flag.
+    {:ok, att_row} = NativeEdifice.fetch(:fused_flash_attention)
+    {:ok, att_b_row} = NativeEdifice.fetch(:fused_flash_attention_backward)
+
+    for {type, causal, {struct, operands, out}, {b_struct, b_operands, b_out}} <- attention do
+      mask = {"mask", if(causal, do: "1 : i32", else: "0 : i32")}
+      assert mask in assert_native_block(att_row, struct, out, operands)
+
+      # Nx's cotangent g is f32 under bf16 q, k, v: one type only, so :skip.
+      if type == :f32 do
+        assert mask in assert_native_block(att_b_row, b_struct, b_out, b_operands)
+      else
+        assert Nx.type(Enum.at(b_operands, 4)) == {:f, 32}
+
+        assert {:skip, "operands of types " <> _} =
+                 NativeEdifice.native_block(b_struct, b_out, b_operands)
+      end
+    end
+
+    # The flag is read as a constant; one computed at run time (a parameter of
+    # the expression here), or of another value, is :skip.
+    {_, _, {struct, [q, k, v, flag], out}, _} = hd(attention)
+    assert NativeEdifice.constant(flag) == {:ok, [0.0]}
+    param = Nx.Defn.debug_expr(&Nx.add(&1, 0)).(Nx.tensor([1.0]))
+
+    assert {:skip, "causal_packed is not a constant of the expression"} =
+             NativeEdifice.native_block(struct, out, [q, k, v, param])
+
+    assert {:skip, "causal_packed is [2.0], not [0] or [1]"} =
+             NativeEdifice.native_block(struct, out, [
+               q,
+               k,
+               v,
+               Nx.Defn.Expr.tensor(Nx.tensor([2.0]))
+             ])
+
+    # Causal with T != S (Edifice's mask top-left, ours bottom-right), and a
+    # head width the kernels do not take, are :skip.
+    one = Nx.Defn.Expr.tensor(Nx.tensor([1.0]))
+    k9 = Nx.template({1, heads, 9, width}, :f32)
+    q7 = Nx.template({1, heads, 7, width}, :f32)
+
+    assert {:skip, "causal attention with 7 queries and 9 keys"} =
+             NativeEdifice.native_block(struct, Nx.template({1, heads, 7, width}, :f32), [
+               q7,
+               k9,
+               k9,
+               one
+             ])
+
+    zero = Nx.Defn.Expr.tensor(Nx.tensor([0.0]))
+    assert {:ok, _} = NativeEdifice.native_block(struct, q7, [q7, k9, k9, zero])
+    q48 = Nx.template({1, heads, 7, 48}, :f32)
+
+    assert {:skip, "the kernels take head widths " <> _} =
+             NativeEdifice.native_block(struct, q48, [q48, q48, q48, one])
+
+    # The backward reads its flag, the last of six operands, the same way.
+    {_, _, _, {b_struct, [q, k, v, fwd, g, _flag], b_out}} = hd(attention)
+
+    assert {:skip, "causal_packed is not a constant of the expression"} =
+             NativeEdifice.native_block(b_struct, b_out, [q, k, v, fwd, g, param])
+  end
+
+  test "operands of mixed types (an f32 gradient of a bf16 model) are not native" do
+    seq = Nx.template({2, 5, 3}, :bf16)
+    out = {seq, seq, Nx.template({2, 3}, :bf16)}
+    op = %FusedOp{op: :fused_mingru_scan_backward, attrs: %{}}
+
+    args = [seq, seq, Nx.template({2, 3}, :bf16), seq, seq]
+    assert {:ok, %{unsupported: nil}} = NativeEdifice.native_block(op, out, args)
+
+    # h0, a state, may be f32; the incoming gradient may not.
+    args = [seq, seq, Nx.template({2, 3}, :f32), seq, seq]
+    assert {:ok, %{unsupported: nil}} = NativeEdifice.native_block(op, out, args)
+
+    args = [seq, seq, Nx.template({2, 3}, :bf16), seq, Nx.template({2, 5, 3}, :f32)]
+    assert {:ok, %{unsupported: why}} = NativeEdifice.native_block(op, out, args)
+    assert why =~ "operand grad_y of type {:f, 32}, the others {:bf, 16}"
   end
 
   test "Edifice models predict and train on the BinaryBackend with our library loaded" do

@@ -15,6 +15,7 @@
 
 #include "abi_expectations.hpp"
 #include "device_buffer.hpp"
+#include "exphil/attention.hpp"
 #include "exphil/exphil.h"
 
 using Catch::Matchers::Contains;
@@ -704,4 +705,42 @@ TEST_CASE("attention: B or Hq over the grid's 65535 is not supported", "[abi][at
   h.q.shape[1] = 65536;
   expect_rejected(h.forward(), EXPHIL_ERROR_NOT_SUPPORTED, "forward", "q", "Hq = 65536");
   expect_rejected(h.backward(), EXPHIL_ERROR_NOT_SUPPORTED, "backward", "q", "Hq = 65536");
+}
+
+TEST_CASE("attention: the C++ API's backward without lse (recompute_lse)", "[abi][attention]") {
+  // The C ABI has no such flag (lse stays required there); the C++ API takes
+  // lse = NULL with recompute_lse, as exphil_attention_o_bwd passes it.
+  const FakeAttention f;
+  exphil::AttentionBackwardArgs args;
+  args.in.q = &f.q;
+  args.in.k = &f.k;
+  args.in.v = &f.v;
+  args.options.mask = exphil::AttentionMask::none;
+  args.o = &f.o;
+  args.grad_o = &f.grad_o;
+  args.grad_q = &f.grad_q;
+  args.grad_k = &f.grad_k;
+  args.grad_v = &f.grad_v;
+
+  SECTION("without recompute_lse, a NULL lse is still refused") {
+    const exphil::Status s = exphil::attention_backward(args);
+    CHECK(s.code() == exphil::StatusCode::invalid_argument);
+    CHECK_THAT(s.message(), Catch::Contains("'lse'") &&
+                                Catch::Contains("the tensor descriptor is NULL"));
+  }
+  SECTION("with recompute_lse, an lse is refused: the call computes it") {
+    args.recompute_lse = true;
+    args.lse = &f.lse;
+    const exphil::Status s = exphil::attention_backward(args);
+    CHECK(s.code() == exphil::StatusCode::invalid_argument);
+    CHECK_THAT(s.message(), Catch::Contains("'lse'") &&
+                                Catch::Contains("expected NULL with recompute_lse"));
+  }
+  SECTION("with recompute_lse and no lse, validation passes (then the fake memory fails)") {
+    args.recompute_lse = true;
+    const exphil::Status s = exphil::attention_backward(args);
+    INFO(s.message());
+    CHECK_FALSE(s.ok());
+    CHECK_THAT(s.message(), !Catch::Contains("'lse'"));
+  }
 }

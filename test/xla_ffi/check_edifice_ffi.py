@@ -17,6 +17,14 @@ The targets ExPhil.Native.Edifice maps Edifice's fused scan ops to
   exphil_liquid_y_bwd            (tau, target, h0, y, g) -> (grad_tau, grad_target, grad_h0)
   exphil_linear_scan_y_fwd       (a, b, h0) -> y                   :fused_linear_scan
 
+and the selective-scan backward and attention targets:
+
+  exphil_selective_scan_y_bwd    (x, dt, A, B, C, g) -> (grad_x, grad_dt, grad_B, grad_C)
+                                 :fused_selective_scan_backward (f32 only)
+  exphil_attention_o_fwd         (q, k, v, causal_packed) -> o    :fused_flash_attention
+  exphil_attention_o_bwd         (q, k, v, fwd, g, causal_packed) -> (grad_q, grad_k, grad_v)
+                                 :fused_flash_attention_backward (lse recomputed)
+
 Each is registered by pointer from the library (after exphil_jax.load, which
 registers the others) and called with jax.ffi.ffi_call inside jax.jit, against
 float64 JAX references of Edifice's math on the same (rounded) inputs:
@@ -27,6 +35,19 @@ hand-written backward with the forward's y as h_prev (fused_scan.ex:548-581,
 targets get the reference forward's y rounded to the dtype as `fwd`, as
 Edifice passes its forward's output. Gates after the sigmoid are sigmoid of
 normal logits (so in (0, 1)), rounded to the dtype.
+
+The selective-scan backward is checked in f32 (the only dtype Edifice's
+template, f32 grad_B and grad_C, lets it serve) against Edifice's
+hand-written backward (fused_scan.ex:1453-1532) in float64: softplus off,
+clamp [0.001, 0.1] (the f32 bounds, as Edifice compares f32 values), dt's
+gradient masked to 0.001 <= dt <= 0.1 inclusive, with dt spread below, inside
+and above the range and some of it exactly on each bound. Attention against
+Edifice's fallback (fused_scan.ex:3476-3508): softmax(q k^T / sqrt(d)) v, with
+the mask rows >= cols when causal, BHTD, T = S; the flag operand is
+causal_packed, Nx.tensor([causal]) of q's dtype, as Edifice passes it. The
+attention backward against Edifice's backward fallback (fused_scan.ex:3527-3570),
+given as fwd the reference's o rounded to the dtype (as Edifice passes its
+forward's output); tolerances and the gradients' scale are check_jax_ffi.py's.
 
 f32, bf16 and f16; h0 of the sequence dtype (as Edifice passes it) or f32;
 T = 1, odd sizes and random shapes. Tolerances and scales are
@@ -72,7 +93,12 @@ BACKWARD = {
     "exphil_min_lstm_activated_bwd": "min_lstm_activated",
     "exphil_liquid_y_bwd": "liquid",
 }
-NEW_TARGETS = tuple(FORWARD) + tuple(BACKWARD)
+SCAN_TARGETS = tuple(FORWARD) + tuple(BACKWARD)
+SS_TARGET = "exphil_selective_scan_y_bwd"
+ATT_F_TARGET = "exphil_attention_o_fwd"
+ATT_B_TARGET = "exphil_attention_o_bwd"
+NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, ATT_F_TARGET, ATT_B_TARGET)
+SS_LO, SS_HI = float(np.float32(0.001)), float(np.float32(0.1))  # fused_scan.ex:1465, 1513
 
 
 def register(lib):
@@ -206,32 +232,179 @@ def check_backward(target, dtype, shape, state_dtype, seed, tol_scale):
     return cj.summarize(m)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lib", default=None)
-    p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", default=None)
-    p.add_argument("--dtypes", default="f32,bf16,f16")
-    p.add_argument("--tol-scale", type=float, default=1.0)
-    p.add_argument("--verbose", action="store_true")
-    args = p.parse_args(argv)
-    if args.seed is None:
-        args.seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    devs = jax.devices()
-    print(f"check_edifice_ffi: seed {args.seed}; jax {jax.__version__}, "
-          f"device {devs[0].platform}:{devs[0].device_kind}")
-    lib = ex.load(args.lib)
-    register(lib)
-    print(f"registered {len(NEW_TARGETS)} y-only targets from {ex.loaded_path()} by pointer")
+# ---------------------------------------------------------------------------
+# Selective-scan backward (Edifice's :fused_selective_scan_backward)
+# ---------------------------------------------------------------------------
+def selective_backward_ref(x, dt, A, B, C, g):
+    """Edifice's selective_scan_backward_fallback (fused_scan.ex:1453-1532),
+    float64: per-channel B_bar = dt B, A_bar = exp(dt A), dt clipped to the
+    f32 bounds, its gradient kept where the unclipped dt is within them."""
+    dtc = jnp.clip(dt, SS_LO, SS_HI)
+    bsz, _, hid = x.shape
+    n = A.shape[1]
+    tm = lambda a: jnp.swapaxes(a, 0, 1)  # noqa: E731  [B, T, ...] -> [T, B, ...]
 
-    runner = cj.Runner(args)
-    rng = np.random.default_rng([args.seed, 7])
+    def fwd_step(h, t_in):
+        x_t, d_t, b_t = t_in
+        h_new = jnp.exp(d_t[:, :, None] * A[None]) * h + d_t[:, :, None] * b_t[:, None, :] * \
+            x_t[:, :, None]
+        return h_new, h
+
+    h0 = jnp.zeros((bsz, hid, n), F64)
+    _, h_prevs = lax.scan(fwd_step, h0, (tm(x), tm(dtc), tm(B)))
+
+    def bwd_step(dh_s, t_in):
+        dy, x_t, d_raw, d_t, b_t, c_t, h_prev = t_in
+        de = d_t[:, :, None]
+        a_bar = jnp.exp(de * A[None])
+        h_cur = a_bar * h_prev + de * b_t[:, None, :] * x_t[:, :, None]
+        dh = dh_s + dy[:, :, None] * c_t[:, None, :]
+        gc = jnp.sum(dy[:, :, None] * h_cur, axis=1)
+        gx = jnp.sum(dh * de * b_t[:, None, :], axis=2)
+        gdt = jnp.sum(dh * h_prev * a_bar * A[None], axis=2) + \
+            jnp.sum(dh * b_t[:, None, :] * x_t[:, :, None], axis=2)
+        gdt = jnp.where((d_raw >= SS_LO) & (d_raw <= SS_HI), gdt, 0.0)
+        gb = jnp.sum(dh * x_t[:, :, None] * de, axis=1)
+        return dh * a_bar, (gx, gdt, gb, gc)
+
+    _, outs = lax.scan(bwd_step, h0, (tm(g), tm(x), tm(dt), tm(dtc), tm(B), tm(C), h_prevs),
+                       reverse=True)
+    return tuple(tm(o) for o in outs)
+
+
+def check_selective_backward(shape, seed, tol_scale):
+    rng = np.random.default_rng(seed)
+    b, t, d, n = shape
+    f32 = jnp.float32
+    nrm = rng.standard_normal
+    x = cj.np_round(nrm((b, t, d)), f32)
+    # below, inside and above [0.001, 0.1], and exactly on each bound
+    dt = rng.uniform(0.0, 0.13, (b, t, d))
+    pick = rng.random((b, t, d))
+    dt = np.where(pick < 0.1, SS_LO, np.where(pick > 0.9, SS_HI, dt))
+    dt = cj.np_round(dt, f32)
+    A = cj.np_round(-np.exp(rng.uniform(np.log(0.5), np.log(8.0), (d, n))), f32)
+    Bm = cj.np_round(nrm((b, t, n)), f32)
+    Cm = cj.np_round(nrm((b, t, n)), f32)
+    g = cj.np_round(nrm((b, t, d)), f32)
+    vals = [cj.dev(v, f32) for v in (x, dt, A, Bm, Cm, g)]
+    results = (jax.ShapeDtypeStruct((b, t, d), f32), jax.ShapeDtypeStruct((b, t, d), f32),
+               jax.ShapeDtypeStruct((b, t, n), f32), jax.ShapeDtypeStruct((b, t, n), f32))
+
+    @jax.jit
+    def ours(*vals):
+        return jax.ffi.ffi_call(SS_TARGET, results)(
+            *vals, softplus=np.bool_(False), clamp=np.bool_(True), dt_min=np.float32(0.001),
+            dt_max=np.float32(0.1))
+
+    out = jax.block_until_ready(ours(*vals))
+    refs = jax.jit(selective_backward_ref)(*[cj.up(v) for v in vals])
+    m = [cj.compare(nm, o, r, cj.SCAN_TOL["f32"], f32, None, tol_scale)
+         for nm, o, r in zip(("grad_x", "grad_dt", "grad_B", "grad_C"), out, refs)]
+    # the mask: grad_dt exactly 0 where dt is outside the range
+    outside = (dt < SS_LO) | (dt > SS_HI)
+    zero = bool(np.all(cj.to_np(out[1])[outside] == 0.0))
+    m.append(cj.Metric("mask", zero, 0.0 if zero else float("inf"), 0.0,
+                       "" if zero else "grad_dt not 0 where dt is clipped"))
+    bad = [str(o.dtype) for o in out if jnp.dtype(o.dtype) != jnp.dtype(f32)]
+    if bad:
+        m.append(cj.Metric("dtypes", False, float("inf"), float("inf"), f"{bad}"))
+    ok, detail = cj.summarize(m)
+    on_bound = int(np.sum(dt == SS_LO) + np.sum(dt == SS_HI))
+    return ok, detail + f"; {int(outside.sum())} clipped, {on_bound} on a bound"
+
+
+# ---------------------------------------------------------------------------
+# Attention (Edifice's :fused_flash_attention)
+# ---------------------------------------------------------------------------
+def attention_ref(q, k, v, causal):
+    """Edifice's flash_attention_fallback (fused_scan.ex:3476-3508), float64."""
+    t, s, d = q.shape[2], k.shape[2], q.shape[3]
+    scores = jnp.einsum("bhtd,bhsd->bhts", q, k) / jnp.sqrt(jnp.asarray(d, F64))
+    if causal:
+        rows = jnp.arange(t)[:, None]
+        cols = jnp.arange(s)[None, :]
+        scores = jnp.where(rows >= cols, scores, -jnp.inf)
+    w = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+    w = w / jnp.sum(w, axis=-1, keepdims=True)
+    return jnp.einsum("bhts,bhsd->bhtd", w, v)
+
+
+def attention_backward_ref(q, k, v, g, causal):
+    """Edifice's flash_attention_backward_fallback (fused_scan.ex:3527-3570),
+    float64: the softmax recomputed, dV = W^T g, dS = W (g V^T - rowsum),
+    scaled, dQ = dS K, dK = dS^T Q."""
+    t, s, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = jnp.sqrt(jnp.asarray(d, F64))
+    scores = jnp.einsum("bhtd,bhsd->bhts", q, k) / scale
+    if causal:
+        scores = jnp.where(jnp.arange(t)[:, None] >= jnp.arange(s)[None, :], scores, -jnp.inf)
+    w = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
+    w = w / jnp.sum(w, axis=-1, keepdims=True)
+    grad_v = jnp.einsum("bhts,bhtd->bhsd", w, g)
+    dw = jnp.einsum("bhtd,bhsd->bhts", g, v)
+    ds = w * (dw - jnp.sum(dw * w, axis=-1, keepdims=True)) / scale
+    return (jnp.einsum("bhts,bhsd->bhtd", ds, k), jnp.einsum("bhts,bhtd->bhsd", ds, q), grad_v)
+
+
+def attention_attributes(causal):
+    return dict(mask=np.int32(1 if causal else 0), window=np.int32(0), layout=np.int32(0),
+                scale=np.float32(0.0), precision=np.int32(0))
+
+
+def attention_inputs(dtype, shape, seed):
+    rng = np.random.default_rng(seed)
+    return [cj.dev(rng.standard_normal(shape), dtype) for _ in range(4)]  # q, k, v, g
+
+
+def check_attention_forward(dtype, shape, causal, seed, tol_scale):
+    q, k, v, _ = attention_inputs(dtype, shape, seed)
+    flag = jnp.asarray([1 if causal else 0], dtype)  # causal_packed, never read
+
+    @jax.jit
+    def ours(q, k, v, flag):
+        return jax.ffi.ffi_call(ATT_F_TARGET, jax.ShapeDtypeStruct(shape, dtype))(
+            q, k, v, flag, **attention_attributes(causal))
+
+    o = jax.block_until_ready(ours(q, k, v, flag))
+    ro = jax.jit(attention_ref, static_argnums=3)(cj.up(q), cj.up(k), cj.up(v), causal)
+    m = [cj.compare("o", o, ro, cj.ATTN_TOL[cj.key_of(dtype)]["o"], dtype, None, tol_scale)]
+    if jnp.dtype(o.dtype) != jnp.dtype(dtype):
+        m.append(cj.Metric("dtype", False, float("inf"), float("inf"), f"o {o.dtype}"))
+    return cj.summarize(m)
+
+
+def check_attention_backward(dtype, shape, causal, seed, tol_scale):
+    q, k, v, g = attention_inputs(dtype, shape, seed)
+    flag = jnp.asarray([1 if causal else 0], dtype)  # causal_packed, never read
+    q64, k64, v64, g64 = (cj.up(x) for x in (q, k, v, g))
+    # Edifice passes its forward's output as fwd: the reference's, rounded.
+    fwd = jax.jit(attention_ref, static_argnums=3)(q64, k64, v64, causal).astype(dtype)
+    results = tuple(jax.ShapeDtypeStruct(shape, dtype) for _ in range(3))
+
+    @jax.jit
+    def ours(q, k, v, fwd, g, flag):
+        return jax.ffi.ffi_call(ATT_B_TARGET, results)(
+            q, k, v, fwd, g, flag, **attention_attributes(causal))
+
+    out = jax.block_until_ready(ours(q, k, v, fwd, g, flag))
+    refs = jax.jit(attention_backward_ref, static_argnums=4)(q64, k64, v64, g64, causal)
+    tol = cj.ATTN_TOL[cj.key_of(dtype)]["grad"]
+    # check_jax_ffi.py's scale of the gradients
+    terms = cj.amax(g) * cj.amax(v) * max(cj.amax(q), cj.amax(k)) / np.sqrt(shape[3])
+    m = [cj.compare(nm, o, r, tol, dtype, terms, tol_scale)
+         for nm, o, r in zip(("grad_q", "grad_k", "grad_v"), out, refs)]
+    bad = [str(o.dtype) for o in out if jnp.dtype(o.dtype) != jnp.dtype(dtype)]
+    if bad:
+        m.append(cj.Metric("dtypes", False, float("inf"), float("inf"), f"{bad}"))
+    return cj.summarize(m)
+
+
+def scan_cases(runner, args, dtypes, rng):
     fixed = [(1, 1, 1), (2, 5, 3), (1, 64, 256)] if args.quick else \
         [(1, 1, 1), (1, 1, 8), (2, 5, 3), (3, 33, 4), (1, 300, 17), (2, 128, 256), (1, 1000, 64)]
     idx = 0
-    for target in NEW_TARGETS:
+    for target in SCAN_TARGETS:
         check = check_forward if target in FORWARD else check_backward
         for dn in dtypes:
             dtype = cj.DTYPES[dn]
@@ -246,6 +419,84 @@ def main(argv=None):
                         f"h0 {cj.key_of(state_dtype)}")
                 runner.case("edifice", name, lambda: check(target, dtype, shape, state_dtype,
                                                            seed, args.tol_scale))
+
+
+def selective_cases(runner, args, rng):
+    shapes = [(1, 1, 1, 1), (1, 1, 8, 4), (2, 5, 3, 2), (1, 17, 8, 4), (3, 33, 5, 16),
+              (2, 300, 33, 16), (1, 40, 3, 256), (1, 700, 64, 64)]
+    if args.quick:
+        shapes = shapes[:4]
+    shapes += [(int(rng.integers(1, 4)), int(rng.integers(1, 400)), int(rng.integers(1, 80)),
+                int(rng.choice([1, 3, 8, 16, 32, 64])))]
+    for shape in shapes:
+        seed = int(rng.integers(0, 2 ** 31))
+        name = f"{SS_TARGET} f32 B{shape[0]} T{shape[1]} D{shape[2]} N{shape[3]}"
+        runner.case("edifice", name,
+                    lambda shape=shape, seed=seed: check_selective_backward(shape, seed,
+                                                                            args.tol_scale))
+
+
+def attention_shapes(args, rng):
+    """BHTD shapes, T = S: odd T, d 32 and 64."""
+    shapes = [(1, 1, 1, 32), (1, 2, 7, 32), (2, 3, 33, 64), (1, 2, 128, 64), (2, 4, 257, 32)]
+    if args.quick:
+        shapes = shapes[:3]
+    shapes.append((int(rng.integers(1, 3)), int(rng.integers(1, 5)), int(rng.integers(1, 300)),
+                   int(rng.choice([32, 64]))))
+    return shapes
+
+
+def attention_cases(runner, args, dtypes, rng):
+    for dn in dtypes:
+        for shape in attention_shapes(args, rng):
+            for causal in (False, True):
+                seed = int(rng.integers(0, 2 ** 31))
+                for target, check in ((ATT_F_TARGET, check_attention_forward),
+                                      (ATT_B_TARGET, check_attention_backward)):
+                    name = (f"{target} {dn} B{shape[0]} H{shape[1]} T{shape[2]} "
+                            f"d{shape[3]} {'causal' if causal else 'none'}")
+                    runner.case("edifice", name,
+                                lambda dn=dn, shape=shape, causal=causal, seed=seed, check=check:
+                                check(cj.DTYPES[dn], shape, causal, seed, args.tol_scale))
+
+
+PARTS = ("scans", "selective", "attention")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lib", default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--only", default=None)
+    p.add_argument("--dtypes", default="f32,bf16,f16")
+    p.add_argument("--tol-scale", type=float, default=1.0)
+    p.add_argument("--verbose", action="store_true")
+    p.add_argument("--parts", default=",".join(PARTS),
+                   help=f"comma-separated, some of {PARTS} (default all)")
+    args = p.parse_args(argv)
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "little") % 1_000_000
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    devs = jax.devices()
+    print(f"check_edifice_ffi: seed {args.seed}; jax {jax.__version__}, "
+          f"device {devs[0].platform}:{devs[0].device_kind}")
+    lib = ex.load(args.lib)
+    register(lib)
+    print(f"registered {len(NEW_TARGETS)} Edifice targets from {ex.loaded_path()} by pointer")
+
+    runner = cj.Runner(args)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        p.error(f"--parts: unknown {unknown}; expected some of {PARTS}")
+    # one generator per part, so that each part's cases do not depend on the others
+    if "scans" in parts:
+        scan_cases(runner, args, dtypes, np.random.default_rng([args.seed, 7]))
+    if "selective" in parts:
+        selective_cases(runner, args, np.random.default_rng([args.seed, 8]))
+    if "attention" in parts:
+        attention_cases(runner, args, dtypes, np.random.default_rng([args.seed, 9]))
     failed = [(n, d) for _, n, ok, d, _ in runner.results if not ok]
     total = len(runner.results)
     print(f"\ntotal {total - len(failed)}/{total} passed (seed {args.seed})")

@@ -757,3 +757,103 @@ TEST_CASE("handlers: the y-only form, h0 required, no final state", "[xla_ffi]")
   }
   CHECK(fake_runtime().control->live_errors() == 0);
 }
+
+TEST_CASE("handlers: Edifice's selective-scan backward and attention targets", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  const auto bf16 = XLA_FFI_DataType_BF16;
+
+  // exphil_selective_scan_y_bwd with B = 1, T = 2, D = 4, N = 2; `grad_B_type`
+  // for grad_B and grad_C.
+  auto selective_scan_y_bwd = [&](XLA_FFI_DataType type, XLA_FFI_DataType grad_B_type,
+                                  std::vector<int64_t> grad_C_shape = {1, 2, 2}) {
+    CallFrameBuilder frame(api);
+    frame.operands(2, type, {1, 2, 4})  // x, dt
+        .operand(f32, {4, 2})           // A
+        .operands(2, type, {1, 2, 2})   // B, C
+        .operand(type, {1, 2, 4})       // grad_y
+        .results(2, type, {1, 2, 4})    // grad_x, grad_dt
+        .result(grad_B_type, {1, 2, 2})   // grad_B
+        .result(grad_B_type, grad_C_shape);  // grad_C
+    add_delta_attributes(frame);
+    return frame.call(exphil_selective_scan_y_bwd);
+  };
+  // exphil_attention_o_fwd, BHTD [1, 2, 8, 32], with `flag` as given.
+  auto attention_o_fwd = [&](XLA_FFI_DataType type, XLA_FFI_DataType flag_type,
+                             std::vector<int64_t> flag_shape,
+                             std::vector<int64_t> o_shape = {1, 2, 8, 32}) {
+    CallFrameBuilder frame(api);
+    frame.operands(3, type, {1, 2, 8, 32})  // q, k, v
+        .operand(flag_type, flag_shape)     // flag
+        .result(type, o_shape);             // o
+    add_attention_attributes(frame);
+    return frame.call(exphil_attention_o_fwd);
+  };
+
+  SECTION("selective scan: no optional inputs, no grad_h_final, grad_A not asked for") {
+    check_reached_library(selective_scan_y_bwd(f32, f32), "exphil_selective_scan_y_bwd",
+                          {"grad_A", "grad_h_final", "dt_bias", "grad_D", "h0"});
+    check_reached_library(selective_scan_y_bwd(bf16, bf16), "exphil_selective_scan_y_bwd",
+                          {"grad_A"});
+  }
+  SECTION("selective scan: grad_B and grad_C in x's dtype (so Edifice's f32 ones: f32 x only)") {
+    const HandlerOutcome o = selective_scan_y_bwd(bf16, f32);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_selective_scan_y_bwd: selective_scan backward: ") &&
+                              Contains("'grad_B'"));
+  }
+  SECTION("selective scan: the library checks the gradients' shapes") {
+    const HandlerOutcome o = selective_scan_y_bwd(f32, f32, {1, 2, 3});
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_selective_scan_y_bwd: ") && Contains("'grad_C'"));
+  }
+  SECTION("attention: the flag operand is never read, of any type and shape") {
+    for (const XLA_FFI_DataType flag_type :
+         {f32, bf16, XLA_FFI_DataType_F64, XLA_FFI_DataType_S32, XLA_FFI_DataType_PRED}) {
+      for (const std::vector<int64_t>& shape :
+           {std::vector<int64_t>{1}, std::vector<int64_t>{0}, std::vector<int64_t>{3, 5}}) {
+        INFO("flag type " << static_cast<int>(flag_type) << ", rank " << shape.size());
+        check_reached_library(attention_o_fwd(f32, flag_type, shape), "exphil_attention_o_fwd",
+                              {"flag", "lse"});
+      }
+    }
+  }
+  SECTION("attention: o only, lse never reaches the library") {
+    const HandlerOutcome o = attention_o_fwd(bf16, f32, {1}, {1, 2, 8, 16});
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_attention_o_fwd: attention forward: ") &&
+                              Contains("'o'") && !Contains("'lse'"));
+  }
+  SECTION("attention backward: no lse operand, the flag last and never read") {
+    for (const XLA_FFI_DataType flag_type : {f32, XLA_FFI_DataType_F64, XLA_FFI_DataType_S32}) {
+      CallFrameBuilder frame(api);
+      frame.operands(5, bf16, {1, 2, 8, 32})  // q, k, v, o, grad_o
+          .operand(flag_type, {2, 3})          // flag
+          .results(3, bf16, {1, 2, 8, 32});    // grad_q, grad_k, grad_v
+      add_attention_attributes(frame);
+      check_reached_library(frame.call(exphil_attention_o_bwd), "exphil_attention_o_bwd",
+                            {"flag", "lse"});
+    }
+  }
+  SECTION("attention backward: the library checks o and the gradients, never lse") {
+    CallFrameBuilder frame(api);
+    frame.operands(3, f32, {1, 2, 8, 32})  // q, k, v
+        .operand(f32, {1, 2, 8, 64})        // o
+        .operand(f32, {1, 2, 8, 32})        // grad_o
+        .operand(f32, {1})                  // flag
+        .results(3, f32, {1, 2, 8, 32});    // grad_q, grad_k, grad_v
+    add_attention_attributes(frame);
+    const HandlerOutcome o = frame.call(exphil_attention_o_bwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_attention_o_bwd: attention backward: ") &&
+                              Contains("'o'") && !Contains("'lse'"));
+  }
+  SECTION("attention: q, k and v are still checked") {
+    const HandlerOutcome o = attention_o_fwd(XLA_FFI_DataType_F64, f32, {1}, {1, 2, 8, 32});
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK(o.message ==
+          "exphil_attention_o_fwd: operand 'q': element type F64 is not supported; expected "
+          "f32, bf16 or f16");
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}

@@ -30,6 +30,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_linear_scan_y_fwd", "exphil_min_gru_y_fwd", "exphil_liquid_y_fwd",
     "exphil_liquid_y_bwd", "exphil_min_gru_activated_fwd", "exphil_min_gru_activated_bwd",
     "exphil_min_lstm_activated_fwd", "exphil_min_lstm_activated_bwd",
+    // Edifice's selective-scan backward and attention forward
+    "exphil_selective_scan_y_bwd", "exphil_attention_o_fwd", "exphil_attention_o_bwd",
 };
 
 bool is_loaded(const char* path) {

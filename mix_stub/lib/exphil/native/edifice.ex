@@ -13,9 +13,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     takes exactly the block's operands and returns exactly its template. The
     scan targets of the y-only form (`exphil_<op>_y_fwd`,
     `exphil_liquid_y_bwd`, `exphil_min_gru_activated_*`,
-    `exphil_min_lstm_activated_*`) do that for 10 of them (the `:native`
-    rows: MinGRU, MinLSTM, Real-GRU, liquid and linear scans, the ELU-GRU and
-    Real-GRU backward ops), and `native_block/3` gives their custom call;
+    `exphil_min_lstm_activated_*`) do that for 10 of them (MinGRU, MinLSTM,
+    Real-GRU, liquid and linear scans, the ELU-GRU and Real-GRU backward
+    ops), `exphil_selective_scan_y_bwd` for Mamba's selective-scan backward
+    (f32 operands only) and `exphil_attention_o_fwd` and `_o_bwd` for flash
+    attention (its causal flag read as a constant of the expression; the
+    backward recomputes lse): the `:native` rows, 13. `native_block/3` gives
+    their custom call;
     `call/4` answers with it only under an EXLA that pins layouts (see
     `call/4`), and `:skip` otherwise and for every other op (ours return
     `h_final` besides `y`, want `lse` in the attention backward, take
@@ -73,7 +77,9 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         (`Edifice.build/2` names) build this op when the tier is on
       * `:target`, `:attributes` - for a `:native` row only: the custom-call
         target (`ExPhil.Native.Targets`) and its attribute values, a map or a
-        function `(out, args) -> {:ok, map} | {:skip, reason}`
+        function `(out, args) -> {:ok, map} | {:skip, reason}`, which is also
+        how a row is native for some calls only (operand dtypes, sizes, a
+        constant flag) and `:skip` for the others
 
     Making an op native is one row: give it `status: :native`, a `:target`
     (a new row of `include/exphil/xla_ffi_targets.h` with exactly Edifice's
@@ -136,18 +142,23 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
           "and a target (x, dt, A, B, C) -> y: softplus false, clamp [0.001, 0.1], no dt_bias, " <>
           "D, z or h0 operands, no h_final result.",
       ss_b:
-        "A target (x, dt, A, B, C, grad_y) -> (grad_x, grad_dt, grad_B, grad_C): no grad_A, " <>
-          "no optional operands, softplus false, clamp [0.001, 0.1]. No kernel change for f32 " <>
-          "inputs; for bf16/f16, grad_B and grad_C must be stored as f32 (Edifice's template).",
+        "Done for f32: exphil_selective_scan_y_bwd (x, dt, A, B, C, grad_y) -> (grad_x, " <>
+          "grad_dt, grad_B, grad_C), our backward with no optional operands, no grad_h_final " <>
+          "and grad_A not computed (NULL in the C++ API), attributes softplus false, clamp " <>
+          "[0.001, 0.1]. No kernel change. Our grad_B and grad_C take x's dtype and Edifice's " <>
+          "template makes them f32, so the row is :skip unless every operand is f32 " <>
+          "(bf16/f16 would need them stored as f32).",
       att_f:
-        "exphil_attention_fwd with a fourth operand it never reads and o as its only result " <>
-          "(lse is optional in the C API). The impl reads the mask from the constant " <>
-          "causal_packed when EXLA lowers the block (`constant/1`; :skip when it is not a " <>
-          "constant): mask 0 or 1, layout BHTD, scale 0 (1/sqrt(d)), precision 0.",
+        "Done: exphil_attention_o_fwd (q, k, v, flag) -> o, exphil_attention_fwd with a " <>
+          "fourth operand it never reads and o as its only result (lse NULL in the C++ API). " <>
+          "The row reads the mask from the constant causal_packed when EXLA lowers the block " <>
+          "(`constant/1`; :skip when it is not a constant, or not 0 or 1): mask 0 or 1, " <>
+          "window 0, layout BHTD, scale 0 (1/sqrt(d)), precision 0.",
       att_b:
-        "An exphil_attention_bwd target (q, k, v, o, grad_o, causal_packed) -> (grad_q, " <>
-          "grad_k, grad_v) that recomputes lse (the forward kernel into temporary memory: one " <>
-          "forward pass more), mask read as in ATT-F.",
+        "Done: exphil_attention_o_bwd (q, k, v, o, grad_o, flag) -> (grad_q, grad_k, " <>
+          "grad_v), exphil_attention_bwd without lse: the C++ API's recompute_lse runs the " <>
+          "forward kernel into the backward's workspace (capture-safe; one forward pass " <>
+          "more, its o discarded), mask read as in ATT-F.",
       laser:
         "An attention kernel variant that takes exp(V - v_max) as V is loaded and stores " <>
           "log(max(O, 1e-7)) + v_max, with its backward.",
@@ -454,15 +465,19 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:q, :k, :v, :causal_packed],
         results: [:o],
         ours: :attention,
-        status: :handler_variant,
+        status: :native,
         variant: :att_f,
+        change: "exphil_attention_o_fwd",
+        target: "exphil_attention_o_fwd",
+        attributes: &__MODULE__.flash_attention_attributes/2,
         models: [:infini_attention],
         reason:
-          "same softmax(Q K^T / sqrt(d)) V with a causal mask rows >= cols and T = S " <>
-            "(cuda/fused_scan.ex:3476-3508; ours is bottom-right aligned, the same when T = S), " <>
-            "no GQA, BHTD; but the causal flag comes as a tensor operand {1} " <>
-            "(cuda/fused_scan.ex:3431) where ours is an attribute, and exphil_attention_fwd " <>
-            "returns lse besides o"
+          "native: the same softmax(Q K^T / sqrt(d)) V with a causal mask rows >= cols and " <>
+            "T = S (cuda/fused_scan.ex:3476-3508; ours is bottom-right aligned, the same when " <>
+            "T = S), no GQA, BHTD; the causal flag, a tensor operand {1} " <>
+            "(cuda/fused_scan.ex:3431), is read as a constant when the block is lowered and " <>
+            "given as the mask attribute (:skip when it is not a constant, for causal with " <>
+            "T != S, or head widths other than 32, 64, 96, 128)"
       },
       %{
         index: 19,
@@ -795,16 +810,21 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:x, :dt, :a, :b, :c, :g],
         results: [:grad_x, :grad_dt, :grad_b, :grad_c],
         ours: :selective_scan,
-        status: :handler_variant,
+        status: :native,
         variant: :ss_b,
+        change: "exphil_selective_scan_y_bwd, f32 only",
+        target: "exphil_selective_scan_y_bwd",
+        attributes: &__MODULE__.selective_scan_backward_attributes/2,
         models: [:mamba],
         reason:
-          "the default fun (cuda/fused_scan.ex:1453-1532) is our backward: per-channel " <>
-            "B_bar = dt B (cuda/fused_scan.ex:1469, 1497), A from the operand, the gradient " <>
-            "of dt masked to 0.001 <= dt <= 0.1 (cuda/fused_scan.ex:1513-1514), as our clamp; " <>
-            "but exphil_selective_scan_bwd takes 5 more (optional) operands and returns grad_A. " <>
-            "It is not the gradient of Edifice's own forward default, which averages dt over " <>
-            "the channels for B (see :fused_selective_scan)"
+          "native for f32 operands: the default fun (cuda/fused_scan.ex:1453-1532) is our " <>
+            "backward: per-channel B_bar = dt B (cuda/fused_scan.ex:1469, 1497), A from the " <>
+            "operand, dt clipped to [0.001, 0.1] and its gradient kept where " <>
+            "0.001 <= dt <= 0.1, bounds included (cuda/fused_scan.ex:1513-1514), as our clamp " <>
+            "(zero slope only strictly outside); :skip for other dtypes (the template's grad_b " <>
+            "and grad_c are f32, ours x's dtype) and more than 256 states. It is not the " <>
+            "gradient of Edifice's own forward default, which averages dt over the channels " <>
+            "for B (see :fused_selective_scan)"
       },
       %{
         index: 14,
@@ -840,13 +860,18 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:q, :k, :v, :fwd, :g, :causal_packed],
         results: [:grad_q, :grad_k, :grad_v],
         ours: :attention,
-        status: :handler_variant,
+        status: :native,
         variant: :att_b,
+        change: "exphil_attention_o_bwd",
+        target: "exphil_attention_o_bwd",
+        attributes: &__MODULE__.flash_attention_attributes/2,
         models: [:infini_attention],
         reason:
-          "the same gradients (cuda/fused_scan.ex:3527-3570), but exphil_attention_bwd needs " <>
-            "the forward's lse, which Edifice's forward op cannot return (its template is o " <>
-            "alone) and so never passes, and the flag is a sixth operand"
+          "native: the same gradients (cuda/fused_scan.ex:3527-3570); exphil_attention_bwd " <>
+            "needs the forward's lse, which Edifice's forward op cannot return (its template " <>
+            "is o alone) and so never passes: exphil_attention_o_bwd recomputes it (one " <>
+            "forward pass more, into the library's workspace) and takes the flag, a sixth " <>
+            "operand, as ATT-F does (:skip in the same cases)"
       },
       %{
         index: 17,
@@ -1000,18 +1025,39 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
            target: target,
            attributes: values,
            eager: false,
-           unsupported: unsupported(row, args)
+           unsupported: unsupported(row, target, args)
          }}
       end
     end
 
     def block(row, _out, _args), do: {:skip, "#{row.op} has no target"}
 
-    # The kernels take f32, bf16 and f16 floating-point operands only.
-    defp unsupported(row, args) do
-      case Enum.find(args, &(Nx.type(&1) not in [{:f, 32}, {:bf, 16}, {:f, 16}])) do
-        nil -> nil
-        arg -> "#{row.op}: operand of type #{inspect(Nx.type(arg))}"
+    # The kernels take f32, bf16 and f16 operands of one type, a state
+    # operand (h0) f32 or that type. Edifice may pass an f32 gradient with
+    # bf16 inputs (the gradient of a bf16 model's f32 loss): such a call
+    # runs Edifice's default function rather than reach a handler that
+    # would refuse it at run time.
+    defp unsupported(row, target, args) do
+      type = Nx.type(hd(args))
+      names = Enum.map(ExPhil.Native.Targets.fetch!(target).operands, &elem(&1, 0))
+
+      mismatch =
+        Enum.zip(names, args)
+        |> Enum.find(fn {name, arg} ->
+          Nx.type(arg) != type and not (name == "h0" and Nx.type(arg) == {:f, 32})
+        end)
+
+      cond do
+        type not in [{:f, 32}, {:bf, 16}, {:f, 16}] ->
+          "#{row.op}: operands of type #{inspect(type)}"
+
+        mismatch ->
+          {name, arg} = mismatch
+
+          "#{row.op}: operand #{name} of type #{inspect(Nx.type(arg))}, the others #{inspect(type)}"
+
+        true ->
+          nil
       end
     end
 
@@ -1029,6 +1075,76 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       do: {:ok, List.duplicate(number, Nx.size(t))}
 
     def constant(_), do: :error
+
+    # The kernels' limits (ExPhil.Native.Ops.SelectiveScan, Ops.Attention).
+    @max_state 256
+    @head_widths [32, 64, 96, 128]
+    @max_grid 65_535
+
+    @doc false
+    # The attributes of :fused_selective_scan_backward's target: Edifice's
+    # clamp, and :skip unless every operand is f32 (the template's grad_b and
+    # grad_c are f32; our target writes them in x's dtype).
+    def selective_scan_backward_attributes(_out, [_x, _dt, a, _b, _c, _g] = args) do
+      {_channels, states} = Nx.shape(a)
+
+      cond do
+        type = Enum.find_value(args, &if(Nx.type(&1) != {:f, 32}, do: Nx.type(&1))) ->
+          {:skip,
+           "fused_selective_scan_backward: native for f32 operands only (grad_b and grad_c " <>
+             "are f32 in Edifice's template, x's dtype in ours), got #{inspect(type)}"}
+
+        states > @max_state ->
+          {:skip, "the kernels take at most #{@max_state} states, not #{states}"}
+
+        true ->
+          {:ok, %{"softplus" => false, "clamp" => true, "dt_min" => 0.001, "dt_max" => 0.1}}
+      end
+    end
+
+    @doc false
+    # The attributes of the targets of :fused_flash_attention and its backward
+    # (causal_packed their last operand): the mask from the constant
+    # causal_packed (Edifice masks when the flag == 1), BHTD, scale
+    # 1/sqrt(d); :skip when the flag is not a constant 0 or 1, for operands of
+    # more than one type, for a causal call with T != S (Edifice's mask is top-left aligned, ours bottom-right:
+    # the same only when T = S) and for sizes the kernels do not take.
+    def flash_attention_attributes(_out, [q, k | _] = args) do
+      {batch, heads, steps, width} = Nx.shape(q)
+      keys = elem(Nx.shape(k), 2)
+
+      types = args |> Enum.map(&Nx.type/1) |> Enum.uniq()
+
+      with {:ok, mask} <- causal_mask(List.last(args)) do
+        cond do
+          # In a gradient, g may be f32 under bf16 q, k, v (Nx's cotangent).
+          length(types) > 1 ->
+            {:skip, "operands of types #{inspect(types)}; the kernels take one type"}
+
+          mask == 1 and steps != keys ->
+            {:skip, "causal attention with #{steps} queries and #{keys} keys"}
+
+          width not in @head_widths ->
+            {:skip, "the kernels take head widths #{inspect(@head_widths)}, not #{width}"}
+
+          max(batch, heads) > @max_grid ->
+            {:skip, "the kernels take batch and heads up to #{@max_grid}"}
+
+          true ->
+            {:ok,
+             %{"mask" => mask, "window" => 0, "layout" => 0, "scale" => 0.0, "precision" => 0}}
+        end
+      end
+    end
+
+    defp causal_mask(causal_packed) do
+      case constant(causal_packed) do
+        {:ok, [flag]} when flag == 1 -> {:ok, 1}
+        {:ok, [flag]} when flag == 0 -> {:ok, 0}
+        {:ok, values} -> {:skip, "causal_packed is #{inspect(values)}, not [0] or [1]"}
+        :error -> {:skip, "causal_packed is not a constant of the expression"}
+      end
+    end
 
     @doc """
     The op table and the variants table as Markdown (the tables of
