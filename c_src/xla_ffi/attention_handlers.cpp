@@ -135,49 +135,19 @@ namespace xf = exphil::xla_ffi;
 extern "C" {
 
 XLA_FFI_Error* exphil_attention_fwd(XLA_FFI_CallFrame* call_frame) {
-  return xf::guarded_call(xf::kForward.name, call_frame, [](XLA_FFI_CallFrame* f) {
-    // Built on first use and kept for the life of the process, as XLA's own
-    // handler macros do.
-    static const auto* const handler =
-        xf::stream_attributes_and_buffers<xf::operand_count(xf::kForward),
-                                          xf::result_count(xf::kForward)>()
-            .To(xf::forward, xf::kHandlerTraits)
-            .release();
-    return handler->Call(f);
-  });
+  return xf::row_handler<xf::target_index("exphil_attention_fwd"), &xf::forward>(call_frame);
 }
 
 XLA_FFI_Error* exphil_attention_bwd(XLA_FFI_CallFrame* call_frame) {
-  return xf::guarded_call(xf::kBackward.name, call_frame, [](XLA_FFI_CallFrame* f) {
-    static const auto* const handler =
-        xf::stream_attributes_and_buffers<xf::operand_count(xf::kBackward),
-                                          xf::result_count(xf::kBackward)>()
-            .To(xf::backward, xf::kHandlerTraits)
-            .release();
-    return handler->Call(f);
-  });
+  return xf::row_handler<xf::target_index("exphil_attention_bwd"), &xf::backward>(call_frame);
 }
 
 XLA_FFI_Error* exphil_attention_o_fwd(XLA_FFI_CallFrame* call_frame) {
-  return xf::guarded_call(xf::kOForward.name, call_frame, [](XLA_FFI_CallFrame* f) {
-    static const auto* const handler =
-        xf::stream_attributes_and_buffers<xf::operand_count(xf::kOForward),
-                                          xf::result_count(xf::kOForward)>()
-            .To(xf::o_forward, xf::kHandlerTraits)
-            .release();
-    return handler->Call(f);
-  });
+  return xf::row_handler<xf::target_index("exphil_attention_o_fwd"), &xf::o_forward>(call_frame);
 }
 
 XLA_FFI_Error* exphil_attention_o_bwd(XLA_FFI_CallFrame* call_frame) {
-  return xf::guarded_call(xf::kOBackward.name, call_frame, [](XLA_FFI_CallFrame* f) {
-    static const auto* const handler =
-        xf::stream_attributes_and_buffers<xf::operand_count(xf::kOBackward),
-                                          xf::result_count(xf::kOBackward)>()
-            .To(xf::o_backward, xf::kHandlerTraits)
-            .release();
-    return handler->Call(f);
-  });
+  return xf::row_handler<xf::target_index("exphil_attention_o_bwd"), &xf::o_backward>(call_frame);
 }
 
 }  // extern "C"
