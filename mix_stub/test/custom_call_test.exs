@@ -10,18 +10,8 @@ defmodule ExPhil.Native.CustomCallTest do
 
   alias ExPhil.Native.{Block, Blocks, CustomCall, Ops, Targets}
 
-  defp cuda_client, do: client(:cuda)
-
-  defp client(platform) do
-    %EXLA.Client{
-      ref: nil,
-      platform: platform,
-      name: :test,
-      device_count: 1,
-      default_device_id: 0,
-      automatic_transfers: false
-    }
-  end
+  defp cuda_client, do: Blocks.client(:cuda)
+  defp client(platform), do: Blocks.client(platform)
 
   defp random(shape, type, seed) do
     key = Nx.Random.key(seed)

@@ -18,6 +18,7 @@ defmodule ExPhil.Native.EdificeTest do
   use ExUnit.Case, async: false
 
   alias Edifice.Block.FusedOp
+  alias ExPhil.Native.Blocks
   alias Edifice.CUDA.FusedScan
   alias ExPhil.Native.Edifice, as: NativeEdifice
 
@@ -75,17 +76,6 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------ helpers
 
-  defp client(platform) do
-    %EXLA.Client{
-      ref: nil,
-      platform: platform,
-      name: :test,
-      device_count: 1,
-      default_device_id: 0,
-      automatic_transfers: false
-    }
-  end
-
   # Runs fun with the given OS environment variables (nil: unset), then
   # restores them.
   defp with_env(vars, fun) do
@@ -142,41 +132,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # The Edifice fused-op blocks of a traced expression, each node once:
   # [{%FusedOp{}, operands, output template}].
-  defp fused_blocks(container) do
-    {blocks, _seen} =
-      Nx.Defn.Composite.reduce(container, {[], MapSet.new()}, &walk/2)
-
-    Enum.reverse(blocks)
-  end
-
-  defp walk(%Nx.Tensor{data: %Nx.Defn.Expr{id: id, op: op, args: args}} = t, {found, seen}) do
-    if MapSet.member?(seen, id) do
-      {found, seen}
-    else
-      found =
-        case {op, args} do
-          {:block, [%FusedOp{} = struct, operands, out, _fun]} ->
-            [{struct, operands, out} | found]
-
-          _ ->
-            found
-        end
-
-      {_, acc} =
-        Nx.Defn.Tree.apply_args(t, {found, MapSet.put(seen, id)}, fn arg, acc ->
-          {arg, walk(arg, acc)}
-        end)
-
-      acc
-    end
-  end
-
-  defp walk(_other, acc), do: acc
-
-  defp leaves(tuple) when is_tuple(tuple),
-    do: tuple |> Tuple.to_list() |> Enum.flat_map(&leaves/1)
-
-  defp leaves(tensor), do: [tensor]
+  defp fused_blocks(container), do: Blocks.find(container, FusedOp)
 
   # Every captured block is a row of the table with its operand and result
   # counts, and call/4 says :skip for it on CUDA and on the host (the vendored
@@ -189,13 +145,13 @@ defmodule ExPhil.Native.EdificeTest do
       assert length(operands) == length(row.operands),
              "#{inspect(op)}: #{length(operands)} operands, the table says #{length(row.operands)}"
 
-      assert length(leaves(out)) == length(row.results),
-             "#{inspect(op)}: #{length(leaves(out))} results, the table says #{length(row.results)}"
+      assert length(Blocks.results(out)) == length(row.results),
+             "#{inspect(op)}: #{length(Blocks.results(out))} results, the table says #{length(row.results)}"
 
       assert struct.attrs == %{}
       refute ExPhil.Native.CustomCall.layouts_pinned?()
-      assert NativeEdifice.call(struct, out, operands, client(:cuda)) == :skip
-      assert NativeEdifice.call(struct, out, operands, client(:host)) == :skip
+      assert NativeEdifice.call(struct, out, operands, Blocks.client(:cuda)) == :skip
+      assert NativeEdifice.call(struct, out, operands, Blocks.client(:host)) == :skip
 
       cond do
         row.status != :native ->
@@ -239,7 +195,7 @@ defmodule ExPhil.Native.EdificeTest do
 
     for {{name, _}, tensor} <-
           Enum.zip(target.operands, operands) ++
-            Enum.zip(target.results, leaves(out)) do
+            Enum.zip(target.results, Blocks.results(out)) do
       assert {name, {Nx.shape(tensor), Nx.type(tensor)}} == {name, Map.fetch!(expected, name)}
     end
 
@@ -401,10 +357,10 @@ defmodule ExPhil.Native.EdificeTest do
     args = [Nx.template({2, 4, 8}, :f32), Nx.template({2, 4, 8}, :f32), Nx.template({2, 8}, :f32)]
 
     for %{op: op} <- NativeEdifice.ops(), platform <- [:cuda, :host] do
-      assert NativeEdifice.call(%FusedOp{op: op}, out, args, client(platform)) == :skip
+      assert NativeEdifice.call(%FusedOp{op: op}, out, args, Blocks.client(platform)) == :skip
     end
 
-    assert NativeEdifice.call(%FusedOp{op: :not_an_op}, out, args, client(:cuda)) == :skip
+    assert NativeEdifice.call(%FusedOp{op: :not_an_op}, out, args, Blocks.client(:cuda)) == :skip
   end
 
   test "a target of ours as it is cannot take an Edifice block (why V1 and V2b are needed)" do

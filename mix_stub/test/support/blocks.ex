@@ -1,26 +1,38 @@
 defmodule ExPhil.Native.Blocks do
   @moduledoc false
-  # The ExPhil.Native.Block nodes of a traced expression, with the operands
-  # and the output EXLA hands EXLA.CustomCall.call/4 (the block node's input
-  # expressions and its default function's traced result).
+  # The block nodes of a traced expression, with the operands and the output
+  # EXLA hands EXLA.CustomCall.call/4 (the node's input expressions and its
+  # default function's traced result); and an EXLA client to ask call/4 with.
 
   alias Nx.Defn.Expr
 
-  @doc "`[{block, operands, out}]` of the expressions that `fun.(args...)` traces, each node once."
-  def capture(fun, args) do
-    expr = apply(Nx.Defn.debug_expr(fun), args)
-    {found, _seen} = Nx.Defn.Composite.reduce(expr, {[], MapSet.new()}, &walk/2)
+  @doc "`[{block, operands, out}]` of the ExPhil.Native.Block nodes that `fun.(args...)` traces."
+  def capture(fun, args),
+    do: fun |> Nx.Defn.debug_expr() |> apply(args) |> find(ExPhil.Native.Block)
+
+  @doc """
+  `[{struct, operands, out}]` of the block nodes tagged with a `module`
+  struct in a traced container, each node once, in the order first met.
+  """
+  def find(container, module) do
+    {found, _seen} =
+      Nx.Defn.Composite.reduce(container, {[], MapSet.new()}, &walk(&1, &2, module))
+
     Enum.reverse(found)
   end
 
-  defp walk(%Nx.Tensor{data: %Expr{id: id, op: op, args: args}} = tensor, {found, seen} = acc) do
+  defp walk(
+         %Nx.Tensor{data: %Expr{id: id, op: op, args: args}} = tensor,
+         {found, seen} = acc,
+         module
+       ) do
     if MapSet.member?(seen, id) do
       acc
     else
       found =
         case {op, args} do
-          {:block, [%ExPhil.Native.Block{} = block, operands, out, _fun]} ->
-            [{block, operands, out} | found]
+          {:block, [%^module{} = struct, operands, out, _fun]} ->
+            [{struct, operands, out} | found]
 
           _ ->
             found
@@ -28,16 +40,28 @@ defmodule ExPhil.Native.Blocks do
 
       {_, acc} =
         Nx.Defn.Tree.apply_args(tensor, {found, MapSet.put(seen, id)}, fn arg, acc ->
-          {arg, walk(arg, acc)}
+          {arg, walk(arg, acc, module)}
         end)
 
       acc
     end
   end
 
-  defp walk(_other, acc), do: acc
+  defp walk(_other, acc, _module), do: acc
 
   @doc "The flat list of result templates of a block's output."
   def results(out) when is_tuple(out), do: out |> Tuple.to_list() |> Enum.flat_map(&results/1)
   def results(tensor), do: [tensor]
+
+  @doc "An `%EXLA.Client{}` of `platform` with no runtime behind it, for `EXLA.CustomCall.call/4`."
+  def client(platform) do
+    %EXLA.Client{
+      ref: nil,
+      platform: platform,
+      name: :test,
+      device_count: 1,
+      default_device_id: 0,
+      automatic_transfers: false
+    }
+  end
 end
