@@ -18,9 +18,13 @@ build=${EXPHIL_BUILD_DIR:-$root/build}
 jobs=$(nproc)
 
 if [ -z "${EXPHIL_DEPS_PATH:-}" ] && [ -d "$root/../shared/vendor/nx" ]; then
-  EXPHIL_DEPS_PATH=$(cd "$root/../shared/vendor" && pwd)
+  EXPHIL_DEPS_PATH=$root/../shared/vendor
 fi
 if [ -n "${EXPHIL_DEPS_PATH:-}" ]; then
+  # The physical path: the packages name each other as ../nx and so on, which
+  # Mix resolves from where they really are, and a path through a symbolic
+  # link would make it see two different dependencies.
+  EXPHIL_DEPS_PATH=$(cd "$EXPHIL_DEPS_PATH" && pwd -P)
   export EXPHIL_DEPS_PATH
   if [ -x "$EXPHIL_DEPS_PATH/elixir/bin/mix" ]; then
     export PATH="$EXPHIL_DEPS_PATH/elixir/bin:$PATH"
