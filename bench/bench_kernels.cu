@@ -92,8 +92,12 @@ cudaError_t dispatch(ScanOp op, DType dtype, const Params& p, float* scratch, cu
       return bf16 ? F<MinLstmOp, __nv_bfloat16>::run(p, scratch, s) : F<MinLstmOp, float>::run(p, scratch, s);
     case ScanOp::liquid:
       return bf16 ? F<LiquidOp, __nv_bfloat16>::run(p, scratch, s) : F<LiquidOp, float>::run(p, scratch, s);
-    case ScanOp::min_gru_activated:  // not benchmarked: the kernels of min_gru and min_lstm
-    case ScanOp::min_lstm_activated: return cudaErrorNotSupported;
+    // Not benchmarked: Edifice's conventions, the kernels of the ops above
+    // with another coefficient map.
+    case ScanOp::min_gru_activated:
+    case ScanOp::min_lstm_activated:
+    case ScanOp::diag_linear:
+    case ScanOp::elu_gru: return cudaErrorNotSupported;
   }
   return cudaErrorNotSupported;
 }

@@ -21,6 +21,8 @@ const ScanOpInfo* info(ScanOp op) noexcept {
       {"liquid", 2, {"tau", "target", nullptr}, {"grad_tau", "grad_target", nullptr}},
       {"min_gru_activated", 2, {"z", "candidate", nullptr}, {"grad_z", "grad_candidate", nullptr}},
       {"min_lstm_activated", 3, {"f", "i", "candidate"}, {"grad_f", "grad_i", "grad_candidate"}},
+      {"diag_linear", 2, {"a", "b", nullptr}, {"grad_a", "grad_b", nullptr}},
+      {"elu_gru", 2, {"gate", "candidate", nullptr}, {"grad_gate", "grad_candidate", nullptr}},
   };
   const int i = static_cast<int>(op);
   return i >= 0 && i < static_cast<int>(sizeof(kInfo) / sizeof(kInfo[0])) ? &kInfo[i] : nullptr;

@@ -96,20 +96,27 @@ bool valid_op(ScanOp op) {
     case ScanOp::min_lstm:
     case ScanOp::liquid:
     case ScanOp::min_gru_activated:
-    case ScanOp::min_lstm_activated: return true;
+    case ScanOp::min_lstm_activated:
+    case ScanOp::diag_linear:
+    case ScanOp::elu_gru: return true;
   }
   return false;
 }
 
 // What both directions take first: the op's inputs (the first fixes dtype
-// and [B, T, H]) and h0.
+// and [B, T, H]) and h0. With last_optional, a null last input is left out
+// (its pointer stays null).
 Status check_inputs(ScanChecker& check, ScanOp op, const Tensor* const* inputs, const Tensor* h0,
-                    const void** d_inputs, const void*& d_h0, DType& h0_dtype) {
+                    bool last_optional, const void** d_inputs, const void*& d_h0,
+                    DType& h0_dtype) {
   if (!valid_op(op))
     return {StatusCode::invalid_argument, "unknown scan op " + std::to_string(static_cast<int>(op))};
   EXPHIL_RETURN_IF_ERROR(check.reference(scan_input_name(op, 0), inputs[0], d_inputs[0]));
-  for (int i = 1; i < scan_input_count(op); ++i)
+  const int n = scan_input_count(op);
+  for (int i = 1; i < n; ++i) {
+    if (last_optional && i == n - 1 && !inputs[i]) continue;
     EXPHIL_RETURN_IF_ERROR(check.sequence(scan_input_name(op, i), inputs[i], false, d_inputs[i]));
+  }
   return check.state("h0", h0, false, d_h0, h0_dtype);
 }
 
@@ -118,8 +125,8 @@ Status check_inputs(ScanChecker& check, ScanOp op, const Tensor* const* inputs, 
 Status validate_scan_forward(const ScanForwardArgs& args, kernels::ScanForwardParams& params,
                              ScanCall& call) {
   ScanChecker check(call);
-  EXPHIL_RETURN_IF_ERROR(
-      check_inputs(check, args.op, args.inputs, args.h0, params.d_inputs, params.d_h0, params.h0_dtype));
+  EXPHIL_RETURN_IF_ERROR(check_inputs(check, args.op, args.inputs, args.h0, false, params.d_inputs,
+                                      params.d_h0, params.h0_dtype));
   const void* y = nullptr;
   EXPHIL_RETURN_IF_ERROR(check.sequence("y", args.y, true, y));
   const void* h_final = nullptr;
@@ -136,8 +143,12 @@ Status validate_scan_forward(const ScanForwardArgs& args, kernels::ScanForwardPa
 Status validate_scan_backward(const ScanBackwardArgs& args, kernels::ScanBackwardParams& params,
                               ScanCall& call) {
   ScanChecker check(call);
-  EXPHIL_RETURN_IF_ERROR(
-      check_inputs(check, args.op, args.inputs, args.h0, params.d_inputs, params.d_h0, params.h0_dtype));
+  // linear_scan's backward may leave out b (scan.hpp): the states are then
+  // read from y.
+  const bool b_optional = args.op == ScanOp::linear_scan;
+  EXPHIL_RETURN_IF_ERROR(check_inputs(check, args.op, args.inputs, args.h0, b_optional,
+                                      params.d_inputs, params.d_h0, params.h0_dtype));
+  params.states_from_y = b_optional && args.inputs[1] == nullptr;
   EXPHIL_RETURN_IF_ERROR(check.sequence("y", args.y, false, params.d_y));
   EXPHIL_RETURN_IF_ERROR(check.sequence("grad_y", args.grad_y, false, params.d_grad_y));
   EXPHIL_RETURN_IF_ERROR(check.state("grad_h_final", args.grad_h_final, false,

@@ -32,6 +32,14 @@ constexpr int scan_inputs(ScanOp op) {
   return op == ScanOp::min_lstm || op == ScanOp::min_lstm_activated ? 3 : 2;
 }
 
+// The sequence inputs a backward row takes as operands: all of the op's, or
+// all but b for linear_scan's row without it (exphil_linear_scan_y_bwd,
+// Edifice's operands: the library then reads the states from y).
+constexpr int backward_row_inputs(const TargetRow& row, ScanOp op) {
+  const int n = scan_inputs(op);
+  return op == ScanOp::linear_scan && word(row.operands, n - 1) == "h0" ? n - 1 : n;
+}
+
 // Whether `row` is a scan forward of `op` in either form; each handler
 // checks its row with it when it compiles.
 constexpr bool is_scan_forward_row(const TargetRow& row, ScanOp op) {
@@ -42,17 +50,19 @@ constexpr bool is_scan_forward_row(const TargetRow& row, ScanOp op) {
   return h0 == "h0" && result_count(row) == 1;
 }
 
-// Whether `row` is a scan backward of `op` in either form.
+// Whether `row` is a scan backward of `op` in either form (the y-only form
+// of linear_scan may leave out b; its gradient is still a result).
 constexpr bool is_scan_backward_row(const TargetRow& row, ScanOp op) {
   const int n = scan_inputs(op);
-  const std::string_view h0 = word(row.operands, n);
-  if (word(row.operands, n + 1) != "y" || word(row.operands, n + 2) != "grad_y" ||
+  const int m = backward_row_inputs(row, op);
+  const std::string_view h0 = word(row.operands, m);
+  if (word(row.operands, m + 1) != "y" || word(row.operands, m + 2) != "grad_y" ||
       result_count(row) != n + 1)
     return false;
   if (h0 == "h0?")
-    return operand_count(row) == n + 4 && word(row.operands, n + 3) == "grad_h_final?" &&
+    return m == n && operand_count(row) == n + 4 && word(row.operands, n + 3) == "grad_h_final?" &&
            word(row.results, n) == "grad_h0?";
-  return h0 == "h0" && operand_count(row) == n + 3 && word(row.results, n) == "grad_h0";
+  return h0 == "h0" && operand_count(row) == m + 3 && word(row.results, n) == "grad_h0";
 }
 
 // buffers: the row's operands, then its results. An absent h0 (full form
@@ -63,7 +73,8 @@ ffi::Error scan_forward_call(const TargetRow& row, ScanOp op, cudaStream_t strea
 
 // buffers: the row's operands, then its results. h0 and grad_h_final may be
 // absent in the full form (a zero initial state; no gradient into the final
-// state), grad_h0 then not written; the y-only form has no grad_h_final.
+// state), grad_h0 then not written; the y-only form has no grad_h_final,
+// and for linear_scan may have no b (backward_row_inputs).
 ffi::Error scan_backward_call(const TargetRow& row, ScanOp op, cudaStream_t stream,
                               const ffi::Dictionary& attributes,
                               std::initializer_list<ffi::AnyBuffer> buffers);

@@ -47,12 +47,13 @@ ffi::Error scan_backward_call(const TargetRow& row, ScanOp op, cudaStream_t stre
                               std::initializer_list<ffi::AnyBuffer> buffers) {
   const char* target = row.name;
   const int n = scan_input_count(op);
+  const int m = backward_row_inputs(row, op);  // the inputs among the operands
   const int operands = operand_count(row);
   if (n != scan_inputs(op) ||
       buffers.size() != static_cast<std::size_t>(operands + result_count(row)))
     return ffi::Error::Internal(std::string(target) + ": binding and op disagree on the inputs");
-  const bool h0_optional = is_optional(word(row.operands, n));
-  const bool grad_h_final_operand = operands == n + 4;
+  const bool h0_optional = is_optional(word(row.operands, m));
+  const bool grad_h_final_operand = operands == m + 4;
   CallAttributes attrs(row, attributes);
   const Presence h0 = h0_optional ? attrs.presence("h0") : Presence::present;
   const Presence grad_h_final =
@@ -62,13 +63,15 @@ ffi::Error scan_backward_call(const TargetRow& row, ScanOp op, cudaStream_t stre
   BufferViews views(target);
   ScanBackwardArgs args;
   args.op = op;
-  for (int i = 0; i < n; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
-  args.h0 = h0_optional ? views.optional_operand("h0", b[n], h0) : views.operand("h0", b[n]);
-  args.y = views.operand("y", b[n + 1]);
-  args.grad_y = views.operand("grad_y", b[n + 2]);
+  // An input the row leaves out stays null (linear_scan's b: the library
+  // reads the states from y).
+  for (int i = 0; i < m; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
+  args.h0 = h0_optional ? views.optional_operand("h0", b[m], h0) : views.operand("h0", b[m]);
+  args.y = views.operand("y", b[m + 1]);
+  args.grad_y = views.operand("grad_y", b[m + 2]);
   // The y-only form has no grad_h_final operand: no gradient into the final state.
   args.grad_h_final = grad_h_final_operand
-                          ? views.optional_operand("grad_h_final", b[n + 3], grad_h_final)
+                          ? views.optional_operand("grad_h_final", b[m + 3], grad_h_final)
                           : nullptr;
   for (int i = 0; i < n; ++i)
     args.grad_inputs[i] = views.result(scan_grad_input_name(op, i), b[operands + i]);

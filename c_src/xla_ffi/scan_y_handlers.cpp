@@ -1,14 +1,14 @@
 // The scan handlers of the y-only form (scan_calls.hpp): h0 always an
 // operand, y the forward's only result, no grad_h_final operand in the
 // backward; the operand and result lists of Edifice's fused scan ops
-// (mix_stub/EDIFICE.md). The activated ops (gates after the sigmoid) have
-// this form only.
+// (mix_stub/EDIFICE.md). The activated ops (gates after the sigmoid),
+// diag_linear and elu_gru have this form only.
 //
-// There is no y-only backward of linear_scan without b (Edifice's
-// :fused_linear_scan_backward passes a, h0, y, grad_y): the backward kernel
-// rebuilds the states h_{t-1} inside each tile from one row of y and the
-// forward maps (a_t, b_t) (cuda/scan/scan_backward.cuh), so it reads b, and
-// a in b's place would give wrong states and a wrong grad_a.
+// linear_scan's y-only backward takes no b (Edifice's
+// :fused_linear_scan_backward passes a, h0, y, grad_y): the library then
+// reads each state h_{t-1} from y instead of rebuilding it from (a, b)
+// (cuda/scan/scan_backward.cuh, kStatesFromY). It also serves Edifice's
+// diagonal linear backward, which passes sigmoid(a) as a.
 #include "exphil/xla_ffi.h"
 #include "scan_calls.hpp"
 
@@ -21,6 +21,10 @@ extern "C" {
 
 XLA_FFI_Error* exphil_linear_scan_y_fwd(XLA_FFI_CallFrame* call_frame) {
   return scan_forward_handler<ScanOp::linear_scan, target_index("exphil_linear_scan_y_fwd")>(
+      call_frame);
+}
+XLA_FFI_Error* exphil_linear_scan_y_bwd(XLA_FFI_CallFrame* call_frame) {
+  return scan_backward_handler<ScanOp::linear_scan, target_index("exphil_linear_scan_y_bwd")>(
       call_frame);
 }
 XLA_FFI_Error* exphil_min_gru_y_fwd(XLA_FFI_CallFrame* call_frame) {
@@ -47,6 +51,14 @@ XLA_FFI_Error* exphil_min_lstm_activated_fwd(XLA_FFI_CallFrame* call_frame) {
 XLA_FFI_Error* exphil_min_lstm_activated_bwd(XLA_FFI_CallFrame* call_frame) {
   return scan_backward_handler<ScanOp::min_lstm_activated,
                                target_index("exphil_min_lstm_activated_bwd")>(call_frame);
+}
+
+XLA_FFI_Error* exphil_diag_linear_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return scan_forward_handler<ScanOp::diag_linear, target_index("exphil_diag_linear_y_fwd")>(
+      call_frame);
+}
+XLA_FFI_Error* exphil_elu_gru_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return scan_forward_handler<ScanOp::elu_gru, target_index("exphil_elu_gru_y_fwd")>(call_frame);
 }
 
 }  // extern "C"

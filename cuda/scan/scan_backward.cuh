@@ -22,6 +22,13 @@
  * backward therefore reads y once per tile, not once per step, and the only
  * rounding of the state it sees is y's dtype at tile boundaries.
  *
+ * kStatesFromY (linear_scan without b: Edifice's :fused_linear_scan_backward
+ * passes a, h0, y, grad_y only) reads every h_{t-1} from y instead (h0 at
+ * t = 0), one more read of y per step, and never reads the op's last input:
+ * a_t and the gradients of linear_scan do not depend on b
+ * (kBackwardWithoutLastInput in scan_ops.cuh). The states are then y as
+ * stored, in its dtype, as in Edifice's own backward.
+ *
  * Per tile a thread publishes one product of its a_t (the forward map and
  * the gradient map share it) and both maps' offsets, in buffers that
  * alternate by tile, so a tile costs one barrier; and it loads the earlier
@@ -40,18 +47,22 @@
 #include "common/state_io.cuh"
 #include "common/vector_io.cuh"
 #include "scan/scan_config.h"
+#include "scan/scan_ops.cuh"
 #include "scan/scan_params.h"
 #include "scan/scan_pass.h"
 #include "scan/scan_tile.cuh"
 
 namespace exphil::kernels {
 
-template <class Op, class Elem, int V>
+template <class Op, class Elem, int V, bool kStatesFromY>
 __global__ void __launch_bounds__(kScanMaxBlockThreads, kBackwardMinBlocksPerSM)
     scan_backward_kernel(const ScanBackwardParams p, const ScanPlan plan, const ScanPass pass,
                          float* __restrict__ workspace) {
   constexpr int L = kBackwardStepsPerThread;
   constexpr int N = Op::kInputs;
+  static_assert(!kStatesFromY || kBackwardWithoutLastInput<Op>,
+                "only an op whose a_t and gradients ignore its last input reads states from y");
+  constexpr int kLoadedInputs = kStatesFromY ? N - 1 : N;
   extern __shared__ float smem[];
 
   // The aggregate pass covers segments 1 .. segments-1 (segment 0's map is
@@ -91,17 +102,42 @@ __global__ void __launch_bounds__(kScanMaxBlockThreads, kBackwardMinBlocksPerSM)
   const int plane = th.chunks * th.lanes * V;
   const int64_t tile_steps = static_cast<int64_t>(th.chunks) * L;
   const int64_t tiles = (th.t_end - th.t_begin + tile_steps - 1) / tile_steps;
-  const bool rebuild_states = pass == ScanPass::apply;
+  const bool rebuild_states = !kStatesFromY && pass == ScanPass::apply;
+  const bool read_states = kStatesFromY && pass == ScanPass::apply;
 
   // One tile's loads: the op inputs and grad_y of this thread's steps, and
-  // the state just before the tile (y of the step before, or h0).
-  auto load_tile = [&](int64_t tile, float (&xs)[N][L][V], float (&gys)[L][V], float (&before)[V]) {
+  // either the state just before the tile (y of the step before, or h0) or,
+  // with kStatesFromY, the state before each of its steps.
+  auto load_tile = [&](int64_t tile, float (&xs)[N][L][V], float (&gys)[L][V], float (&before)[V],
+                       float (&states)[L][V]) {
     const int64_t t0 = tile + static_cast<int64_t>(th.ty) * L;
 #pragma unroll
-    for (int i = 0; i < N; ++i) load_steps<L, V>(x_in[i], th, t0, xs[i]);
+    for (int i = 0; i < N; ++i) {
+      if (i < kLoadedInputs) {
+        load_steps<L, V>(x_in[i], th, t0, xs[i]);
+      } else {
+#pragma unroll
+        for (int s = 0; s < L; ++s)
+#pragma unroll
+          for (int v = 0; v < V; ++v) xs[i][s][v] = 0.0f;
+      }
+    }
     load_steps<L, V>(grad_y, th, t0, gys);
 #pragma unroll
     for (int v = 0; v < V; ++v) before[v] = 0.0f;
+    if (read_states) {
+#pragma unroll
+      for (int s = 0; s < L; ++s) {
+        const int64_t t = t0 + s;
+#pragma unroll
+        for (int v = 0; v < V; ++v) states[s][v] = 0.0f;
+        if (!th.active || t >= th.t_end) continue;
+        if (t == 0)
+          load_state_or_zero<V>(p.d_h0, p.h0_dtype, th.state_base, states[s]);
+        else
+          VecIO<Elem, V>::load(y + th.seq_base + (t - 1) * th.width, states[s]);
+      }
+    }
     if (!rebuild_states || !th.active) return;
     if (tile == 0)
       load_state_or_zero<V>(p.d_h0, p.h0_dtype, th.state_base, before);
@@ -109,8 +145,8 @@ __global__ void __launch_bounds__(kScanMaxBlockThreads, kBackwardMinBlocksPerSM)
       VecIO<Elem, V>::load(y + th.seq_base + (tile - 1) * th.width, before);
   };
 
-  float x[N][L][V], gy[L][V], y_before[V];
-  if (tiles > 0) load_tile(th.t_begin + (tiles - 1) * tile_steps, x, gy, y_before);
+  float x[N][L][V], gy[L][V], y_before[V], h_read[L][V];
+  if (tiles > 0) load_tile(th.t_begin + (tiles - 1) * tile_steps, x, gy, y_before, h_read);
   int parity = 0;
   for (int64_t k = tiles - 1; k >= 0; --k, parity ^= 1) {
     const int64_t tile = th.t_begin + k * tile_steps;
@@ -138,13 +174,20 @@ __global__ void __launch_bounds__(kScanMaxBlockThreads, kBackwardMinBlocksPerSM)
 
     // The earlier tile's loads go out now and land while this one is
     // composed and its gradients written.
-    float x_next[N][L][V], gy_next[L][V], y_before_next[V];
-    if (k > 0) load_tile(tile - tile_steps, x_next, gy_next, y_before_next);
+    float x_next[N][L][V], gy_next[L][V], y_before_next[V], h_read_next[L][V];
+    if (k > 0) load_tile(tile - tile_steps, x_next, gy_next, y_before_next, h_read_next);
     __syncthreads();
 
     // Forward states: compose the chunks before ty onto the state before
-    // the tile, then replay this chunk: h_prev[s] = h_{t0+s-1}.
+    // the tile, then replay this chunk: h_prev[s] = h_{t0+s-1}; or the
+    // states read from y.
     float h_prev[L][V];
+    if (read_states) {
+#pragma unroll
+      for (int s = 0; s < L; ++s)
+#pragma unroll
+        for (int v = 0; v < V; ++v) h_prev[s][v] = h_read[s][v];
+    }
     if (rebuild_states) {
       float h[V];
 #pragma unroll
@@ -211,6 +254,7 @@ __global__ void __launch_bounds__(kScanMaxBlockThreads, kBackwardMinBlocksPerSM)
 #pragma unroll
           for (int i = 0; i < N; ++i) x[i][s][v] = x_next[i][s][v];
           gy[s][v] = gy_next[s][v];
+          h_read[s][v] = h_read_next[s][v];
         }
       }
 #pragma unroll

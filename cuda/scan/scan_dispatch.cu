@@ -26,6 +26,8 @@ LaunchResult dispatch(ScanOp op, DType dtype, F&& f) {
     case ScanOp::liquid: return with_op(LiquidOp{});
     case ScanOp::min_gru_activated: return with_op(MinGruActivatedOp{});
     case ScanOp::min_lstm_activated: return with_op(MinLstmActivatedOp{});
+    case ScanOp::diag_linear: return with_op(DiagLinearOp{});
+    case ScanOp::elu_gru: return with_op(EluGruOp{});
   }
   return {cudaErrorInvalidValue, "scan dispatch (unknown op)"};
 }

@@ -1,5 +1,6 @@
 // Definitions of the per-(op, dtype) launchers declared in scan_instances.h:
-// pick the vector width, then launch the aggregate pass (segments > 1) and
+// pick the vector width (and, for the backward, where the states come
+// from), then launch the aggregate pass (segments > 1) and
 // the apply pass. Included only by the generated instance files.
 #pragma once
 
@@ -40,7 +41,7 @@ LaunchResult launch_forward(const ScanForwardParams& p, const ScanPlan& plan, fl
   return {};
 }
 
-template <class Op, class Elem, int V>
+template <class Op, class Elem, int V, bool kStatesFromY>
 LaunchResult launch_backward(const ScanBackwardParams& p, const ScanPlan& plan, float* d_workspace,
                              cudaStream_t stream) {
   clear_stale_launch_error();
@@ -48,11 +49,11 @@ LaunchResult launch_backward(const ScanBackwardParams& p, const ScanPlan& plan, 
   const std::size_t smem = scan_shared_bytes(plan, V, 3);
   const auto grid_x = static_cast<unsigned>(p.shape.batch * plan.lane_groups);
   if (plan.segments > 1) {
-    scan_backward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments - 1), block, smem, stream>>>(
+    scan_backward_kernel<Op, Elem, V, kStatesFromY><<<dim3(grid_x, plan.segments - 1), block, smem, stream>>>(
         p, plan, ScanPass::aggregate, d_workspace);
     EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_backward_kernel (aggregate pass)");
   }
-  scan_backward_kernel<Op, Elem, V><<<dim3(grid_x, plan.segments), block, smem, stream>>>(
+  scan_backward_kernel<Op, Elem, V, kStatesFromY><<<dim3(grid_x, plan.segments), block, smem, stream>>>(
       p, plan, ScanPass::apply, d_workspace);
   EXPHIL_RETURN_IF_LAUNCH_FAILED("scan_backward_kernel");
   return {};
@@ -68,12 +69,31 @@ LaunchResult run_scan_forward(const ScanForwardParams& params, const ScanPlan& p
              : detail::launch_forward<Op, Elem, 1>(params, plan, d_workspace, stream);
 }
 
+namespace detail {
+
+// kStatesFromY: see scan_backward.cuh.
+template <class Op, class Elem, bool kStatesFromY>
+LaunchResult run_scan_backward_reading(const ScanBackwardParams& params, const ScanPlan& plan,
+                                       float* d_workspace, cudaStream_t stream) {
+  return plan.vector_width == kScanVectorWidth
+             ? detail::launch_backward<Op, Elem, kScanVectorWidth, kStatesFromY>(params, plan,
+                                                                                 d_workspace, stream)
+             : detail::launch_backward<Op, Elem, 1, kStatesFromY>(params, plan, d_workspace, stream);
+}
+
+}  // namespace detail
+
 template <class Op, class Elem>
 LaunchResult run_scan_backward(const ScanBackwardParams& params, const ScanPlan& plan,
                                float* d_workspace, cudaStream_t stream) {
-  return plan.vector_width == kScanVectorWidth
-             ? detail::launch_backward<Op, Elem, kScanVectorWidth>(params, plan, d_workspace, stream)
-             : detail::launch_backward<Op, Elem, 1>(params, plan, d_workspace, stream);
+  if (!params.states_from_y)
+    return detail::run_scan_backward_reading<Op, Elem, false>(params, plan, d_workspace, stream);
+  // The states-from-y kernels exist only for the ops that allow them; the
+  // host's validation refuses the rest before this point.
+  if constexpr (kBackwardWithoutLastInput<Op>)
+    return detail::run_scan_backward_reading<Op, Elem, true>(params, plan, d_workspace, stream);
+  else
+    return {cudaErrorInvalidValue, "scan backward (states from y for an op that needs all inputs)"};
 }
 
 }  // namespace exphil::kernels

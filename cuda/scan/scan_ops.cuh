@@ -1,4 +1,4 @@
-// The four recurrences as coefficient maps: each op turns its inputs at one
+// The recurrences as coefficient maps: each op turns its inputs at one
 // (t, channel) into the (a, b) of h_t = a * h_{t-1} + b, and gives the
 // gradients of its inputs from g = dL/dh_t and h_{t-1}. The scan kernels are
 // written once against this interface.
@@ -135,5 +135,56 @@ struct MinLstmActivatedOp {
     dx[2] = g * i * inv_s;
   }
 };
+
+// h_t = sigmoid(a) h_{t-1} + b: Edifice's diagonal linear recurrence, the
+// decay through the sigmoid inside the op. Inputs: a (a logit), b.
+struct DiagLinearOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    float s, s_neg;
+    sigmoid_pair(x[0], s, s_neg);
+    a = s;
+    b = x[1];
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    float s, s_neg;
+    sigmoid_pair(x[0], s, s_neg);
+    dx[0] = g * h_prev * s * s_neg;
+    dx[1] = g;
+  }
+};
+
+// 1 + elu(x): 1 + x above zero, exp(x) at and below it (1 + (exp(x) - 1)
+// without the cancellation).
+__device__ __forceinline__ float one_plus_elu(float x) { return x > 0.0f ? 1.0f + x : expf(x); }
+
+// min_gru with the candidate through 1 + elu inside the op (Edifice's
+// ELU-GRU, which keeps the candidate positive): z = sigmoid(gate),
+// c = 1 + elu(candidate), h_t = (1 - z) h_{t-1} + z c. Inputs: gate,
+// candidate; gradients with respect to both as given: MinGruOp's on c, times
+// the slope of 1 + elu (1 above zero, exp(x) = c at and below it).
+struct EluGruOp {
+  static constexpr int kInputs = 2;
+  __device__ __forceinline__ static void coefficients(const float (&x)[2], float& a, float& b) {
+    const float activated[2] = {x[0], one_plus_elu(x[1])};
+    MinGruOp::coefficients(activated, a, b);
+  }
+  __device__ __forceinline__ static void input_gradients(const float (&x)[2], float h_prev, float g,
+                                                         float (&dx)[2]) {
+    const float activated[2] = {x[0], one_plus_elu(x[1])};
+    MinGruOp::input_gradients(activated, h_prev, g, dx);
+    dx[1] *= x[1] > 0.0f ? 1.0f : activated[1];
+  }
+};
+
+// Ops whose backward may leave out their last input: it reads the states
+// h_{t-1} from y, and neither a_t nor the input gradients depend on that
+// input. linear_scan's b: Edifice's :fused_linear_scan_backward (and that of
+// its diagonal linear scan, on sigmoid(a)) never passes it.
+template <class Op>
+inline constexpr bool kBackwardWithoutLastInput = false;
+template <>
+inline constexpr bool kBackwardWithoutLastInput<LinearScanOp> = true;
 
 }  // namespace exphil::kernels

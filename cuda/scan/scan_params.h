@@ -41,6 +41,10 @@ struct ScanBackwardParams {
   void* d_grad_inputs[kMaxScanInputs] = {};
   void* d_grad_h0 = nullptr;
   DType grad_h0_dtype = DType::f32;
+  // Read each state h_{t-1} from y (h0 at t = 0) instead of rebuilding it
+  // from the op's coefficients; the op's last input is then not read and
+  // may be null (linear_scan without b; scan_backward.cuh).
+  bool states_from_y = false;
 };
 
 enum class ScanDirection { forward, backward };

@@ -161,9 +161,12 @@ EXPHIL_API exphil_status exphil_device_free(void* ptr);
  * forward:  a, b [B, T, H]; h0 [B, H] (may be NULL);
  *           writes y [B, T, H] (every h_t) and h_final [B, H] (h_{T-1}; may
  *           be NULL).
- * backward: a, b, h0 (may be NULL), y as in the forward; grad_y [B, T, H];
- *           grad_h_final [B, H] (may be NULL);
+ * backward: a, b (may be NULL), h0 (may be NULL), y as in the forward;
+ *           grad_y [B, T, H]; grad_h_final [B, H] (may be NULL);
  *           writes grad_a, grad_b [B, T, H] and grad_h0 [B, H] (may be NULL).
+ *           The gradients do not depend on b: with b NULL each state h_{t-1}
+ *           is read from y (h0 at t = 0) rather than rebuilt from (a, b), one
+ *           more read of y per step.
  * ------------------------------------------------------------------------- */
 EXPHIL_API exphil_status exphil_linear_scan_forward(
     const exphil_tensor* a, const exphil_tensor* b, const exphil_tensor* h0,

@@ -21,15 +21,22 @@ enum class ScanOp : int {
   // s = f + (i + 1e-6), h_t = (f / s) h_{t-1} + (i / s) candidate,
   // gradients with respect to f and i.
   min_lstm_activated = 5,  // inputs f, i, candidate
+  // Edifice's diagonal linear recurrence: h_t = sigmoid(a) h_{t-1} + b,
+  // the sigmoid inside the op.
+  diag_linear = 6,  // inputs a, b
+  // Edifice's ELU-GRU: min_gru with the candidate through 1 + elu inside
+  // the op, z = sigmoid(gate), h_t = (1 - z) h_{t-1} + z (1 + elu(candidate)).
+  elu_gru = 7,      // inputs gate, candidate
 };
 
 inline constexpr int kMaxScanInputs = 3;
-inline constexpr ScanOp kAllScanOps[] = {ScanOp::linear_scan,       ScanOp::min_gru,
-                                         ScanOp::min_lstm,          ScanOp::liquid,
-                                         ScanOp::min_gru_activated, ScanOp::min_lstm_activated};
-// The ops with entry points in the C ABI (exphil.h) and the NIF. The
-// activated ops are reached through this C++ API and the XLA FFI handlers
-// only (Edifice's fused ops pass gates after the sigmoid).
+inline constexpr ScanOp kAllScanOps[] = {
+    ScanOp::linear_scan,        ScanOp::min_gru,     ScanOp::min_lstm, ScanOp::liquid,
+    ScanOp::min_gru_activated,  ScanOp::min_lstm_activated, ScanOp::diag_linear,
+    ScanOp::elu_gru};
+// The ops with entry points in the C ABI (exphil.h) and the NIF. The others
+// are Edifice's conventions (gates after the sigmoid, an activation inside
+// the op), reached through this C++ API and the XLA FFI handlers only.
 inline constexpr ScanOp kAbiScanOps[] = {ScanOp::linear_scan, ScanOp::min_gru, ScanOp::min_lstm,
                                          ScanOp::liquid};
 
@@ -52,6 +59,10 @@ struct ScanForwardArgs {
 
 struct ScanBackwardArgs {
   ScanOp op = ScanOp::linear_scan;
+  // linear_scan's b may be null here: the backward then reads each state
+  // h_{t-1} from y (h0 at t = 0) instead of rebuilding it from (a, b), one
+  // more read of y per step (its gradients do not depend on b; Edifice's
+  // linear-scan backward never has it). Every other input is required.
   const Tensor* inputs[kMaxScanInputs] = {};
   const Tensor* h0 = nullptr;            // optional
   const Tensor* y = nullptr;             // the forward's output

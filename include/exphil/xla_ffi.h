@@ -64,6 +64,14 @@
  *                       results:  y [B, T, H]
  *   exphil_liquid_y_bwd operands: tau, target, h0, y, grad_y
  *                       results:  grad_tau, grad_target, grad_h0 [B, H]
+ *   exphil_linear_scan_y_bwd
+ *                       operands: a, h0, y, grad_y (no b: each state h_{t-1}
+ *                                 is read from y, h0 at t = 0)
+ *                       results:  grad_a, grad_b, grad_h0 [B, H]
+ *   exphil_diag_linear_y_fwd  inputs a, b: h_t = sigmoid(a) h_{t-1} + b
+ *   exphil_elu_gru_y_fwd      inputs gate, candidate: z = sigmoid(gate),
+ *                       h_t = (1 - z) h_{t-1} + z (1 + elu(candidate))
+ *                       (operands inputs..., h0; result y, as above)
  *   exphil_min_gru_activated_{fwd,bwd} and exphil_min_lstm_activated_{fwd,bwd}
  *   have this form, with gates already through the sigmoid, each in (0, 1):
  *     min_gru_activated  inputs z, candidate:
@@ -177,6 +185,9 @@ EXPHIL_API struct XLA_FFI_Error* exphil_attention_bwd(struct XLA_FFI_CallFrame* 
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_y_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_y_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_diag_linear_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_elu_gru_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

@@ -96,6 +96,30 @@ TEST_CASE("a NULL required descriptor or data pointer is rejected by name", "[ab
   }
 }
 
+TEST_CASE("linear_scan's backward may leave out b, no other input", "[abi]") {
+  FakeScan f(ScanOp::linear_scan);
+  f.xp[1] = nullptr;
+  const exphil_status s = f.backward();
+  INFO("message: " << exphil_last_error());
+  // Past the structural checks: what remains is the device (the fake
+  // addresses are no CUDA allocation; 'a' comes first).
+  if (have_gpu()) {
+    CHECK(s == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'a': expected device memory"));
+  } else {
+    CHECK(s == EXPHIL_ERROR_NO_DEVICE);
+  }
+  FakeScan forward(ScanOp::linear_scan);
+  forward.xp[1] = nullptr;
+  expect_invalid(forward.forward(), "b", "descriptor is NULL");
+  for (ScanOp op : {ScanOp::min_gru, ScanOp::min_lstm, ScanOp::liquid}) {
+    FakeScan g(op);
+    const int last = exphil::scan_input_count(op) - 1;
+    g.xp[last] = nullptr;
+    expect_invalid(g.backward(), exphil::scan_input_name(op, last), "descriptor is NULL");
+  }
+}
+
 TEST_CASE("unknown dtypes and wrong ranks are rejected", "[abi]") {
   FakeScan a(ScanOp::min_gru);
   a.x[1].dtype = 7;

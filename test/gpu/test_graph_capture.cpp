@@ -158,8 +158,9 @@ TEST_CASE("graphs: attention captured and replayed, top level and nested",
   }
 }
 
+// [serial]: it reads the device's free memory, so ctest runs it alone.
 TEST_CASE("graphs: a destroyed graph's workspace is reused, not allocated again",
-          "[gpu][graph][scan]") {
+          "[gpu][graph][scan][serial]") {
   CallerStream s;
   const ScanRunner runner = scan_graph_runner(s.stream, GraphNesting::child);
   ScanCase c = stateful_case(ScanOp::min_gru, DType::f32, ShapeCase{1, 9000, 64});

@@ -32,7 +32,7 @@ const std::vector<ShapeCase>& sweep_shapes() {
   return shapes;
 }
 
-void sweep(ScanOp op, DType dtype) {
+void sweep(ScanOp op, DType dtype, bool backward_without_b = false) {
   struct Variant {
     bool h0, grad_final;
     bool state_in_sequence_dtype;
@@ -56,6 +56,7 @@ void sweep(ScanOp op, DType dtype) {
       c.with_h0 = v.h0;
       c.with_grad_h_final = v.grad_final;
       c.state_dtype = v.state_in_sequence_dtype ? dtype : DType::f32;
+      c.backward_without_b = backward_without_b;
       auto chosen = std::make_shared<ChosenLayouts>();
       const ScanCheck check = run_scan_case(c, cpp_runner(nullptr, {}, chosen), test_seed());
       INFO(describe_case(c) << "\nforward layout: vec " << chosen->forward.vector_width
@@ -81,8 +82,9 @@ void sweep(ScanOp op, DType dtype) {
     }
   }
   // Margin report (error / allowed, 1 = at the tolerance) for bench/RESULTS.md.
-  std::printf("sweep %s %s: %d cases, worst error/allowed %.3g at %s\n", scan_op_name(op),
-              dtype_name(dtype), cases, worst, worst_case.c_str());
+  std::printf("sweep %s%s %s: %d cases, worst error/allowed %.3g at %s\n", scan_op_name(op),
+              backward_without_b ? " (backward without b)" : "", dtype_name(dtype), cases, worst,
+              worst_case.c_str());
 }
 
 }  // namespace
@@ -111,3 +113,22 @@ SCAN_SWEEP_TEST(min_gru_activated, bf16)
 SCAN_SWEEP_TEST(min_lstm_activated, f32)
 SCAN_SWEEP_TEST(min_lstm_activated, f16)
 SCAN_SWEEP_TEST(min_lstm_activated, bf16)
+SCAN_SWEEP_TEST(diag_linear, f32)
+SCAN_SWEEP_TEST(diag_linear, f16)
+SCAN_SWEEP_TEST(diag_linear, bf16)
+SCAN_SWEEP_TEST(elu_gru, f32)
+SCAN_SWEEP_TEST(elu_gru, f16)
+SCAN_SWEEP_TEST(elu_gru, bf16)
+
+// linear_scan's backward without b reads every state from y (the kernel's
+// kStatesFromY), on the same grid, segmented path included.
+#define SCAN_SWEEP_WITHOUT_B_TEST(DT)                                                        \
+  TEST_CASE("linear_scan " #DT ": the backward without b matches the reference on the shape " \
+            "grid",                                                                           \
+            "[gpu][scan]") {                                                                  \
+    sweep(ScanOp::linear_scan, DType::DT, true);                                              \
+  }
+
+SCAN_SWEEP_WITHOUT_B_TEST(f32)
+SCAN_SWEEP_WITHOUT_B_TEST(f16)
+SCAN_SWEEP_WITHOUT_B_TEST(bf16)

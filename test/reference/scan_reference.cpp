@@ -10,6 +10,10 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 constexpr double kMinLstmEps = 1e-6;
 
+// 1 + elu(x), written as its definition: elu(x) = x above zero, exp(x) - 1
+// at and below it.
+double one_plus_elu(double x) { return 1.0 + (x > 0.0 ? x : std::exp(x) - 1.0); }
+
 // Partial derivatives of one step: dh_t/dh_{t-1} and dh_t/dx_i.
 void step_partials(ScanOp op, const double* x, double h_prev, double& d_h_prev, double* d_x) {
   switch (op) {
@@ -61,6 +65,21 @@ void step_partials(ScanOp op, const double* x, double h_prev, double& d_h_prev, 
       d_x[2] = i / s;
       return;
     }
+    case ScanOp::diag_linear: {  // h = sigmoid(a) h' + b
+      const double s = sigmoid(x[0]);
+      d_h_prev = s;
+      d_x[0] = h_prev * s * (1.0 - s);
+      d_x[1] = 1.0;
+      return;
+    }
+    case ScanOp::elu_gru: {  // h = (1 - z) h' + z c, z = sigmoid(gate), c = 1 + elu(candidate)
+      const double z = sigmoid(x[0]);
+      const double c = one_plus_elu(x[1]);
+      d_h_prev = 1.0 - z;
+      d_x[0] = (c - h_prev) * z * (1.0 - z);
+      d_x[1] = z * (x[1] > 0.0 ? 1.0 : std::exp(x[1]));
+      return;
+    }
   }
 }
 
@@ -83,6 +102,11 @@ double scan_step(ScanOp op, const double* x, double h_prev) {
     case ScanOp::min_lstm_activated: {
       const double s = x[0] + (x[1] + kMinLstmEps);
       return (x[0] / s) * h_prev + (x[1] / s) * x[2];
+    }
+    case ScanOp::diag_linear: return sigmoid(x[0]) * h_prev + x[1];
+    case ScanOp::elu_gru: {
+      const double z = sigmoid(x[0]);
+      return (1.0 - z) * h_prev + z * one_plus_elu(x[1]);
     }
   }
   return 0.0;

@@ -11,7 +11,9 @@ exphil_status abi_scan_forward(ScanOp op, const exphil_tensor* const* x, const e
     case ScanOp::min_lstm: return exphil_min_lstm_forward(x[0], x[1], x[2], h0, y, h_final, stream);
     case ScanOp::liquid: return exphil_liquid_forward(x[0], x[1], h0, y, h_final, stream);
     case ScanOp::min_gru_activated:  // no C ABI entry point (scan.hpp, kAbiScanOps)
-    case ScanOp::min_lstm_activated: break;
+    case ScanOp::min_lstm_activated:
+    case ScanOp::diag_linear:
+    case ScanOp::elu_gru: break;
   }
   return EXPHIL_ERROR_INTERNAL;
 }
@@ -31,7 +33,9 @@ exphil_status abi_scan_backward(ScanOp op, const exphil_tensor* const* x, const 
     case ScanOp::liquid:
       return exphil_liquid_backward(x[0], x[1], h0, y, gy, gf, gx[0], gx[1], g0, stream);
     case ScanOp::min_gru_activated:  // no C ABI entry point (scan.hpp, kAbiScanOps)
-    case ScanOp::min_lstm_activated: break;
+    case ScanOp::min_lstm_activated:
+    case ScanOp::diag_linear:
+    case ScanOp::elu_gru: break;
   }
   return EXPHIL_ERROR_INTERNAL;
 }

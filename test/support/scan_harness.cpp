@@ -61,7 +61,8 @@ std::string describe_case(const ScanCase& c) {
       << (c.with_grad_h_final ? " +grad_h_final" : "") << " state=" << dtype_name(c.state_dtype)
       << (c.write_h_final ? "" : " no-h_final") << (c.write_grad_h0 ? "" : " no-grad_h0")
       << (c.misalign_elements ? " misaligned" : "")
-      << (c.regime == InputRegime::long_memory ? " long-memory" : "");
+      << (c.regime == InputRegime::long_memory ? " long-memory" : "")
+      << (c.backward_without_b ? " backward-without-b" : "");
   return out.str();
 }
 
@@ -113,6 +114,7 @@ ScanCheck run_scan_case(const ScanCase& c, const ScanRunner& runner, uint64_t se
     bwd.inputs[k] = x[k]->ptr();
     bwd.grad_inputs[k] = grad_x[k]->ptr();
   }
+  if (c.backward_without_b) bwd.inputs[1] = nullptr;
   bwd.h0 = fwd.h0;
   bwd.y = y->ptr();
   bwd.grad_y = gy->ptr();

@@ -26,6 +26,8 @@ struct ScanCase {
   bool write_grad_h0 = true;
   std::size_t misalign_elements = 0;  // shifts every sequence tensor off 16-byte alignment
   InputRegime regime = InputRegime::typical;
+  // linear_scan: the backward without b, reading its states from y.
+  bool backward_without_b = false;
 };
 
 // A case with h0 and grad_h_final present, f32 state tensors.

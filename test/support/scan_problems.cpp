@@ -57,6 +57,9 @@ reference::ScanProblem random_scan_problem(ScanOp op, ShapeCase shape, DType dty
     case ScanOp::min_gru_activated: ranges[0] = {0.02, 0.98}; ranges[1] = {-2, 2}; break;
     case ScanOp::min_lstm_activated:
       ranges[0] = {0.02, 0.98}; ranges[1] = {0.02, 0.98}; ranges[2] = {-2, 2}; break;
+    case ScanOp::diag_linear: ranges[0] = {-4, 4}; ranges[1] = {-1, 1}; break;
+    // The candidate on both sides of elu's kink.
+    case ScanOp::elu_gru: ranges[0] = {-4, 4}; ranges[1] = {-2, 2}; break;
   }
   if (regime == InputRegime::long_memory) {
     switch (op) {
@@ -68,6 +71,8 @@ reference::ScanProblem random_scan_problem(ScanOp op, ShapeCase shape, DType dty
       case ScanOp::min_gru_activated: ranges[0] = {1.2e-4, 6.7e-3}; break;
       case ScanOp::min_lstm_activated:
         ranges[0] = {0.9933, 0.99988}; ranges[1] = {1.2e-4, 6.7e-3}; break;
+      case ScanOp::diag_linear: ranges[0] = {5, 9}; break;  // sigmoid(a) within 7e-3 of 1
+      case ScanOp::elu_gru: ranges[0] = {-9, -5}; break;
     }
   }
   for (int k = 0; k < scan_input_count(op); ++k)

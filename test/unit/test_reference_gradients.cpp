@@ -100,4 +100,12 @@ TEST_CASE("reference forward follows each op's definition", "[reference]") {
   const double lstm_activated[] = {0.25, 0.5, 2.0};  // f, i given; s = f + (i + 1e-6)
   CHECK(exphil::reference::scan_step(ScanOp::min_lstm_activated, lstm_activated, h_prev) ==
         Approx((0.25 * 0.5 + 0.5 * 2.0) / (0.75 + 1e-6)));
+  const double diag[] = {0.0, -0.3};  // sigmoid(0) = 0.5
+  CHECK(exphil::reference::scan_step(ScanOp::diag_linear, diag, h_prev) == Approx(0.5 * 0.5 - 0.3));
+  const double elu_above[] = {0.0, 2.0};  // z = 0.5, c = 1 + 2
+  CHECK(exphil::reference::scan_step(ScanOp::elu_gru, elu_above, h_prev) ==
+        Approx(0.5 * 0.5 + 0.5 * 3.0));
+  const double elu_below[] = {0.0, -1.0};  // c = 1 + (exp(-1) - 1)
+  CHECK(exphil::reference::scan_step(ScanOp::elu_gru, elu_below, h_prev) ==
+        Approx(0.5 * 0.5 + 0.5 * std::exp(-1.0)));
 }

@@ -16,6 +16,12 @@ The targets ExPhil.Native.Edifice maps Edifice's fused scan ops to
   exphil_liquid_y_fwd            (tau, target, h0) -> y            :fused_liquid_scan
   exphil_liquid_y_bwd            (tau, target, h0, y, g) -> (grad_tau, grad_target, grad_h0)
   exphil_linear_scan_y_fwd       (a, b, h0) -> y                   :fused_linear_scan
+  exphil_linear_scan_y_bwd       (a, h0, y, g) -> (grad_a, grad_b, grad_h0)
+                                 :fused_linear_scan_backward and
+                                 :fused_diag_linear_scan_backward (no b: the
+                                 states are read from y)
+  exphil_diag_linear_y_fwd       (a, b, h0) -> y                   :fused_diag_linear_scan
+  exphil_elu_gru_y_fwd           (gate, candidate, h0) -> y        :fused_elu_gru_scan
 
 and the selective-scan backward and attention targets:
 
@@ -29,9 +35,10 @@ Each is registered by pointer from the library (after exphil_jax.load, which
 registers the others) and called with jax.ffi.ffi_call inside jax.jit, against
 float64 JAX references of Edifice's math on the same (rounded) inputs:
 Edifice's forward recurrences (lib/edifice/cuda/fused_scan.ex:523, 585-597,
-753-754, 824-825, 876) and, for the activated backward ops, Edifice's
-hand-written backward with the forward's y as h_prev (fused_scan.ex:548-581,
-623-676); the liquid backward against jax.vjp of the reference. The backward
+753-754, 824-825, 876, 715-717, 791) and, for the activated and linear-scan
+backward ops, Edifice's hand-written backward with the forward's y as h_prev
+(fused_scan.ex:548-581, 623-676, 884-916); the liquid backward against
+jax.vjp of the reference. The backward
 targets get the reference forward's y rounded to the dtype as `fwd`, as
 Edifice passes its forward's output. Gates after the sigmoid are sigmoid of
 normal logits (so in (0, 1)), rounded to the dtype.
@@ -87,12 +94,17 @@ FORWARD = {
     "exphil_min_gru_y_fwd": ("min_gru", ("gate", "candidate")),
     "exphil_liquid_y_fwd": ("liquid", ("tau", "target")),
     "exphil_linear_scan_y_fwd": ("linear_scan", ("a", "b")),
+    "exphil_diag_linear_y_fwd": ("diag_linear", ("a", "b")),
+    "exphil_elu_gru_y_fwd": ("elu_gru", ("gate", "candidate")),
 }
 BACKWARD = {
     "exphil_min_gru_activated_bwd": "min_gru_activated",
     "exphil_min_lstm_activated_bwd": "min_lstm_activated",
     "exphil_liquid_y_bwd": "liquid",
+    "exphil_linear_scan_y_bwd": "linear_scan",
 }
+# Backward targets that take only the first input (Edifice passes no b).
+WITHOUT_LAST_INPUT = {"exphil_linear_scan_y_bwd"}
 SCAN_TARGETS = tuple(FORWARD) + tuple(BACKWARD)
 SS_TARGET = "exphil_selective_scan_y_bwd"
 ATT_F_TARGET = "exphil_attention_o_fwd"
@@ -123,6 +135,10 @@ def inputs_for(kind, rng, shape):
     if kind == "linear_scan":
         a = rng.uniform(0.5, 1.0, shape) * np.where(rng.random(shape) < 0.1, -1.0, 1.0)
         return [a, n(shape)]
+    if kind == "diag_linear":
+        return [2.0 * n(shape), n(shape)]
+    if kind == "elu_gru":  # candidates on both sides of elu's kink
+        return [2.0 * n(shape), 1.5 * n(shape)]
     raise AssertionError(kind)
 
 
@@ -135,6 +151,14 @@ def coefficients(kind, xs):
         f, i, c = xs
         s = f + (i + EPS)
         return f / s, (i / s) * c
+    if kind == "diag_linear":  # fused_scan.ex:791
+        a, b = xs
+        return 1.0 / (1.0 + jnp.exp(-a)), b
+    if kind == "elu_gru":  # fused_scan.ex:715-717
+        gate, c = xs
+        z = 1.0 / (1.0 + jnp.exp(-gate))
+        c_act = 1.0 + jnp.where(c > 0, c, jnp.exp(c) - 1.0)
+        return 1.0 - z, z * c_act
     return ref.scan_coefficients(kind, xs)
 
 
@@ -150,8 +174,9 @@ def forward_ref(kind, xs, h0):
 
 
 def backward_ref(kind, xs, h0, fwd, g):
-    """Edifice's backward (the activated ops), with h_prev from fwd; the
-    liquid backward as jax.vjp of the reference forward."""
+    """Edifice's backward (the activated ops and the linear scan), with
+    h_prev from fwd; the liquid backward as jax.vjp of the reference
+    forward."""
     if kind == "liquid":
         _, vjp = jax.vjp(lambda x, s: forward_ref(kind, x, s), list(xs), h0)
         gx, gh0 = vjp(g)
@@ -160,6 +185,8 @@ def backward_ref(kind, xs, h0, fwd, g):
     if kind == "min_gru_activated":  # fused_scan.ex:570-572
         z, c = xs
         a = 1.0 - z
+    elif kind == "linear_scan":  # fused_scan.ex:884-916
+        a = xs[0]
     else:  # fused_scan.ex:623-676
         f, i, c = xs
         s = f + (i + EPS)
@@ -175,6 +202,8 @@ def backward_ref(kind, xs, h0, fwd, g):
     dh = jnp.swapaxes(dhs, 0, 1)
     if kind == "min_gru_activated":
         return [dh * (c - h_prev), dh * z], carry
+    if kind == "linear_scan":
+        return [dh * h_prev, dh], carry
     s2 = s * s
     return [dh * (h_prev * (i + EPS) - c * i) / s2,
             dh * (c * (f + EPS) - f * h_prev) / s2,
@@ -214,11 +243,13 @@ def check_backward(target, dtype, shape, state_dtype, seed, tol_scale):
     results = tuple(jax.ShapeDtypeStruct(shape, dtype) for _ in xs) + (
         jax.ShapeDtypeStruct((b, h), state_dtype),)
 
+    passed = xs[:-1] if target in WITHOUT_LAST_INPUT else xs
+
     @jax.jit
     def ours(xs, h0, fwd, g):
         return jax.ffi.ffi_call(target, results)(*xs, h0, fwd, g)
 
-    out = jax.block_until_ready(ours(xs, h0, fwd, g))
+    out = jax.block_until_ready(ours(passed, h0, fwd, g))
     rgx, rgh0 = jax.jit(lambda x, s, y, gy: backward_ref(kind, x, s, y, gy))(
         xs64, h064, cj.up(fwd), g64)
     scale = max(cj.amax(r) for r in list(rgx) + [rgh0])

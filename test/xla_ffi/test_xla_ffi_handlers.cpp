@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "call_frame_builder.hpp"
@@ -740,6 +741,50 @@ TEST_CASE("handlers: the y-only form, h0 required, no final state", "[xla_ffi]")
     CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
     CHECK_THAT(o.message, StartsWith("exphil_liquid_y_bwd: liquid backward: ") &&
                               Contains("'grad_h0'"));
+  }
+  SECTION("linear_scan's backward without b: a, h0, y, grad_y; grad_b still a result") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operand(bf16, {2, 3, 4})      // a
+                                 .operand(f32, {2, 4})          // h0
+                                 .operands(2, bf16, {2, 3, 4})  // y, grad_y
+                                 .results(2, bf16, {2, 3, 4})   // grad_a, grad_b
+                                 .result(f32, {2, 4})           // grad_h0
+                                 .call(exphil_linear_scan_y_bwd);
+    // b is no argument of the call: the library reads the states from y.
+    check_reached_library(o, "exphil_linear_scan_y_bwd", {"b", "grad_h_final"});
+    const HandlerOutcome bad = CallFrameBuilder(api)
+                                   .operand(f32, {2, 3, 4})      // a
+                                   .operand(f32, {2, 4})         // h0
+                                   .operand(f32, {2, 3, 5})      // y
+                                   .operand(f32, {2, 3, 4})      // grad_y
+                                   .results(2, f32, {2, 3, 4})   // grad_a, grad_b
+                                   .result(f32, {2, 4})          // grad_h0
+                                   .call(exphil_linear_scan_y_bwd);
+    CHECK(bad.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(bad.message,
+               StartsWith("exphil_linear_scan_y_bwd: linear_scan backward: argument 'y'"));
+  }
+  SECTION("diag_linear and elu_gru forwards: their inputs named as the library names them") {
+    // (handler, target, the name of the second input)
+    for (const auto& [handler, target, second] :
+         {std::tuple{&exphil_diag_linear_y_fwd, "exphil_diag_linear_y_fwd", "b"},
+          std::tuple{&exphil_elu_gru_y_fwd, "exphil_elu_gru_y_fwd", "candidate"}}) {
+      const HandlerOutcome ok = CallFrameBuilder(api)
+                                    .operands(2, bf16, {2, 3, 4})  // inputs
+                                    .operand(f32, {2, 4})          // h0
+                                    .result(bf16, {2, 3, 4})       // y
+                                    .call(handler);
+      check_reached_library(ok, target, {"h_final"});
+      const HandlerOutcome bad = CallFrameBuilder(api)
+                                     .operand(f32, {2, 3, 4})
+                                     .operand(f32, {2, 3, 5})
+                                     .operand(f32, {2, 4})
+                                     .result(f32, {2, 3, 4})
+                                     .call(handler);
+      CHECK(bad.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(bad.message, StartsWith(std::string(target) + ": ") &&
+                                  Contains(std::string("argument '") + second + "'"));
+    }
   }
   SECTION("the activated ops' arguments are named as the library names them") {
     const HandlerOutcome o = CallFrameBuilder(api)

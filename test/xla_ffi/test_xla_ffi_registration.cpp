@@ -32,6 +32,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_min_lstm_activated_fwd", "exphil_min_lstm_activated_bwd",
     // Edifice's selective-scan backward and attention forward
     "exphil_selective_scan_y_bwd", "exphil_attention_o_fwd", "exphil_attention_o_bwd",
+    // Edifice's linear-scan backward (no b), diagonal linear and ELU-GRU forwards
+    "exphil_linear_scan_y_bwd", "exphil_diag_linear_y_fwd", "exphil_elu_gru_y_fwd",
 };
 
 bool is_loaded(const char* path) {

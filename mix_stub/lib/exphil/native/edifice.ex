@@ -114,11 +114,12 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
           "(tau, target, h0, y, grad_y) -> (grad_tau, grad_target, grad_h0). No kernel " <>
           "change: an absent grad_h_final is the C API's default.",
       v2b:
-        "exphil_linear_scan_bwd without the b and grad_h_final operands: (a, h0, y, grad_y) -> " <>
-          "(grad_a, grad_b, grad_h0). Needs a kernel change: the backward kernel rebuilds the " <>
-          "states h_{t-1} in each tile from one row of y and the forward maps (a_t, b_t) " <>
-          "(cuda/scan/scan_backward.cuh), so it reads b and a in b's place gives wrong states; " <>
-          "it would have to read h_{t-1} from y at every step, or take b = y_t - a_t y_{t-1}.",
+        "Done: exphil_linear_scan_y_bwd (a, h0, y, grad_y) -> (grad_a, grad_b, grad_h0), " <>
+          "linear_scan's backward without b or grad_h_final. A kernel mode: the backward " <>
+          "kernel otherwise rebuilds the states h_{t-1} in each tile from one row of y and " <>
+          "the forward maps (a_t, b_t), so it read b; without b it reads each h_{t-1} from y " <>
+          "(h0 at t = 0), as Edifice's backward does (cuda/scan/scan_backward.cuh, " <>
+          "kStatesFromY; b may be NULL in the C++ API and C ABI).",
       k1:
         "Done: a scan coefficient op (cuda/scan/scan_ops.cuh, MinGruActivatedOp) for min_gru " <>
           "on a post-sigmoid gate: a = 1 - z, b = z c; grad_z = g (c - h_prev), grad_c = g z. " <>
@@ -131,11 +132,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
           "MinLstmOp's without the sigmoid slopes. Targets exphil_min_lstm_activated_fwd and " <>
           "exphil_min_lstm_activated_bwd, in the forms of V1 and V2.",
       k3:
-        "A scan coefficient op a = sigmoid(a_vals), b = b_vals (linear_scan with a sigmoid " <>
-          "on a), with a V1 target; its backward is V2b.",
+        "Done: a scan coefficient op (DiagLinearOp, ScanOp::diag_linear) a = sigmoid(a_vals), " <>
+          "b = b_vals, target exphil_diag_linear_y_fwd (a, b, h0) -> y; its backward is V2b " <>
+          "on the post-sigmoid a Edifice passes.",
       k4:
-        "A scan coefficient op z = sigmoid(gate), c' = 1 + elu(candidate), " <>
-          "h = (1 - z) h + z c', with a V1 target; its backward is K1's.",
+        "Done: a scan coefficient op (EluGruOp, ScanOp::elu_gru) z = sigmoid(gate), " <>
+          "c' = 1 + elu(candidate) (exp(x) at and below zero, without the cancellation), " <>
+          "h = (1 - z) h + z c', target exphil_elu_gru_y_fwd (gate, candidate, h0) -> y; its " <>
+          "backward is K1's on the post-activation z and c' Edifice passes.",
       ss_f:
         "A selective-scan kernel mode that scales B by the mean over channels of clamp(dt) " <>
           "(B_bar[b,t,n] = mean_d clamp(dt[b,t,d]) B[b,t,n]) instead of each channel's delta, " <>
@@ -257,11 +261,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:gates, :candidates, :h0],
         results: [:y],
         ours: :min_gru,
-        status: :kernel_op,
+        status: :native,
         variant: :k4,
+        change: "exphil_elu_gru_y_fwd",
+        target: "exphil_elu_gru_y_fwd",
         reason:
-          "min_gru with the candidate through 1 + elu inside the op " <>
-            "(cuda/fused_scan.ex:715-717); no kernel of ours applies elu"
+          "native: min_gru with the candidate through 1 + elu inside the op " <>
+            "(cuda/fused_scan.ex:715-717), both activations inside EluGruOp, y only"
       },
       %{
         index: 4,
@@ -290,11 +296,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a_vals, :b_vals, :h0],
         results: [:y],
         ours: :linear_scan,
-        status: :kernel_op,
+        status: :native,
         variant: :k3,
+        change: "exphil_diag_linear_y_fwd",
+        target: "exphil_diag_linear_y_fwd",
         reason:
-          "h = sigmoid(a) h + b with the sigmoid inside the op (cuda/fused_scan.ex:791); " <>
-            "exphil_linear_scan_fwd takes a as it is"
+          "native: h = sigmoid(a) h + b with the sigmoid inside the op " <>
+            "(cuda/fused_scan.ex:791), as DiagLinearOp computes it, y only"
       },
       %{
         index: 6,
@@ -694,12 +702,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a, :h0, :fwd, :g],
         results: [:grad_a, :grad_b, :grad_h0],
         ours: :linear_scan,
-        status: :kernel_op,
+        status: :native,
         variant: :v2b,
+        change: "exphil_linear_scan_y_bwd",
+        target: "exphil_linear_scan_y_bwd",
         reason:
-          "takes the post-sigmoid a (cuda/fused_scan.ex:768) and is the linear-scan backward " <>
-            "(cuda/fused_scan.ex:1019-1022), without b or grad_h_final operands: " <>
-            "exphil_linear_scan_bwd takes 6, and its kernel reads b (V2b)"
+          "native: takes the post-sigmoid a (cuda/fused_scan.ex:768) and is the linear-scan " <>
+            "backward (cuda/fused_scan.ex:1019-1022) without b or grad_h_final operands; the " <>
+            "states come from y, as in Edifice's"
       },
       %{
         index: 6,
@@ -728,12 +738,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:a_vals, :h0, :fwd, :g],
         results: [:grad_a, :grad_b, :grad_h0],
         ours: :linear_scan,
-        status: :kernel_op,
+        status: :native,
         variant: :v2b,
+        change: "exphil_linear_scan_y_bwd",
+        target: "exphil_linear_scan_y_bwd",
         reason:
-          "the same gradients as ours (cuda/fused_scan.ex:884-916), but Edifice passes no " <>
-            "b_vals (cuda/fused_scan.ex:859-866) and no grad_h_final: 4 operands, " <>
-            "exphil_linear_scan_bwd takes 6, and its kernel reads b (V2b)"
+          "native: the same gradients as ours (cuda/fused_scan.ex:884-916) from a, h0 and " <>
+            "the forward's y, with no b_vals (cuda/fused_scan.ex:859-866) and no " <>
+            "grad_h_final; the states come from y, as in Edifice's"
       },
       %{
         index: 8,
