@@ -26,8 +26,9 @@ Status run(SelectiveScanDirection direction, const runtime::SelectiveScanCall& c
   runtime::LaunchContext context;
   EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
 
-  const kernels::SelectiveScanPlan plan = kernels::plan_selective_scan(
-      direction, call.shape, context.sm_count(), options ? options->chunk_steps : 0);
+  const kernels::SelectiveScanPlan plan =
+      kernels::plan_selective_scan(direction, call.shape, context.sm_count(),
+                                   options ? options->chunk_steps : 0, call.mean_input_scale);
   if (const char* why = kernels::selective_scan_unsupported(plan, call.shape)) {
     const int64_t dims[4] = {call.shape.batch, call.shape.steps, call.shape.channels,
                              call.shape.states};

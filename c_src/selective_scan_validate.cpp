@@ -144,6 +144,11 @@ class SelectiveScanChecker {
 using Layout = SelectiveScanChecker::Layout;
 
 Status check_options(const SelectiveScanOptions& o, kernels::DeltaRule& rule) {
+  if (o.input_scale != SelectiveScanInputScale::delta &&
+      o.input_scale != SelectiveScanInputScale::channel_mean)
+    return {StatusCode::invalid_argument,
+            "argument 'options': expected input_scale delta (0) or channel_mean (1), got " +
+                std::to_string(static_cast<int>(o.input_scale))};
   rule.softplus = o.softplus;
   rule.clamp = o.clamp;
   if (o.clamp) {
@@ -187,6 +192,7 @@ Status validate_selective_scan_forward(const SelectiveScanForwardArgs& args,
       check.tensor("h_final", args.h_final, Layout::state, true, true, true, params.d_h_final));
   EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
   params.shape = call.shape;
+  call.mean_input_scale = args.options.input_scale == SelectiveScanInputScale::channel_mean;
   return {};
 }
 
@@ -196,6 +202,9 @@ Status validate_selective_scan_backward(const SelectiveScanBackwardArgs& args,
   SelectiveScanChecker check(call);
   kernels::SelectiveScanForwardParams& p = params.fwd;
   EXPHIL_RETURN_IF_ERROR(check_inputs(check, args.in, args.options, p));
+  if (args.options.input_scale != SelectiveScanInputScale::delta)
+    return {StatusCode::invalid_argument,
+            "argument 'options': input_scale channel_mean has no backward (expected delta)"};
   EXPHIL_RETURN_IF_ERROR(
       check.tensor("grad_y", args.grad_y, Layout::sequence, false, false, false, params.d_grad_y));
   EXPHIL_RETURN_IF_ERROR(check.tensor("grad_h_final", args.grad_h_final, Layout::state, true, true,

@@ -13,6 +13,7 @@ namespace exphil::runtime {
 struct SelectiveScanCall {
   kernels::SelectiveScanShape shape;
   CallTensors tensors;
+  bool mean_input_scale = false;  // SelectiveScanInputScale::channel_mean (forward)
 };
 
 Status validate_selective_scan_forward(const SelectiveScanForwardArgs& args,

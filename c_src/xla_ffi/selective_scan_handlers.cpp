@@ -4,7 +4,10 @@
 // elements, since an XLA custom call has a fixed operand list. And
 // exphil_selective_scan_y_bwd, Edifice's :fused_selective_scan_backward: the
 // same backward without those operands (all absent) and without grad_A (not
-// computed: the C++ API leaves a NULL gradient unwritten).
+// computed: the C++ API leaves a NULL gradient unwritten); and
+// exphil_selective_scan_y_fwd, Edifice's :fused_selective_scan: the forward
+// without the optional operands and h_final, with the input_scale attribute
+// (Edifice scales the input term by the mean of delta over the channels).
 #include "attributes.hpp"
 #include "buffer_views.hpp"
 #include "error_mapping.hpp"
@@ -21,6 +24,7 @@ namespace {
 constexpr const TargetRow& kForward = target_row("exphil_selective_scan_fwd");
 constexpr const TargetRow& kBackward = target_row("exphil_selective_scan_bwd");
 constexpr const TargetRow& kYBackward = target_row("exphil_selective_scan_y_bwd");
+constexpr const TargetRow& kYForward = target_row("exphil_selective_scan_y_fwd");
 
 // forward() and backward() below take the buffers of the rows in this order.
 static_assert(kForward.operands == "x dt A B C dt_bias? D? z? h0?" &&
@@ -30,6 +34,7 @@ static_assert(kBackward.operands == "x dt A B C dt_bias? D? z? h0? grad_y grad_h
                   "grad_x grad_dt grad_A grad_B grad_C grad_dt_bias? grad_D? grad_z? grad_h0?");
 static_assert(kYBackward.operands == "x dt A B C grad_y" &&
               kYBackward.results == "grad_x grad_dt grad_B grad_C");
+static_assert(kYForward.operands == "x dt A B C" && kYForward.results == "y");
 
 // The inputs of both directions, with the presence of each optional one.
 struct InputPresence {
@@ -128,6 +133,22 @@ ffi::Error backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi:
   return to_ffi_error(kBackward.name, selective_scan_backward(args, stream));
 }
 
+ffi::Error y_forward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi::AnyBuffer x,
+                     ffi::AnyBuffer dt, ffi::AnyBuffer A, ffi::AnyBuffer B, ffi::AnyBuffer C,
+                     ffi::Result<ffi::AnyBuffer> y) {
+  CallAttributes attrs(kYForward, attributes);
+  SelectiveScanForwardArgs args;
+  args.options = options_of(attrs);
+  // Any value reaches the library, which names a bad one.
+  args.options.input_scale = static_cast<SelectiveScanInputScale>(attrs.i32("input_scale"));
+  if (!attrs.ok()) return attrs.error();
+  BufferViews views(kYForward.name);
+  args.in = describe_required_inputs(views, x, dt, A, B, C);
+  args.y = views.result("y", *y);
+  if (!views.ok()) return views.error();
+  return to_ffi_error(kYForward.name, selective_scan_forward(args, stream));
+}
+
 ffi::Error y_backward(cudaStream_t stream, const ffi::Dictionary& attributes, ffi::AnyBuffer x,
                       ffi::AnyBuffer dt, ffi::AnyBuffer A, ffi::AnyBuffer B, ffi::AnyBuffer C,
                       ffi::AnyBuffer grad_y, ffi::Result<ffi::AnyBuffer> grad_x,
@@ -162,6 +183,10 @@ XLA_FFI_Error* exphil_selective_scan_fwd(XLA_FFI_CallFrame* call_frame) {
 
 XLA_FFI_Error* exphil_selective_scan_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::row_handler<xf::target_index("exphil_selective_scan_bwd"), &xf::backward>(call_frame);
+}
+
+XLA_FFI_Error* exphil_selective_scan_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::row_handler<xf::target_index("exphil_selective_scan_y_fwd"), &xf::y_forward>(call_frame);
 }
 
 XLA_FFI_Error* exphil_selective_scan_y_bwd(XLA_FFI_CallFrame* call_frame) {

@@ -28,6 +28,13 @@
  * accumulates, per state, sum_t (prod_{s <= t} a_s) C_t dy'_t: the gradient
  * a chunk sends to the state before it, which needs no state at all.
  *
+ * Channel-mean input scale (kMeanScale; Edifice's forward, whose
+ * discretisation scales B by the mean of delta over the channels:
+ * h_t = exp(delta_t[d] A[d, n]) h_{t-1} + mean_d(delta_t) B_t[n] x_t[d]).
+ * The means [B, T] come from a pass before (selective_scan_mean_delta.cuh)
+ * in the workspace; each tile stages its L of them. The decay keeps each
+ * channel's delta, so the chunk aggregates are unchanged. Forward only.
+ *
  * Limits. N <= 256 (kSsMaxStates); any B, T, D >= 1.
  */
 #pragma once
@@ -45,7 +52,7 @@ enum class SsForwardPass {
 };
 
 
-template <class Elem, SsForwardPass kPass, int kP>
+template <class Elem, SsForwardPass kPass, int kP, bool kMeanScale = false>
 __global__ void __launch_bounds__(kSsMaxBlockThreads)
     selective_scan_forward_kernel(const SelectiveScanBackwardParams bp,
                                   const SelectiveScanPlan plan, float* ws) {
@@ -55,6 +62,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
   constexpr int S = kStatesPerThread<L, kP>;
   constexpr bool kApply = kPass == SsForwardPass::apply;
   constexpr bool kGrad = kPass == SsForwardPass::aggregate_grad;
+  static_assert(!(kMeanScale && kGrad), "the channel-mean input scale has no backward");
   const SelectiveScanForwardParams& p = bp.fwd;
   const SelectiveScanShape& s = p.shape;
   const Place at = locate(s, plan);
@@ -68,6 +76,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
   float* s_B = s_gate + L * kLanes;              // [L][nb]
   float* s_C = s_B + L * nb;                     // [L][nb]
   float* s_part = s_C + L * nb;                  // [L][slices][32]
+  float* s_scale = s_part + L * slices * kLanes;  // [L] (kMeanScale)
 
   const StateCoefficients<kP> k = load_coefficients<kP>(p.d_A, at, s.states);
   const auto* x = static_cast<const Elem*>(p.d_x);
@@ -125,6 +134,8 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
         const float gate = z ? silu(to_float(r_z[j])) : 1.0f;
         if (kApply) s_gate[i] = gate;
         if (kGrad) s_gate[i] = to_float(r_dy[j]) * gate;
+        if (kMeanScale && at.lane == 0)
+          s_scale[t] = t < steps ? ws[plan.ws_input_scale + at.b * s.steps + t0 + t] : 0.0f;
       }
     }
     store_states(at, r_B, s_B);
@@ -134,7 +145,7 @@ __global__ void __launch_bounds__(kSsMaxBlockThreads)
 
     for_steps<L>(steps, [&](int t) {
       const float delta = s_delta[t * kLanes + at.lane];
-      const float dx = delta * s_x[t * kLanes + at.lane];
+      const float dx = (kMeanScale ? s_scale[t] : delta) * s_x[t * kLanes + at.lane];
       float Bn[kP], Cn[kP] = {};
       read_states<kP>(s_B + t * nb, at.slice, Bn);
       if (kApply || kGrad) read_states<kP>(s_C + t * nb, at.slice, Cn);

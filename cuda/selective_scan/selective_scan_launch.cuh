@@ -17,6 +17,7 @@
 #include "selective_scan/selective_scan_finalize.cuh"
 #include "selective_scan/selective_scan_forward.cuh"
 #include "selective_scan/selective_scan_instances.h"
+#include "selective_scan/selective_scan_mean_delta.cuh"
 #include "selective_scan/selective_scan_shared_memory.h"
 
 namespace exphil::kernels {
@@ -41,18 +42,44 @@ inline unsigned scan_grid_x(const SelectiveScanShape& s, const SelectiveScanPlan
 
 // The forward never needs the last chunk's aggregate; the backward needs
 // its gradient.
-template <class Elem, bool kWithGrad>
+template <class Elem, bool kWithGrad, bool kMeanScale = false>
 LaunchResult aggregate_and_carry(const SelectiveScanBackwardParams& bp,
                                  const SelectiveScanPlan& plan, float* ws, cudaStream_t stream) {
   constexpr SsForwardPass kPass = kWithGrad ? SsForwardPass::aggregate_grad : SsForwardPass::aggregate;
   const SelectiveScanShape& s = bp.fwd.shape;
-  const auto smem = static_cast<std::size_t>(selective_scan_forward_shared_bytes(plan.slices, 4));
+  const auto smem =
+      static_cast<std::size_t>(selective_scan_forward_shared_bytes(plan.slices, 4, kMeanScale));
   const dim3 grid(scan_grid_x(s, plan), static_cast<unsigned>(kWithGrad ? plan.chunks : plan.chunks - 1));
-  selective_scan_forward_kernel<Elem, kPass, 4><<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
+  selective_scan_forward_kernel<Elem, kPass, 4, kMeanScale>
+      <<<grid, scan_block(plan), smem, stream>>>(bp, plan, ws);
   EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_kernel (aggregate pass)");
   selective_scan_carry_kernel<kWithGrad>
       <<<flat_blocks(s.batch * s.channels * s.states), kFlatThreads, 0, stream>>>(bp, plan, ws);
   EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_carry_kernel");
+  return {};
+}
+
+// The scan passes of the forward: the chunk aggregates and carry (chunks >
+// 1), then the apply pass.
+template <class Elem, bool kMeanScale>
+LaunchResult forward_scan(const SelectiveScanBackwardParams& bp, const SelectiveScanPlan& plan,
+                          float* d_workspace, cudaStream_t stream) {
+  const SelectiveScanShape& s = bp.fwd.shape;
+  if (plan.chunks > 1) {
+    const LaunchResult r =
+        aggregate_and_carry<Elem, false, kMeanScale>(bp, plan, d_workspace, stream);
+    if (!r.ok()) return r;
+  }
+  const auto smem = static_cast<std::size_t>(
+      selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread, kMeanScale));
+  const dim3 grid(scan_grid_x(s, plan), plan.chunks);
+  if (plan.states_per_thread == 2)
+    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 2, kMeanScale>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
+  else
+    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 4, kMeanScale>
+        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_kernel");
   return {};
 }
 
@@ -67,20 +94,16 @@ LaunchResult run_selective_scan_forward(const SelectiveScanForwardParams& params
   SelectiveScanBackwardParams bp;
   bp.fwd = params;
   const SelectiveScanShape& s = params.shape;
-  if (plan.chunks > 1) {
-    const LaunchResult r = aggregate_and_carry<Elem, false>(bp, plan, d_workspace, stream);
+  if (plan.ws_input_scale >= 0) {
+    selective_scan_mean_delta_kernel<Elem>
+        <<<mean_delta_blocks(s), kMeanDeltaThreads, 0, stream>>>(params, d_workspace + plan.ws_input_scale);
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_mean_delta_kernel");
+    const LaunchResult r = forward_scan<Elem, true>(bp, plan, d_workspace, stream);
+    if (!r.ok()) return r;
+  } else {
+    const LaunchResult r = forward_scan<Elem, false>(bp, plan, d_workspace, stream);
     if (!r.ok()) return r;
   }
-  const auto smem = static_cast<std::size_t>(
-      selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread));
-  const dim3 grid(scan_grid_x(s, plan), plan.chunks);
-  if (plan.states_per_thread == 2)
-    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 2>
-        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
-  else
-    selective_scan_forward_kernel<Elem, SsForwardPass::apply, 4>
-        <<<grid, scan_block(plan), smem, stream>>>(bp, plan, d_workspace);
-  EXPHIL_RETURN_IF_LAUNCH_FAILED("selective_scan_forward_kernel");
   if (plan.state_groups > 1) {
     selective_scan_forward_finalize_kernel<Elem>
         <<<flat_blocks(s.batch * s.steps * s.channels), kFlatThreads, 0, stream>>>(params, plan,

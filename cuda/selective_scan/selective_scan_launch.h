@@ -14,10 +14,12 @@ namespace exphil::kernels {
 
 // Chooses the layout of one call (selective_scan_plan.cpp). chunk_steps > 0
 // forces the chunk length (rounded up to a multiple of kSsForwardTile, and
-// capped by the backward's checkpoint memory).
+// capped by the backward's checkpoint memory). mean_input_scale (forward
+// only): the input term scaled by the mean of delta over the channels
+// (SelectiveScanPlan::ws_input_scale).
 SelectiveScanPlan plan_selective_scan(SelectiveScanDirection direction,
                                       const SelectiveScanShape& shape, int sm_count,
-                                      long long chunk_steps) noexcept;
+                                      long long chunk_steps, bool mean_input_scale = false) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not.
 const char* selective_scan_unsupported(const SelectiveScanPlan& plan,

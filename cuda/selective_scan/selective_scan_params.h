@@ -82,6 +82,10 @@ struct SelectiveScanPlan {
   int64_t ws_proj = 0;       // [2, channel_groups, B, T, N] dB and dC parts
   int64_t ws_params = 0;     // [B * chunks, D, N + 2] dA, dD, d dt_bias parts
   int64_t ws_floats = 0;     // total
+  // [B, T] the mean of delta over the channels, the input term's scale in
+  // place of each channel's delta (SelectiveScanInputScale::channel_mean,
+  // forward only; selective_scan_mean_delta.cuh); -1 in the usual mode.
+  int64_t ws_input_scale = -1;
 };
 
 }  // namespace exphil::kernels

@@ -24,7 +24,7 @@ int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
 SelectiveScanPlan plan_selective_scan(SelectiveScanDirection direction,
                                       const SelectiveScanShape& shape, int sm_count,
-                                      long long chunk_steps) noexcept {
+                                      long long chunk_steps, bool mean_input_scale) noexcept {
   SelectiveScanPlan plan;
   sm_count = std::max(sm_count, 1);
   const int64_t all_slices = ceil_div(shape.states, kSsStatesPerThread);
@@ -89,6 +89,7 @@ SelectiveScanPlan plan_selective_scan(SelectiveScanDirection direction,
     plan.ws_proj = region(2 * B * T * plan.channel_groups * N);
     plan.ws_params = region(B * plan.chunks * D * (N + 2));
   }
+  if (mean_input_scale && !backward) plan.ws_input_scale = region(B * T);
   plan.ws_floats = offset;
   return plan;
 }
@@ -107,6 +108,7 @@ const char* selective_scan_unsupported(const SelectiveScanPlan& plan,
 int selective_scan_kernel_count(SelectiveScanDirection direction,
                                 const SelectiveScanPlan& plan) noexcept {
   int kernels = 1;                          // the scan itself
+  if (plan.ws_input_scale >= 0) kernels += 1;  // the channel means of delta
   if (plan.chunks > 1) kernels += 2;        // chunk aggregates, carry
   if (plan.state_groups > 1) kernels += 1;  // sums over state groups
   if (direction == SelectiveScanDirection::backward) kernels += 1;  // parameter sums

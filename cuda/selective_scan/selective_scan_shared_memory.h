@@ -10,11 +10,13 @@
 namespace exphil::kernels {
 
 // The forward: x, delta, gate [L][32]; B, C [L][states per block]; the
-// per-slice sums [L][slices][32].
-constexpr int64_t selective_scan_forward_shared_bytes(int slices, int states_per_thread) {
+// per-slice sums [L][slices][32]; with the channel-mean input scale, that
+// scale [L].
+constexpr int64_t selective_scan_forward_shared_bytes(int slices, int states_per_thread,
+                                                      bool mean_scale = false) {
   return int64_t{4} * kSsForwardTile *
          (3 * kSsChannelsPerBlock + 2 * states_per_thread * slices +
-          slices * kSsChannelsPerBlock);
+          slices * kSsChannelsPerBlock + (mean_scale ? 1 : 0));
 }
 
 // The backward's arrays besides its checkpoints: x, delta, slope, dy', the

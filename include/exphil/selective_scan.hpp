@@ -8,6 +8,18 @@
 
 namespace exphil {
 
+// What scales the input term B_t[n] x_t[d] of the recurrence.
+enum class SelectiveScanInputScale : int {
+  // Each channel's own delta (Mamba):
+  //   h_t = exp(delta_t[d] A[d, n]) h_{t-1} + delta_t[d] B_t[n] x_t[d]
+  delta = 0,
+  // The mean of delta over the D channels at that batch row and step, as
+  // Edifice's selective-scan forward discretises B (ssm/common.ex,
+  // discretize_ssm): ... + mean_d(delta_t) B_t[n] x_t[d]. Forward only (the
+  // backward refuses it); C++ API and the XLA FFI handlers only.
+  channel_mean = 1,
+};
+
 // How dt becomes the step size delta of each channel and step:
 //   u = dt + dt_bias (dt_bias optional), u = softplus(u) if softplus,
 //   delta = clamp(u, dt_min, dt_max) if clamp (applied last).
@@ -16,6 +28,7 @@ struct SelectiveScanOptions {
   bool clamp = false;
   float dt_min = 0.0f;  // with clamp: finite, dt_min <= dt_max
   float dt_max = 0.0f;
+  SelectiveScanInputScale input_scale = SelectiveScanInputScale::delta;
 };
 
 // The inputs of both directions. x, dt, z: [B, T, D]; A: [D, N];

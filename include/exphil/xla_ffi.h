@@ -98,6 +98,16 @@
  *                                        grad_C, grad_dt_bias, grad_D,
  *                                        grad_z, grad_h0 (the last four the
  *                                        gradients of the optional inputs)
+ *   exphil_selective_scan_y_fwd  (Edifice's :fused_selective_scan)
+ *                              operands: x, dt, A, B, C
+ *                              results:  y
+ *                              the forward above with no optional inputs
+ *                              and no h_final; attributes softplus, clamp,
+ *                              dt_min, dt_max and input_scale (i32: 0 each
+ *                              channel's delta scales the input term, 1 the
+ *                              mean of delta over the channels, as
+ *                              Edifice's forward does; selective_scan.hpp,
+ *                              SelectiveScanInputScale).
  *   exphil_selective_scan_y_bwd  (Edifice's :fused_selective_scan_backward)
  *                              operands: x, dt, A, B, C, grad_y
  *                              results:  grad_x, grad_dt, grad_B, grad_C
@@ -188,6 +198,7 @@ EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_bwd(struct XLA_FFI_CallFrame
 EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_y_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_diag_linear_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_elu_gru_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

@@ -61,7 +61,8 @@
   EXPHIL_XLA_FFI_TARGET(exphil_attention_o_bwd, "q k v o grad_o flag", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
   EXPHIL_XLA_FFI_TARGET(exphil_linear_scan_y_bwd, "a h0 y grad_y", "grad_a grad_b grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_diag_linear_y_fwd, "a b h0", "y", "") \
-  EXPHIL_XLA_FFI_TARGET(exphil_elu_gru_y_fwd, "gate candidate h0", "y", "")
+  EXPHIL_XLA_FFI_TARGET(exphil_elu_gru_y_fwd, "gate candidate h0", "y", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_y_fwd, "x dt A B C", "y", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32 input_scale:i32")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

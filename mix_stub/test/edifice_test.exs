@@ -159,7 +159,7 @@ defmodule ExPhil.Native.EdificeTest do
 
         # The attention rows of these small blocks (head width 2 or 4) are
         # :skip for the width alone; the wide blocks are checked in
-        # "the selective-scan backward and attention blocks".
+        # "the selective-scan and attention blocks".
         row.target in ["exphil_attention_o_fwd", "exphil_attention_o_bwd"] and
             elem(Nx.shape(hd(operands)), 3) < 32 ->
           assert {:skip, "the kernels take head widths " <> _} =
@@ -225,6 +225,31 @@ defmodule ExPhil.Native.EdificeTest do
     |> Map.merge(%{"grad_B" => bn, "grad_C" => bn})
   end
 
+  defp block_shapes("exphil_selective_scan_y_fwd", [x, _dt, a, _b, _c], attributes) do
+    # Edifice's clamp and its channel-mean input scale (ssm/common.ex:431-435).
+    assert attributes == [
+             {"softplus", "false"},
+             {"clamp", "true"},
+             {"dt_min", "0.0010000000474974513 : f32"},
+             {"dt_max", "0.10000000149011612 : f32"},
+             {"input_scale", "1 : i32"}
+           ]
+
+    {batch, steps, channels} = Nx.shape(x)
+    {^channels, states} = Nx.shape(a)
+    seq = {{batch, steps, channels}, {:f, 32}}
+    bn = {{batch, steps, states}, {:f, 32}}
+
+    %{
+      "x" => seq,
+      "dt" => seq,
+      "A" => {{channels, states}, {:f, 32}},
+      "B" => bn,
+      "C" => bn,
+      "y" => seq
+    }
+  end
+
   defp block_shapes("exphil_attention_o_bwd", [q | _], attributes) do
     block_shapes("exphil_attention_o_fwd", [q], attributes)
     bhtd = {Nx.shape(q), Nx.type(q)}
@@ -282,7 +307,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------- tables
 
-  test "the table has Edifice's 47 ops, 17 native" do
+  test "the table has Edifice's 47 ops, 18 native" do
     ops = NativeEdifice.ops()
     assert length(ops) == 47
     assert Enum.count(ops, &(&1.direction == :forward)) == 29
@@ -309,7 +334,8 @@ defmodule ExPhil.Native.EdificeTest do
              fused_elu_gru_scan: "exphil_elu_gru_y_fwd",
              fused_diag_linear_scan: "exphil_diag_linear_y_fwd",
              fused_linear_scan_backward: "exphil_linear_scan_y_bwd",
-             fused_diag_linear_scan_backward: "exphil_linear_scan_y_bwd"
+             fused_diag_linear_scan_backward: "exphil_linear_scan_y_bwd",
+             fused_selective_scan: "exphil_selective_scan_y_fwd"
            }
 
     for {_op, target} <- native, do: assert(%{} = ExPhil.Native.Targets.fetch!(target))
@@ -338,7 +364,7 @@ defmodule ExPhil.Native.EdificeTest do
              Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
 
     counts = Enum.frequencies_by(ops, & &1.status)
-    assert counts == %{native: 17, kernel_op: 5, no_kernel: 25}
+    assert counts == %{native: 18, kernel_op: 4, no_kernel: 25}
 
     # EDIFICE.md carries the table this module renders.
     doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
@@ -525,7 +551,7 @@ defmodule ExPhil.Native.EdificeTest do
     assert NativeEdifice.constant(q) == :error
   end
 
-  test "the selective-scan backward and attention blocks: native, or :skip where they must be" do
+  test "the selective-scan and attention blocks: native, or :skip where they must be" do
     {b, t, h, n} = {2, 5, 3, 4}
     {heads, width} = {2, 32}
 
@@ -551,7 +577,15 @@ defmodule ExPhil.Native.EdificeTest do
                        do: blk
                      )
 
-            {type, block}
+            expr = Nx.Defn.debug_expr(call).(List.to_tuple(args))
+
+            assert [forward] =
+                     for(
+                       {%FusedOp{op: :fused_selective_scan}, _, _} = blk <- fused_blocks(expr),
+                       do: blk
+                     )
+
+            {type, block, forward}
           end
 
         attention =
@@ -584,18 +618,26 @@ defmodule ExPhil.Native.EdificeTest do
         {ss, attention}
       end)
 
-    # :fused_selective_scan_backward: native for f32 operands only.
+    # :fused_selective_scan and its backward: native for f32 operands only.
     {:ok, ss_row} = NativeEdifice.fetch(:fused_selective_scan_backward)
-    {_, {struct, operands, out}} = List.keyfind(ss, :f32, 0)
+    {:ok, ss_f_row} = NativeEdifice.fetch(:fused_selective_scan)
+    {_, {struct, operands, out}, {f_struct, f_operands, f_out}} = List.keyfind(ss, :f32, 0)
     assert_native_block(ss_row, struct, out, operands)
-    {_, {struct, operands, out}} = List.keyfind(ss, :bf16, 0)
+    assert_native_block(ss_f_row, f_struct, f_out, f_operands)
+    {_, {struct, operands, out}, {f_struct, f_operands, f_out}} = List.keyfind(ss, :bf16, 0)
 
     assert {:skip, "fused_selective_scan_backward: native for f32 operands only" <> _} =
              NativeEdifice.native_block(struct, out, operands)
 
+    assert {:skip, "fused_selective_scan: native for f32 operands only" <> _} =
+             NativeEdifice.native_block(f_struct, f_out, f_operands)
+
     # Any operand other than f32 (here A alone) is :skip, and so are more states
     # than the kernels keep.
-    {_, {struct, [x, dt, a, bm, c, g], out}} = List.keyfind(ss, :f32, 0)
+    {_, {struct, [x, dt, a, bm, c, g], out}, {f_struct, _, f_out}} = List.keyfind(ss, :f32, 0)
+
+    assert {:skip, _} =
+             NativeEdifice.native_block(f_struct, f_out, [x, dt, Nx.as_type(a, :f16), bm, c])
 
     assert {:skip, _} =
              NativeEdifice.native_block(struct, out, [x, dt, Nx.as_type(a, :f16), bm, c, g])
@@ -611,6 +653,9 @@ defmodule ExPhil.Native.EdificeTest do
 
     assert {:skip, "the kernels take at most 256 states, not 257"} =
              NativeEdifice.native_block(struct, out, wide)
+
+    assert {:skip, "the kernels take at most 256 states, not 257"} =
+             NativeEdifice.native_block(f_struct, f_out, Enum.drop(wide, -1))
 
     # :fused_flash_attention and its backward: native in f32 and bf16, the
     # mask from the flag.

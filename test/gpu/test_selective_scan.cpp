@@ -226,6 +226,19 @@ SelectiveScanRun fit_to_test_size(SelectiveScanRun r) {
   return r;
 }
 
+// The first user's settings (Edifice's Mamba): A[d, n] = -(n + 1)
+// (S4D-real) and dt clamped to [0.001, 0.1].
+void use_s4d_real_and_clamp(SelectiveScanRun& r) {
+  r.label = "A = -(n+1), clamp [0.001, 0.1]";
+  r.adjust = [](reference::SelectiveScanProblem& p) {
+    p.dt_min = 0.001;
+    p.dt_max = 0.1;
+    for (int64_t d = 0; d < p.channels; ++d)
+      for (int64_t n = 0; n < p.states; ++n)
+        p.A[static_cast<std::size_t>(d * p.states + n)] = -static_cast<double>(n + 1);
+  };
+}
+
 bool is_corner(const SelectiveScanRun& r) {
   return r.problem.steps == 2049 && r.problem.channels == 512 && r.problem.states == 256;
 }
@@ -366,15 +379,46 @@ TEST_CASE("selective_scan the user's model configuration", "[gpu][selective_scan
     for (bool with_state : {false, true}) {
       SelectiveScanRun r =
           make_run(dtype, 1, 32, 512, 16, kClamp | (with_state ? kH0 | kGradHFinal : 0u));
-      r.label = "A = -(n+1), clamp [0.001, 0.1]";
-      r.adjust = [](reference::SelectiveScanProblem& p) {
-        p.dt_min = 0.001;
-        p.dt_max = 0.1;
-        for (int64_t d = 0; d < p.channels; ++d)
-          for (int64_t n = 0; n < p.states; ++n)
-            p.A[static_cast<std::size_t>(d * p.states + n)] = -static_cast<double>(n + 1);
-      };
+      use_s4d_real_and_clamp(r);
       sweep.run(r);
+    }
+  }
+}
+
+TEST_CASE("selective_scan channel-mean input scale (Edifice's forward) matches the reference",
+          "[gpu][selective_scan]") {
+  // The forward alone (the mode has no backward). Edifice's settings (no
+  // dt_bias, softplus, skip, gate or h0; clamp [0.001, 0.1]; A = -(n+1);
+  // dt in U(0.01, 2), so some channels clamp at 0.1 and some do not and
+  // their means differ by step) and every option on; one pass and forced
+  // chunks, whose aggregate pass scales the input term too; N = 256 takes
+  // several state groups; D = 1 makes the mean each channel's own delta.
+  struct Shape {
+    int64_t batch, steps, channels, states;
+    long long chunk_steps;
+  };
+  const Shape shapes[] = {{1, 1, 1, 1, 0},      {2, 33, 5, 16, 0},   {1, 32, 512, 16, 0},
+                          {3, 200, 64, 64, 16}, {1, 2049, 7, 16, 64}, {2, 200, 5, 256, 0},
+                          {1, 2049, 512, 16, 0}, {2, 257, 33, 16, 32}};
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+    Sweep sweep(std::string("selective_scan channel-mean input scale ") + dtype_name(dtype));
+    for (const Shape& shape : shapes) {
+      for (bool edifice : {true, false}) {
+        SelectiveScanRun r = make_run(dtype, shape.batch, shape.steps, shape.channels,
+                                      shape.states, edifice ? kClamp : kAllOptions);
+        r.channel_mean_input_scale = true;
+        r.grad_h_final = false;
+        r.chunk_steps = shape.chunk_steps;
+        if (edifice) use_s4d_real_and_clamp(r);
+        const std::optional<SelectiveScanCheck> check = sweep.run(r);
+        if (!check) continue;
+        INFO(check->describe());
+        // The channel means are one kernel more than the usual forward.
+        const int base = 1 + (check->forward_layout.chunks > 1 ? 2 : 0);
+        CHECK(check->forward_layout.kernels >= base + 1);
+        if (shape.chunk_steps > 0) CHECK(check->forward_layout.chunks > 1);
+        CHECK(check->backward_layout.kernels == 0);  // no backward ran
+      }
     }
   }
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <cstddef>
 
 namespace exphil::reference {
@@ -59,6 +60,15 @@ Delta delta_with_slope(const SelectiveScanProblem& p, double dt, int64_t channel
   return {u, slope};
 }
 
+// The mean of delta over the channels at (b, t): the input term's scale
+// with channel_mean_input_scale.
+double channel_mean_delta(const SelectiveScanProblem& p, const Layout& at, int64_t b, int64_t t) {
+  double sum = 0.0;
+  for (int64_t d = 0; d < p.channels; ++d)
+    sum += selective_scan_delta(p, p.dt[at.sequence(b, t, d)], d);
+  return sum / static_cast<double>(p.channels);
+}
+
 // The states h_t[d, :] of one channel (b, d) for t = -1 (the initial
 // state) to T - 1, N values each.
 class ChannelStates {
@@ -70,9 +80,10 @@ class ChannelStates {
     for (int64_t t = 0; t < p.steps; ++t) {
       const std::size_t i = at.sequence(b, t, d);
       const double delta = selective_scan_delta(p, p.dt[i], d);
+      const double scale = p.channel_mean_input_scale ? channel_mean_delta(p, at, b, t) : delta;
       for (int64_t n = 0; n < p.states; ++n)
         mutable_h(t)[n] = std::exp(delta * p.A[at.transition(d, n)]) * h(t - 1)[n] +
-                          delta * p.B[at.projection(b, t, n)] * p.x[i];
+                          scale * p.B[at.projection(b, t, n)] * p.x[i];
     }
   }
 
@@ -145,6 +156,8 @@ SelectiveScanForwardResult selective_scan_forward(const SelectiveScanProblem& p)
 SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& p,
                                                     const std::vector<double>& grad_y,
                                                     const std::vector<double>& grad_h_final) {
+  if (p.channel_mean_input_scale)
+    throw std::invalid_argument("the channel-mean input scale has no backward");
   const Layout at(p);
   const auto n_states = static_cast<std::size_t>(p.states);
   const auto sequence_size = static_cast<std::size_t>(p.sequence_size());

@@ -26,6 +26,9 @@ struct SelectiveScanProblem {
   bool softplus = false;
   bool clamp = false;
   double dt_min = 0.0, dt_max = 0.0;
+  // The input term scaled by the mean of delta over the channels
+  // (SelectiveScanInputScale::channel_mean); forward only.
+  bool channel_mean_input_scale = false;
 
   int64_t sequence_size() const { return batch * steps * channels; }
   int64_t projection_size() const { return batch * steps * states; }

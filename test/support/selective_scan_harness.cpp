@@ -126,6 +126,7 @@ std::string describe(const SelectiveScanRun& run) {
   if (run.chunk_steps) out << " chunk_steps=" << run.chunk_steps;
   if (run.calls > 1) out << " calls=" << run.calls;
   if (run.misalign_elements) out << " misaligned by " << run.misalign_elements << " elements";
+  if (run.channel_mean_input_scale) out << " channel-mean input scale (forward only)";
   if (!run.label.empty()) out << " [" << run.label << "]";
   return out.str();
 }
@@ -242,6 +243,7 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
   std::mt19937_64 rng(seed);
   reference::SelectiveScanProblem p = random_selective_scan_problem(run.problem, run.dtype, rng);
   if (run.adjust) run.adjust(p);
+  p.channel_mean_input_scale = run.channel_mean_input_scale;
   // The kernels receive the clamp edges as f32: the reference uses the same.
   p.dt_min = static_cast<float>(p.dt_min);
   p.dt_max = static_cast<float>(p.dt_max);
@@ -253,8 +255,10 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
   const std::vector<double> grad_h_final =
       run.grad_h_final ? random_values(state_count, -1, 1, DType::f32, rng) : std::vector<double>{};
   const reference::SelectiveScanForwardResult ref_fwd = reference::selective_scan_forward(p);
+  const bool backward = !run.channel_mean_input_scale;
   const reference::SelectiveScanBackwardResult ref_bwd =
-      reference::selective_scan_backward(p, grad_y, grad_h_final);
+      backward ? reference::selective_scan_backward(p, grad_y, grad_h_final)
+               : reference::SelectiveScanBackwardResult{};
 
   const std::vector<int64_t> seq = {p.batch, p.steps, p.channels};
   const std::vector<int64_t> proj = {p.batch, p.steps, p.states};
@@ -297,6 +301,7 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
   options.clamp = p.clamp;
   options.dt_min = static_cast<float>(p.dt_min);
   options.dt_max = static_cast<float>(p.dt_max);
+  if (run.channel_mean_input_scale) options.input_scale = SelectiveScanInputScale::channel_mean;
 
   const auto output = [](std::vector<Output>& outputs, const char* name, Kind kind,
                          const std::vector<int64_t>& shape,
@@ -322,7 +327,8 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
   bwd.grad_h_final = d_grad_h_final;
   const auto grad = [&](SelectiveScanGrad g, Kind kind, const std::vector<int64_t>& shape,
                         const std::vector<double>& ref) -> const Tensor* {
-    if (!selective_scan_grad_applies(run.problem, g) || (run.omitted_grads & grad_bit(g)))
+    if (!backward || !selective_scan_grad_applies(run.problem, g) ||
+        (run.omitted_grads & grad_bit(g)))
       return nullptr;
     return output(bwd_outputs, selective_scan_grad_name(g), kind, shape, ref);
   };
@@ -406,7 +412,7 @@ SelectiveScanCheck run_selective_scan_case(const SelectiveScanRun& run,
     }
   };
   run_calls("forward", fwd_outputs, [&] { return runner.forward(fwd, fwd_opts); });
-  run_calls("backward", bwd_outputs, [&] { return runner.backward(bwd, bwd_opts); });
+  if (backward) run_calls("backward", bwd_outputs, [&] { return runner.backward(bwd, bwd_opts); });
 
   // Inputs must come back untouched, guard zones included.
   for (const Input& i : inputs) {

@@ -54,6 +54,9 @@ struct SelectiveScanRun {
   // must not add or remove optional inputs (`problem` says which exist).
   std::function<void(reference::SelectiveScanProblem&)> adjust;
   std::string label;  // names `adjust` in messages
+  // SelectiveScanInputScale::channel_mean (Edifice's forward): the forward
+  // alone runs, as the mode has no backward.
+  bool channel_mean_input_scale = false;
 };
 
 // A run of the given dtype and shape with every optional input and option

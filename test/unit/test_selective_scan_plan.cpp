@@ -45,7 +45,8 @@ void check_covers(const SelectiveScanPlan& plan, const SelectiveScanShape& s,
               selective_scan_checkpoint_bytes(plan.slices, plan.chunk_steps) <=
           kSsMaxSharedBytes);
   } else {
-    CHECK(selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread) <= 48 * 1024);
+    CHECK(selective_scan_forward_shared_bytes(plan.slices, plan.states_per_thread, true) <=
+          48 * 1024);
   }
   if (plan.chunks > 1) CHECK(plan.ws_carry >= 0);
   if (plan.state_groups > 1) CHECK(plan.ws_group_sums >= 0);
@@ -98,4 +99,26 @@ TEST_CASE("selective-scan planner refuses what the kernels cannot run", "[plan]"
   CHECK(selective_scan_unsupported(
             plan_selective_scan(SelectiveScanDirection::forward, too_wide, kH100SMs, 0),
             too_wide) != nullptr);
+}
+
+TEST_CASE("selective_scan plan: the channel-mean input scale takes [B, T] of workspace and one "
+          "kernel more, forward only",
+          "[selective_scan]") {
+  const SelectiveScanShape s{3, 200, 64, 16};
+  for (long long chunk_steps : {0LL, 16LL}) {
+    const auto usual = plan_selective_scan(SelectiveScanDirection::forward, s, kH100SMs, chunk_steps);
+    const auto mean =
+        plan_selective_scan(SelectiveScanDirection::forward, s, kH100SMs, chunk_steps, true);
+    CHECK(usual.ws_input_scale == -1);
+    REQUIRE(mean.ws_input_scale >= 0);
+    CHECK(mean.ws_input_scale % 4 == 0);  // 16-byte aligned, as every region
+    CHECK(mean.ws_input_scale + s.batch * s.steps <= mean.ws_floats);
+    CHECK(mean.chunks == usual.chunks);
+    CHECK(selective_scan_kernel_count(SelectiveScanDirection::forward, mean) ==
+          selective_scan_kernel_count(SelectiveScanDirection::forward, usual) + 1);
+    // The backward has no such mode: the flag changes nothing there.
+    const auto backward =
+        plan_selective_scan(SelectiveScanDirection::backward, s, kH100SMs, chunk_steps, true);
+    CHECK(backward.ws_input_scale == -1);
+  }
 }

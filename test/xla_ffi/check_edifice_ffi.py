@@ -25,6 +25,9 @@ The targets ExPhil.Native.Edifice maps Edifice's fused scan ops to
 
 and the selective-scan backward and attention targets:
 
+  exphil_selective_scan_y_fwd    (x, dt, A, B, C) -> y            :fused_selective_scan
+                                 (f32 only; input_scale 1: the mean of delta
+                                 over the channels scales the input term)
   exphil_selective_scan_y_bwd    (x, dt, A, B, C, g) -> (grad_x, grad_dt, grad_B, grad_C)
                                  :fused_selective_scan_backward (f32 only)
   exphil_attention_o_fwd         (q, k, v, causal_packed) -> o    :fused_flash_attention
@@ -42,6 +45,13 @@ jax.vjp of the reference. The backward
 targets get the reference forward's y rounded to the dtype as `fwd`, as
 Edifice passes its forward's output. Gates after the sigmoid are sigmoid of
 normal logits (so in (0, 1)), rounded to the dtype.
+
+The selective-scan forward is checked in f32 against Edifice's forward
+default (ssm/common.ex:402-471, 661-668) in float64: dt clipped to [0.001,
+0.1], A_bar = exp(dt A) per channel, B_bar = mean over the channels of the
+clipped dt times B, y = sum_n C h; A = -(1..S) for every channel as Mamba
+passes it (the default's own A), and, once per run, a random A, against
+the same reference reading A from the operand (the target's contract).
 
 The selective-scan backward is checked in f32 (the only dtype Edifice's
 template, f32 grad_B and grad_C, lets it serve) against Edifice's
@@ -107,9 +117,10 @@ BACKWARD = {
 WITHOUT_LAST_INPUT = {"exphil_linear_scan_y_bwd"}
 SCAN_TARGETS = tuple(FORWARD) + tuple(BACKWARD)
 SS_TARGET = "exphil_selective_scan_y_bwd"
+SS_F_TARGET = "exphil_selective_scan_y_fwd"
 ATT_F_TARGET = "exphil_attention_o_fwd"
 ATT_B_TARGET = "exphil_attention_o_bwd"
-NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, ATT_F_TARGET, ATT_B_TARGET)
+NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, SS_F_TARGET, ATT_F_TARGET, ATT_B_TARGET)
 SS_LO, SS_HI = float(np.float32(0.001)), float(np.float32(0.1))  # fused_scan.ex:1465, 1513
 
 
@@ -303,6 +314,55 @@ def selective_backward_ref(x, dt, A, B, C, g):
     return tuple(tm(o) for o in outs)
 
 
+def selective_forward_ref(x, dt, A, B, C):
+    """Edifice's selective_scan_fallback (ssm/common.ex:661-668, discretize_ssm
+    :402-438), float64, with A from the operand."""
+    dtc = jnp.clip(dt, SS_LO, SS_HI)
+    mean = jnp.mean(dtc, axis=2)  # [B, T]
+    bsz, _, hid = x.shape
+    tm = lambda a: jnp.swapaxes(a, 0, 1)  # noqa: E731
+
+    def step(h, t_in):
+        x_t, d_t, m_t, b_t, c_t = t_in
+        h = jnp.exp(d_t[:, :, None] * A[None]) * h + \
+            (m_t[:, None, None] * b_t[:, None, :]) * x_t[:, :, None]
+        return h, jnp.sum(c_t[:, None, :] * h, axis=2)
+
+    h0 = jnp.zeros((bsz, hid, A.shape[1]), F64)
+    _, ys = lax.scan(step, h0, (tm(x), tm(dtc), tm(mean), tm(B), tm(C)))
+    return tm(ys)
+
+
+def check_selective_forward(shape, seed, tol_scale, random_a):
+    rng = np.random.default_rng(seed)
+    b, t, d, n = shape
+    f32 = jnp.float32
+    nrm = rng.standard_normal
+    x = cj.np_round(nrm((b, t, d)), f32)
+    # below, inside and above [0.001, 0.1]: the channels' clipped dt differ
+    dt = cj.np_round(rng.uniform(0.0, 0.13, (b, t, d)), f32)
+    if random_a:
+        A = cj.np_round(-np.exp(rng.uniform(np.log(0.5), np.log(8.0), (d, n))), f32)
+    else:
+        A = np.broadcast_to(-(np.arange(n, dtype=np.float64) + 1.0), (d, n)).copy()
+    Bm = cj.np_round(nrm((b, t, n)), f32)
+    Cm = cj.np_round(nrm((b, t, n)), f32)
+    vals = [cj.dev(v, f32) for v in (x, dt, A, Bm, Cm)]
+
+    @jax.jit
+    def ours(*vals):
+        return jax.ffi.ffi_call(SS_F_TARGET, jax.ShapeDtypeStruct((b, t, d), f32))(
+            *vals, softplus=np.bool_(False), clamp=np.bool_(True), dt_min=np.float32(0.001),
+            dt_max=np.float32(0.1), input_scale=np.int32(1))
+
+    y = jax.block_until_ready(ours(*vals))
+    ry = jax.jit(selective_forward_ref)(*[cj.up(v) for v in vals])
+    m = [cj.compare("y", y, ry, cj.SCAN_TOL["f32"], f32, cj.amax(ry), tol_scale)]
+    if jnp.dtype(y.dtype) != jnp.dtype(f32):
+        m.append(cj.Metric("dtype", False, float("inf"), float("inf"), f"y {y.dtype}"))
+    return cj.summarize(m)
+
+
 def check_selective_backward(shape, seed, tol_scale):
     rng = np.random.default_rng(seed)
     b, t, d, n = shape
@@ -459,12 +519,18 @@ def selective_cases(runner, args, rng):
         shapes = shapes[:4]
     shapes += [(int(rng.integers(1, 4)), int(rng.integers(1, 400)), int(rng.integers(1, 80)),
                 int(rng.choice([1, 3, 8, 16, 32, 64])))]
-    for shape in shapes:
+    for i, shape in enumerate(shapes):
         seed = int(rng.integers(0, 2 ** 31))
         name = f"{SS_TARGET} f32 B{shape[0]} T{shape[1]} D{shape[2]} N{shape[3]}"
         runner.case("edifice", name,
                     lambda shape=shape, seed=seed: check_selective_backward(shape, seed,
                                                                             args.tol_scale))
+        random_a = i == len(shapes) - 1
+        name = (f"{SS_F_TARGET} f32 B{shape[0]} T{shape[1]} D{shape[2]} N{shape[3]} "
+                f"A {'random' if random_a else '-(1..N)'}")
+        runner.case("edifice", name,
+                    lambda shape=shape, seed=seed, random_a=random_a:
+                    check_selective_forward(shape, seed, args.tol_scale, random_a))
 
 
 def attention_shapes(args, rng):

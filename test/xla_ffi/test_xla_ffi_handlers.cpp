@@ -803,7 +803,7 @@ TEST_CASE("handlers: the y-only form, h0 required, no final state", "[xla_ffi]")
   CHECK(fake_runtime().control->live_errors() == 0);
 }
 
-TEST_CASE("handlers: Edifice's selective-scan backward and attention targets", "[xla_ffi]") {
+TEST_CASE("handlers: Edifice's selective-scan and attention targets", "[xla_ffi]") {
   const auto api = fake_runtime().api;
   const auto f32 = XLA_FFI_DataType_F32;
   const auto bf16 = XLA_FFI_DataType_BF16;
@@ -835,6 +835,26 @@ TEST_CASE("handlers: Edifice's selective-scan backward and attention targets", "
     return frame.call(exphil_attention_o_fwd);
   };
 
+  SECTION("selective scan forward: y only, input_scale reaching the library as given") {
+    auto y_fwd = [&](XLA_FFI_DataType type, int32_t input_scale) {
+      CallFrameBuilder frame(api);
+      frame.operands(2, type, {1, 2, 4})  // x, dt
+          .operand(f32, {4, 2})           // A
+          .operands(2, type, {1, 2, 2})   // B, C
+          .result(type, {1, 2, 4});       // y
+      add_delta_attributes(frame);
+      frame.attribute("input_scale", input_scale);
+      return frame.call(exphil_selective_scan_y_fwd);
+    };
+    for (const int32_t scale : {0, 1})
+      check_reached_library(y_fwd(bf16, scale), "exphil_selective_scan_y_fwd",
+                            {"h_final", "dt_bias", "D", "z", "h0"});
+    const HandlerOutcome bad = y_fwd(f32, 7);
+    CHECK(bad.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(bad.message,
+               StartsWith("exphil_selective_scan_y_fwd: selective_scan forward: argument "
+                          "'options': expected input_scale delta (0) or channel_mean (1), got 7"));
+  }
   SECTION("selective scan: no optional inputs, no grad_h_final, grad_A not asked for") {
     check_reached_library(selective_scan_y_bwd(f32, f32), "exphil_selective_scan_y_bwd",
                           {"grad_A", "grad_h_final", "dt_bias", "grad_D", "h0"});

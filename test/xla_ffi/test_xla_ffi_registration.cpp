@@ -34,6 +34,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_selective_scan_y_bwd", "exphil_attention_o_fwd", "exphil_attention_o_bwd",
     // Edifice's linear-scan backward (no b), diagonal linear and ELU-GRU forwards
     "exphil_linear_scan_y_bwd", "exphil_diag_linear_y_fwd", "exphil_elu_gru_y_fwd",
+    // Edifice's selective-scan forward (the channel-mean input scale)
+    "exphil_selective_scan_y_fwd",
 };
 
 bool is_loaded(const char* path) {

@@ -141,10 +141,13 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
           "h = (1 - z) h + z c', target exphil_elu_gru_y_fwd (gate, candidate, h0) -> y; its " <>
           "backward is K1's on the post-activation z and c' Edifice passes.",
       ss_f:
-        "A selective-scan kernel mode that scales B by the mean over channels of clamp(dt) " <>
-          "(B_bar[b,t,n] = mean_d clamp(dt[b,t,d]) B[b,t,n]) instead of each channel's delta, " <>
-          "and a target (x, dt, A, B, C) -> y: softplus false, clamp [0.001, 0.1], no dt_bias, " <>
-          "D, z or h0 operands, no h_final result.",
+        "Done for f32: a selective-scan kernel mode, SelectiveScanInputScale::channel_mean " <>
+          "(forward only), that scales the input term by the mean over the channels of " <>
+          "clamp(dt) (B_bar[b,t,n] = mean_d clamp(dt[b,t,d]) B[b,t,n]) instead of each " <>
+          "channel's delta: a pass computes the means [B, T] first " <>
+          "(cuda/selective_scan/selective_scan_mean_delta.cuh); target " <>
+          "exphil_selective_scan_y_fwd (x, dt, A, B, C) -> y, attributes softplus false, " <>
+          "clamp [0.001, 0.1], input_scale 1, no optional operands, no h_final.",
       ss_b:
         "Done for f32: exphil_selective_scan_y_bwd (x, dt, A, B, C, grad_y) -> (grad_x, " <>
           "grad_dt, grad_B, grad_C), our backward with no optional operands, no grad_h_final " <>
@@ -428,16 +431,21 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         operands: [:x, :dt, :a, :b, :c],
         results: [:y],
         ours: :selective_scan,
-        status: :kernel_op,
+        status: :native,
         variant: :ss_f,
+        change: "exphil_selective_scan_y_fwd, input_scale 1",
+        target: "exphil_selective_scan_y_fwd",
+        attributes: &__MODULE__.selective_scan_forward_attributes/2,
         models: [:mamba],
         reason:
-          "the default fun (cuda/fused_scan.ex:2601-2604 -> ssm/common.ex:661-668) clamps dt " <>
-            "to [0.001, 0.1] (ssm/common.ex:404), ignores the A operand and uses " <>
-            "A = -(1..S) (ssm/common.ex:410; Mamba passes exactly that, ssm/mamba.ex:187-193), " <>
-            "and scales B by the mean of dt over the channels (ssm/common.ex:431-435), where " <>
-            "ours uses each channel's delta; exphil_selective_scan_fwd also takes 4 optional " <>
-            "operands and returns h_final"
+          "native for f32 operands: the default fun (cuda/fused_scan.ex:2601-2604 -> " <>
+            "ssm/common.ex:661-668) clamps dt to [0.001, 0.1] (ssm/common.ex:404) and scales " <>
+            "B by the mean of dt over the channels (ssm/common.ex:431-435): our input_scale " <>
+            "channel_mean. The default ignores the A operand and uses A = -(1..S) " <>
+            "(ssm/common.ex:410); the target reads A, as Edifice's backward and its fused-op " <>
+            "contract do: the same for Mamba, its one caller, which passes exactly that " <>
+            "(ssm/mamba.ex:187-193). :skip for other dtypes (A stays f32 under a bf16 model, " <>
+            "and the rows take operands of one type) and more than 256 states"
       },
       %{
         index: 16,
@@ -1111,6 +1119,32 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
 
         true ->
           {:ok, %{"softplus" => false, "clamp" => true, "dt_min" => 0.001, "dt_max" => 0.1}}
+      end
+    end
+
+    @doc false
+    # The attributes of :fused_selective_scan's target: Edifice's clamp and its
+    # channel-mean input scale; :skip unless every operand is f32 (a bf16 model
+    # keeps A in f32, and the rows take operands of one type).
+    def selective_scan_forward_attributes(_out, [_x, _dt, a, _b, _c] = args) do
+      {_channels, states} = Nx.shape(a)
+
+      cond do
+        type = Enum.find_value(args, &if(Nx.type(&1) != {:f, 32}, do: Nx.type(&1))) ->
+          {:skip, "fused_selective_scan: native for f32 operands only, got #{inspect(type)}"}
+
+        states > @max_state ->
+          {:skip, "the kernels take at most #{@max_state} states, not #{states}"}
+
+        true ->
+          {:ok,
+           %{
+             "softplus" => false,
+             "clamp" => true,
+             "dt_min" => 0.001,
+             "dt_max" => 0.1,
+             "input_scale" => 1
+           }}
       end
     end
 
