@@ -51,6 +51,12 @@ Variants, per case (each line covers the forward and the backward call):
                 results as the module's outputs (no transposes after the
                 call), "b unpinned, operands only", the operands' side alone.
 
+Edifice's cases (op "edifice": a forward and a backward block of a pair of
+native Edifice ops, as ExPhil.Native.Edifice.native_block/3 makes them) take
+check_edifice_ffi.py's inputs and float64 references of Edifice's math, and
+its comparisons; the backward's y (or o) is the reference forward of its own
+inputs, rounded to the dtype, as Edifice passes its forward's output.
+
 Inputs are random (seeded by --seed and the case's name), generated with
 check_jax_ffi.py's generators and ranges (tau > 0, A < 0, dt away from the
 clamp's edges, ...). "b" uses the same inputs as "a" except that an operand
@@ -105,7 +111,7 @@ sys.path.insert(0, str(HERE.parent))  # test/xla_ffi: check_jax_ffi
 
 # Imported in main(), after the arguments: check_jax_ffi imports JAX (and
 # enables float64 for the references).
-cj = jax = jnp = ref = None
+cj = ce = jax = jnp = ref = None
 
 F32_NP = np.dtype(np.float32)
 STRATEGIES = ("transpose", "dot", "slice", "broadcast")
@@ -634,6 +640,8 @@ def compared(case, direction, outs, refs, data):
     if missing:
         return [cj.Metric("reference", False, math.inf, math.inf, f"no reference for {missing}")]
     metrics = []
+    if case["op"] == "edifice":
+        return edifice_compared(case, direction, outs, refs, data, results)
     if case["op"] == "attention":
         tol = cj.ATTN_TOL[dt]
         if direction == "forward":
@@ -655,6 +663,132 @@ def compared(case, direction, outs, refs, data):
     return metrics
 
 
+# ---------------------------------------------------------------------------
+# Edifice's fused ops (check_edifice_ffi.py's inputs and references)
+# ---------------------------------------------------------------------------
+def edifice_kind(case):
+    target = case["forward"]["target"]
+    if target == ce.SS_F_TARGET:
+        return "selective"
+    if target == ce.ATT_F_TARGET:
+        return "attention"
+    return "scan"
+
+
+def scan_inputs_of(call):
+    """The names of a scan call's sequence inputs: its operands before h0."""
+    names = [o["name"] for o in call["operands"]]
+    return names[:names.index("h0")]
+
+
+def edifice_generate(case, rng):
+    """As check_edifice_ffi.py draws them: scans per target kind (gates
+    after the sigmoid in (0, 1), tau > 0, ...), h0 of the sequence dtype;
+    the selective scan's dt below, inside, above and on [0.001, 0.1] with
+    A = -(1..N) as Mamba passes it; attention normal. The values one call
+    alone takes are keyed by scoped(); the backward's y (or o) is derived
+    from its inputs by edifice_finish."""
+    dt_name, s, kind = case["dtype"], case["shape"], edifice_kind(case)
+    fwd, bwd = case["forward"], case["backward"]
+    nrm = rng.standard_normal
+    data = {}
+    if kind == "scan":
+        shape, state = (s["batch"], s["steps"], s["hidden"]), (s["batch"], s["hidden"])
+        for call, op_kind in ((fwd, ce.FORWARD[fwd["target"]][0]), (bwd, ce.BACKWARD[bwd["target"]])):
+            values = ce.inputs_for(op_kind, rng, shape)
+            for i, v in enumerate(values):
+                # a backward without b (linear scan) still needs it for its y
+                names = scan_inputs_of(call)
+                key = scoped(call, names[i] if i < len(names) else f"_input{i}")
+                data[key] = rounded(v, dt_name)
+            data[scoped(call, "h0")] = rounded(nrm(state), dt_name)
+        data[scoped(bwd, "grad_y")] = rounded(nrm(shape), dt_name)
+    elif kind == "selective":
+        b, t, d, n = s["batch"], s["steps"], s["channels"], s["states"]
+        dt = rng.uniform(0.0, 0.13, (b, t, d))
+        pick = rng.random((b, t, d))
+        dt = np.where(pick < 0.1, ce.SS_LO, np.where(pick > 0.9, ce.SS_HI, dt))
+        data = {"x": nrm((b, t, d)), "dt": dt,
+                "A": np.broadcast_to(-(np.arange(n) + 1.0), (d, n)).copy(),
+                "B": nrm((b, t, n)), "C": nrm((b, t, n)), "grad_y": nrm((b, t, d))}
+        data = {k: rounded(v, "f32") for k, v in data.items()}
+    else:
+        shape = (s["batch"], s["heads"], s["steps"], s["width"])
+        data = {k: rounded(nrm(shape), dt_name) for k in ("q", "k", "v", "grad_o")}
+        data["flag"] = rounded([1.0 if case["options"]["causal"] else 0.0], dt_name)
+    edifice_finish(case, data)
+    return data
+
+
+def edifice_scan_values(call, data):
+    """(sequence inputs with any left-out last one, h0) of a scan call."""
+    names = scan_inputs_of(call)
+    xs = [data[scoped(call, n)] for n in names]
+    extra = scoped(call, f"_input{len(names)}")
+    if extra in data:
+        xs.append(data[extra])
+    return xs, data[scoped(call, "h0")]
+
+
+def edifice_finish(case, data):
+    """The backward's y (o): the reference forward of its own inputs,
+    rounded to the dtype, as Edifice passes its forward's output."""
+    kind, bwd, dt_name = edifice_kind(case), case["backward"], case["dtype"]
+    if kind == "scan":
+        xs, h0 = edifice_scan_values(bwd, data)
+        y = jax.jit(lambda x, h: ce.forward_ref(ce.BACKWARD[bwd["target"]], x, h))(
+            [f64(x) for x in xs], f64(h0))
+        data[scoped(bwd, "y")] = rounded(np.asarray(y), dt_name)
+    elif kind == "attention":
+        o = jax.jit(ce.attention_ref, static_argnums=3)(
+            f64(data["q"]), f64(data["k"]), f64(data["v"]), bool(case["options"]["causal"]))
+        data[scoped(bwd, "o")] = rounded(np.asarray(o), dt_name)
+
+
+def edifice_reference(case, data):
+    kind, fwd, bwd = edifice_kind(case), case["forward"], case["backward"]
+    if kind == "scan":
+        xs, h0 = edifice_scan_values(fwd, data)
+        y = jax.jit(lambda x, h: ce.forward_ref(ce.FORWARD[fwd["target"]][0], x, h))(
+            [f64(x) for x in xs], f64(h0))
+        xs, h0 = edifice_scan_values(bwd, data)
+        grads, gh0 = jax.jit(lambda x, h, y, g: ce.backward_ref(ce.BACKWARD[bwd["target"]], x, h, y, g))(
+            [f64(x) for x in xs], f64(h0), f64(data[scoped(bwd, "y")]), f64(data[scoped(bwd, "grad_y")]))
+        names = [r["name"] for r in bwd["results"]]
+        return ({"y": np.asarray(y)},
+                {n: np.asarray(g) for n, g in zip(names, list(grads)[:len(names) - 1] + [gh0])})
+    if kind == "selective":
+        v = [f64(data[n]) for n in ("x", "dt", "A", "B", "C")]
+        y = jax.jit(ce.selective_forward_ref)(*v)
+        grads = jax.jit(ce.selective_backward_ref)(*v, f64(data["grad_y"]))
+        return ({"y": np.asarray(y)},
+                {n: np.asarray(g) for n, g in zip(("grad_x", "grad_dt", "grad_B", "grad_C"), grads)})
+    causal = bool(case["options"]["causal"])
+    q, k, v, g = (f64(data[n]) for n in ("q", "k", "v", "grad_o"))
+    o = jax.jit(ce.attention_ref, static_argnums=3)(q, k, v, causal)
+    grads = jax.jit(ce.attention_backward_ref, static_argnums=4)(q, k, v, g, causal)
+    return ({"o": np.asarray(o)},
+            {n: np.asarray(x) for n, x in zip(("grad_q", "grad_k", "grad_v"), grads)})
+
+
+def edifice_compared(case, direction, outs, refs, data, results):
+    """check_edifice_ffi.py's comparisons: scans against one scale per
+    call, the selective scan per tensor, attention as check_jax_ffi.py."""
+    dt = case["dtype"]
+    kind = edifice_kind(case)
+    if kind == "attention":
+        tol = cj.ATTN_TOL[dt]
+        if direction == "forward":
+            return [cj.compare("o", outs["o"], refs["o"], tol["o"], cj.DTYPES[dt])]
+        terms = (cj.amax(data["grad_o"]) * cj.amax(data["v"]) * max(cj.amax(data["q"]), cj.amax(data["k"]))
+                 / math.sqrt(case["shape"]["width"]))
+        return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], tol["grad"], cj.DTYPES[dt], terms)
+                for r in results]
+    scale = None if kind == "selective" else max(cj.amax(refs[r["name"]]) for r in results)
+    return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], cj.SCAN_TOL[r["dtype"]],
+                       cj.DTYPES[r["dtype"]], scale) for r in results]
+
+
 FAMILIES = {
     "linear_scan": (scan_generate, scan_reference),
     "min_gru": (scan_generate, scan_reference),
@@ -662,6 +796,7 @@ FAMILIES = {
     "liquid": (scan_generate, scan_reference),
     "selective_scan": (selective_generate, selective_reference),
     "attention": (attention_generate, attention_reference),
+    "edifice": (edifice_generate, edifice_reference, edifice_finish),
 }
 
 
@@ -684,6 +819,17 @@ def decode_attribute(text):
 def expected_attributes(case, direction):
     op, o = case["op"], case["options"]
     bwd = direction == "backward"
+    if op == "edifice":
+        # ExPhil.Native.Edifice's attributes for these targets (EDIFICE.md)
+        kind = edifice_kind(case)
+        if kind == "attention":
+            return {"mask": 1 if o["causal"] else 0, "window": 0, "layout": 0, "scale": 0.0,
+                    "precision": 0}
+        if kind == "selective":
+            want = {"softplus": False, "clamp": True, "dt_min": float(np.float32(0.001)),
+                    "dt_max": float(np.float32(0.1))}
+            return want if bwd else {**want, "input_scale": 1}
+        return {}
     if op == "attention":
         codes = {"mask": {"none": 0, "causal": 1, "window": 2}, "layout": {"bhtd": 0, "bthd": 1},
                  "precision": {"exact": 0, "tf32x3": 1}}
@@ -733,14 +879,24 @@ def contract_problems(case):
 # ---------------------------------------------------------------------------
 # Running a call
 # ---------------------------------------------------------------------------
+def scoped(call, name):
+    """The key of a value that one call alone takes (Edifice's pairs: the
+    forward and the backward target may give one name different values)."""
+    return f"{call['target']}:{name}"
+
+
+def data_key(call, data, name):
+    return scoped(call, name) if scoped(call, name) in data else name
+
+
 def operand_arrays(call, data, forward_out=None):
     arrays = []
     for o in call["operands"]:
         name = o["name"]
         if o["placeholder"]:
             x = np.zeros((), F32_NP)
-        elif name in data:
-            x = data[name]
+        elif data_key(call, data, name) in data:
+            x = data[data_key(call, data, name)]
         elif forward_out is not None and name in forward_out:
             x = forward_out[name]
         else:
@@ -865,7 +1021,7 @@ class Runner:
 
     def case(self, case, index):
         name = case["name"]
-        generate, reference = FAMILIES[case["op"]]
+        generate, reference, *finish = FAMILIES[case["op"]]
         fwd, bwd = case["forward"], case["backward"]
         t0 = time.perf_counter()
         try:
@@ -878,9 +1034,12 @@ class Runner:
             for call, how in zip((fwd, bwd), ways):
                 for o, h in zip(call["operands"], how):
                     if h == "broadcast":
-                        x = d1[o["name"]]
+                        key = data_key(call, d1, o["name"])
+                        x = d1[key]
                         axis = broadcast_axis(x.ndim)
-                        d2[o["name"]] = np.array(np.broadcast_to(np.take(x, [0], axis=axis), x.shape))
+                        d2[key] = np.array(np.broadcast_to(np.take(x, [0], axis=axis), x.shape))
+            if finish:  # values derived from the inputs, again from d2's
+                finish[0](case, d2)
             ref1, ref2 = reference(case, d1), reference(case, d2)
         except Exception as e:  # noqa: BLE001
             self.failed("setup", name, e, t0)
@@ -971,7 +1130,7 @@ def first_line(s, limit=400):
 
 
 def main(argv=None):
-    global cj, jax, jnp, ref
+    global cj, ce, jax, jnp, ref
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lib", default=None, help="libexphil_xla_ffi.so (default as check_jax_ffi.py: "
@@ -989,7 +1148,8 @@ def main(argv=None):
     start = time.perf_counter()
 
     import check_jax_ffi  # noqa: E402 - enables float64, imports JAX
-    cj = check_jax_ffi
+    import check_edifice_ffi  # noqa: E402 - Edifice's references
+    cj, ce = check_jax_ffi, check_edifice_ffi
     jax, jnp, ref = cj.jax, cj.jnp, cj.ref
 
     spec = json.loads(Path(args.cases).read_text())
@@ -1001,6 +1161,8 @@ def main(argv=None):
 
     xla = Xla(args.autotune)
     lib = cj.ex.load(args.lib)
+    if any(c["op"] == "edifice" for c in cases):
+        ce.register(lib)  # the targets of Edifice's ops, by pointer
     print(f"check_exla_form: jax {jax.__version__}, python {platform.python_version()}, "
           f"device {xla.device.device_kind}; {len(cases)} cases from {args.cases} "
           f"(from {args.start}, only {args.only!r}); seed {args.seed}; "

@@ -20,6 +20,14 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
   as `CustomCall.fields/3` gives them. The layouts are not listed: a patched
   EXLA pins every operand and result to row-major (`layouts: "row_major"`).
 
+  Where Edifice is present, also one case per pair of Edifice fused ops
+  that are both native (`ExPhil.Native.Edifice`, EDIFICE.md): the forward
+  and the backward block as `ExPhil.Native.Edifice.native_block/3` makes
+  them of operands of Edifice's shapes (`op` "edifice", `options` naming the
+  two Edifice ops). Its attributes are `CustomCall.fields/3`'s, as for the
+  others; test/edifice_test.exs checks that Edifice's own blocks map to the
+  same targets with the same operands, results and attributes.
+
   Needs the test environment (`ExPhil.Native.Blocks`, test/support).
   """
 
@@ -48,7 +56,9 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
       )
     end
 
-    cases = Enum.map(scan_cases() ++ selective_cases() ++ attention_cases(), &trace(&1, blocks))
+    cases =
+      Enum.map(scan_cases() ++ selective_cases() ++ attention_cases(), &trace(&1, blocks)) ++
+        edifice_cases(blocks)
 
     File.mkdir_p!(Path.dirname(path))
 
@@ -195,6 +205,107 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
         fun: fn inputs -> Ops.attention(inputs.q, inputs.k, inputs.v, opts) end
       }
     end
+  end
+
+  # The pairs of native Edifice rows: {forward op, backward op}. The
+  # selective scan is native for f32 operands only.
+  @edifice_pairs [
+    {:fused_mingru_scan, :fused_mingru_scan_backward},
+    {:fused_minlstm_scan, :fused_minlstm_scan_backward},
+    {:fused_elu_gru_scan, :fused_elu_gru_scan_backward},
+    {:fused_real_gru_scan, :fused_real_gru_scan_backward},
+    {:fused_diag_linear_scan, :fused_diag_linear_scan_backward},
+    {:fused_liquid_scan, :fused_liquid_scan_backward},
+    {:fused_linear_scan, :fused_linear_scan_backward},
+    {:fused_selective_scan, :fused_selective_scan_backward},
+    {:fused_flash_attention, :fused_flash_attention_backward}
+  ]
+
+  defp edifice_cases(blocks) do
+    edifice = ExPhil.Native.Edifice
+
+    if Code.ensure_loaded?(edifice) do
+      for {forward, backward} <- @edifice_pairs,
+          {dtype, type} <- @types,
+          forward != :fused_selective_scan or dtype == "f32",
+          causal <- if(forward == :fused_flash_attention, do: [false, true], else: [nil]) do
+        for op <- [forward, backward] do
+          {:ok, %{status: :native}} = edifice.fetch(op)
+        end
+
+        {shape, operands} = edifice_blocks(forward, backward, type, causal)
+
+        [fwd, bwd] =
+          for {op, {args, template}} <- [
+                {forward, operands.forward},
+                {backward, operands.backward}
+              ] do
+            struct = struct(Edifice.Block.FusedOp, op: op, attrs: %{})
+
+            case edifice.native_block(struct, template, args) do
+              {:ok, block} -> call({block, args, template}, blocks)
+              {:skip, why} -> Mix.raise("#{op} #{dtype}: not native here: #{why}")
+            end
+          end
+
+        %{
+          "name" =>
+            "edifice #{forward} #{dtype}#{if causal != nil, do: " causal=#{causal}", else: ""}",
+          "op" => "edifice",
+          "dtype" => dtype,
+          "shape" => shape,
+          "options" => %{
+            "forward_op" => Atom.to_string(forward),
+            "backward_op" => Atom.to_string(backward),
+            "causal" => causal
+          },
+          "forward" => fwd,
+          "backward" => bwd
+        }
+      end
+    else
+      []
+    end
+  end
+
+  # {shape, %{forward: {operands, template}, backward: {operands, template}}}
+  # for an Edifice pair, the operands in Edifice's order and shapes (its
+  # FUSED_OPS.md), as native_block/3 takes them.
+  defp edifice_blocks(:fused_selective_scan, _backward, type, nil) do
+    {b, t, d, n} = {2, 17, 5, 16}
+    seq = zeros({b, t, d}, type)
+    proj = zeros({b, t, n}, type)
+    a = zeros({d, n}, type)
+    args = [seq, seq, a, proj, proj]
+
+    {%{"batch" => b, "steps" => t, "channels" => d, "states" => n},
+     %{forward: {args, seq}, backward: {args ++ [seq], {seq, seq, proj, proj}}}}
+  end
+
+  defp edifice_blocks(:fused_flash_attention, _backward, type, causal) do
+    {b, h, t, w} = {2, 4, 40, 64}
+    bhtd = zeros({b, h, t, w}, type)
+    # Edifice's causal_packed, a constant of the traced expression
+    flag = Nx.Defn.Expr.tensor(Nx.tensor([if(causal, do: 1, else: 0)], type: type))
+
+    {%{"batch" => b, "heads" => h, "steps" => t, "width" => w},
+     %{
+       forward: {[bhtd, bhtd, bhtd, flag], bhtd},
+       backward: {[bhtd, bhtd, bhtd, bhtd, bhtd, flag], {bhtd, bhtd, bhtd}}
+     }}
+  end
+
+  defp edifice_blocks(forward, backward, type, nil) do
+    {b, t, h} = {2, 33, 129}
+    seq = zeros({b, t, h}, type)
+    state = zeros({b, h}, type)
+    {:ok, f} = ExPhil.Native.Edifice.fetch(forward)
+    {:ok, g} = ExPhil.Native.Edifice.fetch(backward)
+    as_operands = fn names -> Enum.map(names, &if(&1 == :h0, do: state, else: seq)) end
+    grads = g.results |> Enum.map(&if(&1 == :grad_h0, do: state, else: seq)) |> List.to_tuple()
+
+    {%{"batch" => b, "steps" => t, "hidden" => h},
+     %{forward: {as_operands.(f.operands), seq}, backward: {as_operands.(g.operands), grads}}}
   end
 
   defp zeros(shape, type), do: Nx.broadcast(Nx.tensor(0, type: type), shape)
