@@ -22,6 +22,9 @@
 # `mix test`.
 #
 # Usage, from anywhere: mix_stub/scripts/torchx_gpu.sh [mix test args]
+#                   or: mix_stub/scripts/torchx_gpu.sh --bench [benchmark args]
+# --bench runs bench/elixir/model_latency.exs (the model-level figures)
+# instead of the tests.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -78,6 +81,16 @@ echo "LIBTORCH_DIR=$LIBTORCH_DIR LIBTORCH_VERSION=$LIBTORCH_VERSION LIBTORCH_TAR
 cd "$root/mix_stub/scripts/torchx_project"
 export MIX_ENV=test MIX_BUILD_ROOT=$work/mix
 mix compile 2>&1
+
+if [ "${1:-}" = "--bench" ]; then
+  shift
+  step "bench/elixir/model_latency.exs $*"
+  set +e
+  mix run "$root/bench/elixir/model_latency.exs" "$@"
+  status=$?
+  step "done: the benchmark exited $status"
+  exit $status
+fi
 
 step "mix test $*"
 set +e

@@ -225,6 +225,29 @@ defmodule ExPhil.Native.TorchxTest do
       assert [{:pure, %{reason: {:unsupported, _}}}] = events()
     end
 
+    test "Eager.pure/1 forces the pure implementation in its process, and restores what was" do
+      c = op_case(:min_gru, {:f, 32})
+      want = run(c, c.tensors)
+      events()
+
+      assert Eager.pure(fn -> run(c, c.tensors) end) == want
+      assert [{:pure, %{op: :min_gru, reason: :forced}}] = events()
+
+      # nested, and after a raise: the outer setting, then none
+      Eager.pure(fn ->
+        assert_raise RuntimeError, fn -> Eager.pure(fn -> raise "inside" end) end
+        run(c, c.tensors)
+      end)
+
+      assert [{:pure, %{reason: :forced}}] = events()
+      run(c, c.tensors)
+      assert [{:pure, %{reason: :backend}}] = events()
+
+      # another process is not affected
+      Eager.pure(fn -> Task.await(Task.async(fn -> run(c, c.tensors) end)) end)
+      assert events() == []
+    end
+
     test "while tracing (inside defn) the default functions never reach the NIF nor emit events" do
       for op <- [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention] do
         c = op_case(op, {:f, 32})
@@ -358,6 +381,20 @@ defmodule ExPhil.Native.TorchxTest do
 
       assert_grads_close("#{op}", got, want, unquote(type))
     end
+  end
+
+  @tag :torchx
+  test "Eager.pure/1 runs the pure implementation on Torchx CUDA tensors, with the same result" do
+    c = op_case(:min_gru, {:f, 32})
+    inputs = on_cuda(c.tensors)
+    native = run(c, inputs) |> flat()
+    assert [{:call, %{op: :min_gru}}] = events()
+    forced = Eager.pure(fn -> run(c, inputs) end) |> flat()
+    assert [{:pure, %{op: :min_gru, reason: :forced, backend: Torchx.Backend}}] = events()
+    assert Enum.all?(forced, &on_torchx_cuda?/1)
+
+    for {n, f, i} <- Enum.zip([native, forced, 0..9]),
+        do: assert_close("output #{i}", n, f, {:f, 32})
   end
 
   @tag :torchx

@@ -2,7 +2,8 @@ defmodule ExPhil.Native.TorchxProject.MixProject do
   # A project that runs the library's Torchx tests (../../test/torchx_test.exs)
   # with Torchx as a dependency: the library itself does not depend on
   # Torchx. Run by ../torchx_gpu.sh on a machine with libtorch and CUDA,
-  # with some of the library's NIF-level GPU tests (test/library_test.exs).
+  # with some of the library's NIF-level GPU tests (test/library_test.exs),
+  # and the model-level benchmark (bench/elixir/model_latency.exs, with Axon).
   #
   # EXPHIL_DEPS_PATH names the folder holding the packages' sources (nx,
   # complex, telemetry, fine, torchx), as for the library's own mix.exs;
@@ -34,7 +35,10 @@ defmodule ExPhil.Native.TorchxProject.MixProject do
     [
       {:exphil_native, path: Path.expand("../..", __DIR__)},
       {:nx, path: Path.join(vendor, "nx"), override: true},
-      {:torchx, path: Path.join(vendor, "torchx")}
+      {:torchx, path: Path.join(vendor, "torchx")},
+      # the model-level benchmark (bench/elixir/model_latency.exs)
+      {:axon, path: Path.join(vendor, "axon")},
+      {:polaris, path: Path.join(vendor, "polaris"), override: true}
     ]
   end
 end

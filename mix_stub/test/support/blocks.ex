@@ -53,15 +53,19 @@ defmodule ExPhil.Native.Blocks do
   def results(out) when is_tuple(out), do: out |> Tuple.to_list() |> Enum.flat_map(&results/1)
   def results(tensor), do: [tensor]
 
-  @doc "An `%EXLA.Client{}` of `platform` with no runtime behind it, for `EXLA.CustomCall.call/4`."
+  @doc """
+  An `%EXLA.Client{}` of `platform` with no runtime behind it, for
+  `EXLA.CustomCall.call/4`. Built with `struct/2`: the support files also
+  compile in projects without EXLA (mix_stub/scripts/torchx_project).
+  """
   def client(platform) do
-    %EXLA.Client{
+    struct(EXLA.Client,
       ref: nil,
       platform: platform,
       name: :test,
       device_count: 1,
       default_device_id: 0,
       automatic_transfers: false
-    }
+    )
   end
 end

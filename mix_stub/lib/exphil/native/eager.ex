@@ -63,8 +63,8 @@ defmodule ExPhil.Native.Eager do
       pure-Nx implementation on concrete tensors (not while tracing).
       Measurements: `%{count: 1}`. Metadata: `:op`, `:direction`,
       `:backend` (of the first tensor) and `:reason` (`:backend`,
-      `:not_cuda`, `:mixed`, `:type`, `:alignment`, `:nif_not_loaded`, or
-      `{:unsupported, why}`).
+      `:not_cuda`, `:mixed`, `:type`, `:alignment`, `:nif_not_loaded`,
+      `:forced` (inside `pure/1`), or `{:unsupported, why}`).
 
   ## Limits
 
@@ -91,6 +91,9 @@ defmodule ExPhil.Native.Eager do
 
   @nif_options [stream: :legacy_default, sync: false]
 
+  # The process dictionary key of pure/1.
+  @forced_pure {__MODULE__, :pure}
+
   @scan_grads %{
     linear_scan: [:grad_a, :grad_b],
     min_gru: [:grad_gate, :grad_candidate],
@@ -105,6 +108,26 @@ defmodule ExPhil.Native.Eager do
 
   @doc "The telemetry event of a default function that ran the pure implementation."
   def pure_event, do: @pure_event
+
+  @doc """
+  Runs `fun` with the fused kernels off in the calling process: the ops'
+  default functions run the pure-Nx implementation even on Torchx CUDA
+  tensors (the pure event's reason is `:forced`). The same model on the same
+  backend either way, for comparisons and benchmarks; the previous setting
+  comes back when `fun` returns or raises. Returns what `fun` returns.
+
+      ExPhil.Native.Eager.pure(fn -> predict_fn.(params, frames) end)
+  """
+  @spec pure((-> result)) :: result when result: term()
+  def pure(fun) when is_function(fun, 0) do
+    previous = Process.put(@forced_pure, true)
+
+    try do
+      fun.()
+    after
+      if previous, do: Process.put(@forced_pure, previous), else: Process.delete(@forced_pure)
+    end
+  end
 
   @doc """
   Whether the kernels can run on `tensors` (`nil`s, for absent operands,
@@ -128,6 +151,7 @@ defmodule ExPhil.Native.Eager do
     decision =
       cond do
         traced?(tensors) -> {:pure, :traced}
+        Process.get(@forced_pure) -> {:pure, :forced}
         unsupported -> {:pure, {:unsupported, unsupported}}
         true -> placement(tensors, Keyword.get(opts, :align, 1))
       end
