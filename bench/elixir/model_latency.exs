@@ -1,12 +1,17 @@
-# Model-level latency from Elixir (issue 28, benchmarks 1 and 2), on Torchx
-# CUDA tensors: a 2-layer MinGRU model built from ExPhil.Native.Axon layers
-# (an input projection from 64 features to 256, two MinGRU layers of 256:
-# the shape of Edifice's MinGRU backbone), answering one frame at batch 1.
+# Model-level figures from Elixir (issue 28, benchmarks 1 to 3), on Torchx
+# CUDA tensors: 2-layer models built from ExPhil.Native.Axon layers (an
+# input projection from 64 features to 256, then two layers of width 256:
+# the shape of Edifice's backbones), MinGRU (the default), Mamba (state 16)
+# or causal attention (4 heads of 64), with --model:
 #
 #   1. predict over the last T frames (T = 32, and 1 to 1024 for the curve),
-#      the output of the last step;
+#      the output of the last step, at batch 1;
 #   2. one frame (T = 1) with both layers' states carried between calls, as
-#      a game loop runs it.
+#      a game loop runs it (MinGRU only);
+#   3. a training step at B32 T64: forward, backward (Nx.Defn.value_and_grad)
+#      and an Adam update of every parameter (Polaris), mean squared error
+#      of the last step against a target, the new parameters left on the
+#      device and the loss brought to the host.
 #
 # Each call is timed all-in from Elixir: a host frame (a BinaryBackend
 # tensor) to the output back in host memory (Nx.backend_transfer to the
@@ -24,10 +29,12 @@
 # Run inside mix_stub/scripts/torchx_project on the GPU machine
 # (mix_stub/scripts/torchx_gpu.sh --bench runs it):
 #
-#   MIX_ENV=test mix run ../../../bench/elixir/model_latency.exs [--quick] [--csv PATH]
+#   MIX_ENV=test mix run ../../../bench/elixir/model_latency.exs \
+#     [--model min_gru|mamba|attention] [--quick] [--csv PATH] [--max-steps T]
 #
 # --quick: fewer calls and T values; --csv: one line per (T, path) of the
-# curve, for bench/plot_model_latency.py.
+# curve, for bench/elixir/plot_model_latency.py; --max-steps: the curve's
+# longest T (default 1024).
 
 defmodule ModelLatency do
   alias ExPhil.Native.Axon, as: Layers
@@ -38,13 +45,19 @@ defmodule ModelLatency do
   @cuda {Torchx.Backend, device: :cuda}
 
   def main(argv) do
-    {opts, _, _} = OptionParser.parse(argv, strict: [quick: :boolean, csv: :string])
+    {opts, _, _} =
+      OptionParser.parse(argv,
+        strict: [quick: :boolean, csv: :string, model: :string, max_steps: :integer]
+      )
+
     quick = Keyword.get(opts, :quick, false)
+    kind = String.to_existing_atom(Keyword.get(opts, :model, "min_gru"))
+    unless kind in [:min_gru, :mamba, :attention], do: raise("--model: #{kind}?")
     Nx.default_backend(@cuda)
     counter = count_native_calls()
 
-    header()
-    {params, predict} = model(32)
+    header(kind)
+    {params, predict} = model(kind, 32)
     check_paths(params, predict, counter)
 
     runs = if quick, do: 20, else: 200
@@ -55,15 +68,31 @@ defmodule ModelLatency do
     report("pure", pure)
     IO.puts("speed-up (median): #{Float.round(median(pure) / median(native), 1)}x")
 
-    IO.puts("\n== 2. one frame, T = 1, both layers' states carried (#{runs} steps each)")
-    {step_params, step} = stepper(params)
-    native = time_steps(step_params, step, runs, counter, :native)
-    pure = time_steps(step_params, step, runs, counter, :pure)
+    if kind == :min_gru do
+      IO.puts("\n== 2. one frame, T = 1, both layers' states carried (#{runs} steps each)")
+      {step_params, step} = stepper(params)
+      native = time_steps(step_params, step, runs, counter, :native)
+      pure = time_steps(step_params, step, runs, counter, :pure)
+      report("native", native)
+      report("pure", pure)
+      IO.puts("speed-up (median): #{Float.round(median(pure) / median(native), 1)}x")
+    end
+
+    train_runs = if quick, do: 3, else: 20
+    IO.puts("\n== 3. training step, B32 T64 (#{train_runs} timed steps each, after 3)")
+    {native, calls} = time_training(kind, train_runs, counter, :native)
+    IO.puts("native: #{calls} calls through the NIF per step")
+    {pure, 0} = time_training(kind, train_runs, counter, :pure)
     report("native", native)
     report("pure", pure)
     IO.puts("speed-up (median): #{Float.round(median(pure) / median(native), 1)}x")
 
-    steps = if quick, do: [1, 32, 256], else: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
+    max_steps = Keyword.get(opts, :max_steps, 1024)
+
+    steps =
+      if(quick, do: [1, 32, 256], else: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024])
+      |> Enum.filter(&(&1 <= max_steps))
+
     curve_runs = if quick, do: 10, else: 50
 
     IO.puts(
@@ -105,15 +134,24 @@ defmodule ModelLatency do
     |> Layers.min_gru(@hidden, [name: "min_gru_1"] ++ Keyword.get(opts, :first, []))
   end
 
-  # The output of the last step of the last layer.
-  defp model(steps) do
-    model =
-      Axon.input("frames", shape: {nil, nil, @features})
-      |> trunk()
-      |> Layers.min_gru(@hidden, name: "min_gru_2")
-      |> Axon.nx(fn sequence -> sequence[[.., -1, ..]] end)
+  defp layer(input, :min_gru, n), do: Layers.min_gru(input, @hidden, name: "min_gru_#{n}")
+  defp layer(input, :mamba, n), do: Layers.mamba(input, state_size: 16, name: "mamba_#{n}")
 
-    {init, predict} = Axon.build(model, compiler: Nx.Defn.Evaluator)
+  defp layer(input, :attention, n),
+    do: Layers.attention(input, num_heads: 4, head_size: 64, causal: true, name: "attention_#{n}")
+
+  # The output of the last step of the last layer (for MinGRU the parameter
+  # names of stepper/1).
+  defp network(kind) do
+    Axon.input("frames", shape: {nil, nil, @features})
+    |> Axon.dense(@hidden, name: "projection")
+    |> layer(kind, 1)
+    |> layer(kind, 2)
+    |> Axon.nx(fn sequence -> sequence[[.., -1, ..]] end)
+  end
+
+  defp model(kind, steps) do
+    {init, predict} = Axon.build(network(kind), compiler: Nx.Defn.Evaluator)
     params = init.(Nx.template({1, steps, @features}, :f32), Axon.ModelState.empty())
     {params, predict}
   end
@@ -142,9 +180,11 @@ defmodule ModelLatency do
 
   # --- timing -------------------------------------------------------------------
 
-  defp frames(steps, seed) do
+  defp frames(steps, seed, batch \\ 1) do
     Nx.with_default_backend(Nx.BinaryBackend, fn ->
-      {t, _} = Nx.Random.normal(Nx.Random.key(seed), shape: {1, steps, @features}, type: :f32)
+      {t, _} =
+        Nx.Random.normal(Nx.Random.key(seed), shape: {batch, steps, @features}, type: :f32)
+
       t
     end)
   end
@@ -204,6 +244,64 @@ defmodule ModelLatency do
     end)
   end
 
+  # Benchmark 3: {times, NIF calls per step}. One step: the loss and the
+  # gradients of every parameter, then Adam's update, as one function under
+  # Nx.Defn.Evaluator; the parameters stay on the device, the loss goes to
+  # the host (which waits for the step's kernels).
+  defp time_training(kind, runs, counter, which) do
+    {batch, steps} = {32, 64}
+    {params, predict} = model(kind, steps)
+    {init_optimizer, update} = Polaris.Optimizers.adam(learning_rate: 1.0e-3)
+
+    step =
+      Nx.Defn.jit(
+        fn data, optimizer, x, target ->
+          {loss, grads} =
+            Nx.Defn.value_and_grad(data, fn data ->
+              out = predict.(%{params | data: data}, x)
+              out |> Nx.subtract(target) |> Nx.pow(2) |> Nx.mean()
+            end)
+
+          {updates, optimizer} = update.(grads, optimizer, data)
+          {loss, Polaris.Updates.apply_updates(data, updates), optimizer}
+        end,
+        compiler: Nx.Defn.Evaluator
+      )
+
+    x = Nx.backend_transfer(frames(steps, 3, batch), @cuda)
+    target = Nx.backend_transfer(targets(batch), @cuda)
+
+    path(which, fn ->
+      run = fn {data, optimizer} ->
+        {loss, data, optimizer} = step.(data, optimizer, x, target)
+        Nx.to_number(loss)
+        {data, optimizer}
+      end
+
+      state = {params.data, init_optimizer.(params.data)}
+      state = Enum.reduce(1..3, state, fn _, s -> run.(s) end)
+      before = native_calls(counter)
+
+      {times, _} =
+        Enum.map_reduce(1..runs, state, fn _, s ->
+          t0 = System.monotonic_time(:nanosecond)
+          s = run.(s)
+          {System.monotonic_time(:nanosecond) - t0, s}
+        end)
+
+      calls = native_calls(counter) - before
+      if rem(calls, runs) != 0, do: raise("#{calls} NIF calls over #{runs} steps")
+      {times, div(calls, runs)}
+    end)
+  end
+
+  defp targets(batch) do
+    Nx.with_default_backend(Nx.BinaryBackend, fn ->
+      {t, _} = Nx.Random.normal(Nx.Random.key(4), shape: {batch, @hidden}, type: :f32)
+      t
+    end)
+  end
+
   # The two paths agree (and each takes the path it names).
   defp check_paths(params, predict, counter) do
     host = frames(32, 7)
@@ -257,7 +355,7 @@ defmodule ModelLatency do
     )
   end
 
-  defp header do
+  defp header(kind) do
     {sha, _} = System.cmd("git", ["rev-parse", "--short", "HEAD"], stderr_to_stdout: true)
 
     gpu =
@@ -271,7 +369,7 @@ defmodule ModelLatency do
     IO.puts(
       "model_latency: #{gpu}; #{DateTime.utc_now() |> DateTime.to_iso8601()}; " <>
         "tree #{String.trim(sha)}; Elixir #{System.version()}, OTP #{System.otp_release()}; " <>
-        "Torchx CUDA, Nx.Defn.Evaluator; 2 x MinGRU #{@hidden} over a #{@features}-feature projection"
+        "Torchx CUDA, Nx.Defn.Evaluator; 2 x #{kind} #{@hidden} over a #{@features}-feature projection"
     )
   end
 end
