@@ -1,5 +1,6 @@
 #include "capture_workspace.hpp"
 
+#include <map>
 #include <mutex>
 #include <new>
 #include <string>
@@ -58,9 +59,21 @@ class BlockCache {
     free_ = b;
   }
 
+  // Every block allocated, owned by a graph or free: the cache's total.
+  void allocated(int device, std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    allocated_[device] += bytes;
+  }
+  std::size_t allocated(int device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = allocated_.find(device);
+    return it == allocated_.end() ? 0 : it->second;
+  }
+
  private:
   std::mutex mutex_;
   Block* free_ = nullptr;
+  std::map<int, std::size_t> allocated_;
 };
 
 // The user object's destructor: runs on a CUDA thread once no graph holds
@@ -109,6 +122,7 @@ Status capture_workspace(int device, cudaStream_t stream, std::size_t bytes, voi
       delete block;
       return cuda_status(e, call_name("cudaMalloc", what).c_str());
     }
+    BlockCache::instance().allocated(device, rounded);
   }
 
   cudaUserObject_t owner = nullptr;
@@ -124,6 +138,14 @@ Status capture_workspace(int device, cudaStream_t stream, std::size_t bytes, voi
   }
   *out = block->d_ptr;
   return {};
+}
+
+std::size_t capture_blocks_bytes(int device) noexcept {
+  try {
+    return BlockCache::instance().allocated(device);
+  } catch (...) {  // std::mutex::lock: not in practice
+    return 0;
+  }
 }
 
 }  // namespace exphil::runtime

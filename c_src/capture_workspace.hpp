@@ -36,4 +36,8 @@ namespace exphil::runtime {
 Status capture_workspace(int device, cudaStream_t stream, std::size_t bytes, void** out,
                          const char* what);
 
+// The bytes of the blocks allocated for captured calls on `device` (kept
+// for reuse until the process ends, owned by graphs or free).
+std::size_t capture_blocks_bytes(int device) noexcept;
+
 }  // namespace exphil::runtime

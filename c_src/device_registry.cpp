@@ -119,6 +119,13 @@ Status DeviceRegistry::workspace_pool(int device, cudaMemPool_t& pool) {
   return {};
 }
 
+Status DeviceRegistry::existing_workspace_pool(int device, cudaMemPool_t& pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
+  pool = devices_[static_cast<size_t>(device)].pool;
+  return {};
+}
+
 Status DeviceRegistry::synchronize(int device) {
   EXPHIL_RETURN_IF_ERROR(require_device(device));
   cudaStream_t s = nullptr;

@@ -32,6 +32,8 @@ class DeviceRegistry {
   Status architecture(int device, int& sm_count, int& compute_capability);
   Status stream(int device, cudaStream_t& stream);
   Status workspace_pool(int device, cudaMemPool_t& pool);
+  // The workspace pool if a call has created it, else nullptr (creates none).
+  Status existing_workspace_pool(int device, cudaMemPool_t& pool);
   Status synchronize(int device);
 
  private:

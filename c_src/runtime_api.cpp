@@ -1,8 +1,10 @@
 // exphil::version, device_count, managed_stream, synchronize, device_alloc,
-// device_free.
+// device_free, memory_held.
+#include <cstdint>
 #include <string>
 
 #include "api_guard.hpp"
+#include "capture_workspace.hpp"
 #include "cuda_status.hpp"
 #include "device_registry.hpp"
 #include "exphil/runtime.hpp"
@@ -77,6 +79,27 @@ Status device_free(void* ptr) noexcept {
     const cudaError_t e = cudaFree(ptr);
     if (e != cudaSuccess) return runtime::cuda_status(e, "cudaFree");
     return Status();
+  });
+}
+
+Status memory_held(int device, MemoryHeld& held) noexcept {
+  return runtime::guarded("memory_held", [&]() -> Status {
+    cudaMemPool_t pool = nullptr;
+    EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().existing_workspace_pool(device, pool));
+    MemoryHeld h;
+    if (pool) {
+      std::uint64_t reserved = 0, used = 0;
+      cudaError_t e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+      if (e != cudaSuccess)
+        return runtime::cuda_status(e, "cudaMemPoolGetAttribute(ReservedMemCurrent)");
+      e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &used);
+      if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMemPoolGetAttribute(UsedMemCurrent)");
+      h.workspace_reserved = static_cast<std::size_t>(reserved);
+      h.workspace_in_use = static_cast<std::size_t>(used);
+    }
+    h.capture_blocks = runtime::capture_blocks_bytes(device);
+    held = h;
+    return Status{};
   });
 }
 

@@ -82,6 +82,9 @@ void make_atoms(ErlNifEnv* env) {
   a.name = mk("name");
   a.total_memory = mk("total_memory");
   a.free_memory = mk("free_memory");
+  a.workspace_reserved = mk("workspace_reserved");
+  a.workspace_in_use = mk("workspace_in_use");
+  a.capture_blocks = mk("capture_blocks");
   a.compute_capability = mk("compute_capability");
   a.multiprocessor_count = mk("multiprocessor_count");
 }

@@ -62,6 +62,17 @@ ERL_NIF_TERM device_info_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   });
 }
 
+ERL_NIF_TERM memory_held_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
+  return nif_entry(env, [&] {
+    MemoryHeld held;
+    check(memory_held(device_argument(env, argv[0]), held));
+    const Atoms& a = atoms();
+    return make_ok(env, make_map(env, {{a.workspace_reserved, enif_make_uint64(env, held.workspace_reserved)},
+                                       {a.workspace_in_use, enif_make_uint64(env, held.workspace_in_use)},
+                                       {a.capture_blocks, enif_make_uint64(env, held.capture_blocks)}}));
+  });
+}
+
 ERL_NIF_TERM synchronize_all_nif(ErlNifEnv* env, int, const ERL_NIF_TERM[]) {
   return nif_entry(env, [&] {
     int count = 0;

@@ -57,6 +57,7 @@ constexpr auto kDirty = ERL_NIF_DIRTY_JOB_IO_BOUND;
 ErlNifFunc nif_functions[] = {
     {"nif_device_count", 0, device_count_nif, kDirty},
     {"nif_device_info", 1, device_info_nif, kDirty},
+    {"nif_memory_held", 1, memory_held_nif, kDirty},
     {"nif_synchronize", 0, synchronize_all_nif, kDirty},
     {"nif_synchronize", 1, synchronize_nif, kDirty},
     {"nif_await", 1, await_nif, kDirty},

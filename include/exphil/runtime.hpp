@@ -29,4 +29,16 @@ Status device_alloc(int device, std::size_t bytes, void*& ptr) noexcept;
 // waits for the work on the owning device to finish first.
 Status device_free(void* ptr) noexcept;
 
+// Device memory the library holds on a device for its own work, in bytes:
+// its stream-ordered workspace pool (reserved from the driver, and the part
+// in use by calls still enqueued) and the blocks it keeps for captured
+// calls (capture_workspace.hpp). device_alloc's memory is the caller's and
+// not counted. For checks that repeated calls do not grow it.
+struct MemoryHeld {
+  std::size_t workspace_reserved = 0;
+  std::size_t workspace_in_use = 0;
+  std::size_t capture_blocks = 0;
+};
+Status memory_held(int device, MemoryHeld& held) noexcept;
+
 }  // namespace exphil

@@ -8,6 +8,7 @@ defmodule ExPhil.Native.FuzzTest do
 
   @functions [
     device_info: 1,
+    memory_held: 1,
     synchronize: 1,
     await: 1,
     new_stream: 1,

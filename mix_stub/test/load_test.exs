@@ -10,6 +10,7 @@ defmodule ExPhil.Native.LoadTest do
     for {name, arity} <- [
           device_count: 0,
           device_info: 1,
+          memory_held: 1,
           synchronize: 0,
           synchronize: 1,
           await: 1,

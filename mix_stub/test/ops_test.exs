@@ -139,11 +139,21 @@ defmodule ExPhil.Native.OpsTest do
              Native.device_info(0)
 
     assert is_binary(name) and free <= total and major >= 8
+
+    assert {:ok,
+            %{workspace_reserved: reserved, workspace_in_use: in_use, capture_blocks: blocks}} =
+             Native.memory_held(0)
+
+    assert in_use <= reserved and is_integer(blocks) and blocks >= 0
     assert :ok = Native.synchronize()
     assert :ok = Native.synchronize(0)
 
     assert_raise ArgumentError, ~r/does not exist/, fn ->
       Native.device_info(Native.device_count())
+    end
+
+    assert_raise ArgumentError, ~r/does not exist/, fn ->
+      Native.memory_held(Native.device_count())
     end
   end
 end

@@ -13,6 +13,7 @@ defmodule ExPhil.Native.TorchxTest do
   # Torchx) and are excluded elsewhere. The untagged ones check the pure
   # side of the dispatch and run anywhere.
   use ExUnit.Case, async: false
+  import Bitwise, only: [<<<: 2]
 
   alias ExPhil.Native.{Eager, Ops}
 
@@ -41,6 +42,14 @@ defmodule ExPhil.Native.TorchxTest do
   # Telemetry handler: relays the events of the test's own process.
   def relay(event, _measurements, metadata, test) do
     if self() == test, do: send(test, {:eager, List.last(event), metadata})
+  end
+
+  defp flush_events do
+    receive do
+      {:eager, _, _} -> flush_events()
+    after
+      0 -> :ok
+    end
   end
 
   defp events do
@@ -381,6 +390,36 @@ defmodule ExPhil.Native.TorchxTest do
 
       assert_grads_close("#{op}", got, want, unquote(type))
     end
+  end
+
+  @tag :torchx
+  test "10,000 calls grow neither the library's device memory nor the device's, once warm" do
+    # Long enough for a segmented plan, whose workspace comes from the
+    # library's pool: the pool must be reused, not grown.
+    gate = random({2, 4096, 64}, :f32, 11) |> Nx.backend_transfer(@cuda)
+    candidate = random({2, 4096, 64}, :f32, 12) |> Nx.backend_transfer(@cuda)
+    call = fn -> Ops.min_gru(gate, candidate) end
+    for _ <- 1..200, do: call.()
+    :ok = ExPhil.Native.synchronize()
+    {:ok, held} = ExPhil.Native.memory_held(0)
+    {:ok, %{free_memory: free}} = ExPhil.Native.device_info(0)
+    assert held.workspace_reserved > 0, "no workspace: the test would prove nothing"
+
+    for _ <- 1..10_000, do: call.()
+    :ok = ExPhil.Native.synchronize()
+    {:ok, held_after} = ExPhil.Native.memory_held(0)
+    {:ok, %{free_memory: free_after}} = ExPhil.Native.device_info(0)
+    flush_events()
+
+    assert held_after.workspace_reserved <= held.workspace_reserved,
+           "the library's pool grew: #{inspect(held)} -> #{inspect(held_after)}"
+
+    assert held_after.workspace_in_use == 0
+    assert held_after.capture_blocks == held.capture_blocks
+    # libtorch's cache and the pool are warm: what the device has free stays
+    # (within a MiB of the driver's own bookkeeping)
+    assert free - free_after <= 1 <<< 20,
+           "device free memory fell by #{free - free_after} bytes over 10,000 calls"
   end
 
   @tag :torchx

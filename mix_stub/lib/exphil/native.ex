@@ -164,6 +164,17 @@ defmodule ExPhil.Native do
   @spec device_info(non_neg_integer()) :: {:ok, map()} | {:error, reason()}
   defnative(device_info(device))
 
+  @doc """
+  The device memory the library holds on a device for its own work, in
+  bytes: `:workspace_reserved` (its stream-ordered workspace pool, as
+  reserved from the driver), `:workspace_in_use` (the part calls still
+  enqueued use) and `:capture_blocks` (blocks kept for calls captured into
+  CUDA graphs). Buffers from `allocate/3` and `upload/4` are the caller's and
+  not counted. For checks that repeated calls do not grow it.
+  """
+  @spec memory_held(non_neg_integer()) :: {:ok, map()} | {:error, reason()}
+  defnative(memory_held(device))
+
   @doc "Waits for all work on every device, from any stream."
   @spec synchronize() :: :ok | {:error, reason()}
   defnative(synchronize())
