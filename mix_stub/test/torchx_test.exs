@@ -165,6 +165,7 @@ defmodule ExPhil.Native.TorchxTest do
   # |got - want| <= atol * max|want| + rtol * |want|, elementwise.
   defp tolerance({:f, 32}), do: {2.0e-4, 2.0e-4}
   defp tolerance({:bf, 16}), do: {5.0e-2, 3.0e-2}
+  defp tolerance({:f, 16}), do: {5.0e-3, 5.0e-3}
 
   # `type`: the case's sequence type, whose rounding reaches every output
   # (an f32 state or gradient of a bf16 problem too).
@@ -343,7 +344,7 @@ defmodule ExPhil.Native.TorchxTest do
 
   @ops [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention]
 
-  for op <- @ops, type <- [{:f, 32}, {:bf, 16}] do
+  for op <- @ops, type <- [{:f, 32}, {:bf, 16}, {:f, 16}] do
     @tag :torchx
     test "#{op} #{inspect(type)}: forward in the tensors' own memory, ordered with Torchx's kernels" do
       op = unquote(op)
