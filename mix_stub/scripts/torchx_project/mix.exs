@@ -38,7 +38,9 @@ defmodule ExPhil.Native.TorchxProject.MixProject do
       {:torchx, path: Path.join(vendor, "torchx")},
       # the model-level benchmark (bench/elixir/model_latency.exs)
       {:axon, path: Path.join(vendor, "axon")},
-      {:polaris, path: Path.join(vendor, "polaris"), override: true}
+      {:polaris, path: Path.join(vendor, "polaris"), override: true},
+      # Edifice's math against our ops on Torchx (test/torchx_edifice_test.exs)
+      {:edifice, path: Path.join(vendor, "edifice")}
     ]
   end
 end
