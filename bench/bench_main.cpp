@@ -13,19 +13,13 @@
 // tolerance (<= 1 passes). Inputs rotate over enough copies to exceed twice
 // the L2 cache, so small shapes are timed from device memory, not from L2.
 //
-// Usage: exphil_bench [--quick] [--op NAME] [--sweep]
-//   --quick  fewer repetitions
-//   --op     only this op (linear_scan, min_gru, min_lstm, liquid,
-//            selective_scan)
-//   --sweep  also time min_gru over T at B1 H256 with the automatic layout
-//            and with a single segment (evidence for the planner's choice)
-//   --selective-scan-shape B T D N
-//            time the selective scan at this shape only
+// Usage: kUsage below (exphil_bench --help prints it).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -50,7 +44,22 @@ using exphil::bench::require;
 
 namespace {
 
+constexpr const char* kUsage =
+    "usage: exphil_bench [--quick] [--op NAME] [--sweep] [--selective-scan-shape B T D N]\n"
+    "  --quick   fewer repetitions\n"
+    "  --op      only this op: linear_scan, min_gru, min_lstm, liquid or selective_scan\n"
+    "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
+    "            single segment (evidence for the planner's choice)\n"
+    "  --selective-scan-shape B T D N\n"
+    "            time the selective scan at this shape only (positive integers)\n"
+    "  --help    this text\n"
+    "Runs on CUDA device 0; on a machine without one it says so and measures nothing.\n";
+
+// The names --op takes.
+constexpr const char* kOps[] = {"linear_scan", "min_gru", "min_lstm", "liquid", "selective_scan"};
+
 struct Options {
+  bool help = false;
   bool quick = false;
   bool sweep = false;
   std::string only_op;
@@ -341,17 +350,39 @@ struct Bench {
   }
 };
 
+// Throws std::invalid_argument naming the argument, what was expected and
+// what came.
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) o.quick = true;
-    else if (!std::strcmp(argv[i], "--sweep")) o.sweep = true;
-    else if (!std::strcmp(argv[i], "--op") && i + 1 < argc) o.only_op = argv[++i];
-    else if (!std::strcmp(argv[i], "--selective-scan-shape") && i + 4 < argc)
-      for (long long& d : o.selective_scan_shape) d = std::atoll(argv[++i]);
-    else throw std::runtime_error(std::string("unknown argument '") + argv[i] +
-                                  "' (expected --quick, --sweep, --op NAME or "
-                                  "--selective-scan-shape B T D N)");
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      o.help = true;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--sweep") {
+      o.sweep = true;
+    } else if (arg == "--op") {
+      if (i + 1 >= argc) throw std::invalid_argument("--op: expected an op name, got nothing");
+      o.only_op = argv[++i];
+      if (std::none_of(std::begin(kOps), std::end(kOps),
+                       [&](const char* name) { return o.only_op == name; }))
+        throw std::invalid_argument("--op: expected linear_scan, min_gru, min_lstm, liquid or "
+                                    "selective_scan, got '" + o.only_op + "'");
+    } else if (arg == "--selective-scan-shape") {
+      if (i + 4 >= argc)
+        throw std::invalid_argument("--selective-scan-shape: expected 4 integers B T D N");
+      for (long long& d : o.selective_scan_shape) {
+        const std::string value = argv[++i];
+        char* end = nullptr;
+        d = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || d < 1)
+          throw std::invalid_argument("--selective-scan-shape: expected positive integers B T D N, "
+                                      "got '" + value + "'");
+      }
+    } else {
+      throw std::invalid_argument("unknown argument '" + arg + "'");
+    }
   }
   return o;
 }
@@ -361,7 +392,16 @@ Options parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   try {
     Bench bench;
-    bench.options = parse(argc, argv);
+    try {
+      bench.options = parse(argc, argv);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "exphil_bench: %s\n%s", e.what(), kUsage);
+      return 2;
+    }
+    if (bench.options.help) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
     std::string why;
     if (!test::gpu_available(&why)) {
       std::printf("exphil_bench: no CUDA device on this machine (%s).\n"

@@ -11,6 +11,28 @@ namespace {
 // Freed blocks above this stay cached in the pool across synchronisations,
 // so a call that needs a workspace does not reach the driver's allocator.
 constexpr uint64_t kPoolReleaseThreshold = 64ull << 20;
+
+// "12.8" from 12080, as cudaDriverGetVersion and cudaRuntimeGetVersion give it.
+std::string cuda_version_text(int version) {
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+// Why there is no device, in words one can act on. With no driver at all,
+// the runtime's cudaErrorInsufficientDriver reads "CUDA driver version is
+// insufficient", as if the driver were old; cudaDriverGetVersion tells the
+// two apart (0: no driver).
+std::string no_device_reason(cudaError_t e) {
+  const std::string call = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e);
+  int driver = 0, runtime = 0;
+  if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&driver) == cudaSuccess) {
+    if (driver == 0) return "no NVIDIA driver found (" + call + ")";
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+      return "the NVIDIA driver supports CUDA " + cuda_version_text(driver) +
+             ", older than this build's CUDA runtime " + cuda_version_text(runtime) + " (" +
+             call + ")";
+  }
+  return call + " (" + cudaGetErrorString(e) + ")";
+}
 }  // namespace
 
 DeviceRegistry& DeviceRegistry::instance() noexcept {
@@ -26,8 +48,7 @@ Status DeviceRegistry::count_locked() {
     count_ = count;
   } else if (is_no_device_error(e)) {
     count_ = 0;
-    no_device_reason_ = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
-                        cudaGetErrorString(e) + ")";
+    no_device_reason_ = no_device_reason(e);
     cudaGetLastError();  // the runtime records the failure; do not leak it to later calls
   } else {
     return cuda_status(e, "cudaGetDeviceCount");
