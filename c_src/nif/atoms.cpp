@@ -85,6 +85,7 @@ void make_atoms(ErlNifEnv* env) {
   a.workspace_reserved = mk("workspace_reserved");
   a.workspace_in_use = mk("workspace_in_use");
   a.capture_blocks = mk("capture_blocks");
+  a.offset = mk("offset");
   a.compute_capability = mk("compute_capability");
   a.multiprocessor_count = mk("multiprocessor_count");
 }

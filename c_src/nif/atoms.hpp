@@ -25,7 +25,7 @@ struct Atoms {
   ERL_NIF_TERM o, lse, grad_q, grad_k, grad_v;                                      // attention
   // device_info
   ERL_NIF_TERM name, total_memory, free_memory, compute_capability, multiprocessor_count;
-  ERL_NIF_TERM workspace_reserved, workspace_in_use, capture_blocks;
+  ERL_NIF_TERM workspace_reserved, workspace_in_use, capture_blocks, offset;
 };
 
 // Valid after load.

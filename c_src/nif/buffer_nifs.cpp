@@ -10,6 +10,7 @@
 #include "../cuda_status.hpp"
 #include "../device_placement.hpp"
 #include "../device_registry.hpp"
+#include "../pointer_query.hpp"
 #include "../tensor_checks.hpp"
 #include "atoms.hpp"
 #include "buffer_nifs.hpp"
@@ -171,6 +172,23 @@ ERL_NIF_TERM import_ipc_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
 
 ERL_NIF_TERM open_ipc_handles_nif(ErlNifEnv* env, int, const ERL_NIF_TERM[]) {
   return nif_entry(env, [&] { return enif_make_uint64(env, open_ipc_imports()); });
+}
+
+ERL_NIF_TERM allocation_offset_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
+  return nif_entry(env, [&] {
+    ErlNifUInt64 address = 0;
+    if (!enif_get_uint64(env, argv[0], &address))
+      bad_argument("address", "a non-negative 64-bit integer", argv[0]);
+    int count = 0;
+    check(device_count(count));  // also initialises the runtime query_pointer needs
+    if (count == 0) return make_error(env, atoms().no_cuda_device);
+    runtime::PointerInfo info;
+    check(runtime::query_pointer(reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), info));
+    if (info.kind != runtime::PointerInfo::Kind::device)
+      throw ArgumentError{std::string("argument 'address': expected device memory, got ") +
+                          runtime::pointer_kind_name(info.kind) + " memory"};
+    return make_ok(env, enif_make_uint64(env, address - info.range_begin));
+  });
 }
 
 }  // namespace exphil::nif

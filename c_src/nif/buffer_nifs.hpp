@@ -16,5 +16,6 @@ ERL_NIF_TERM pointer_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM export_ipc_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM import_ipc_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]);
 ERL_NIF_TERM open_ipc_handles_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM allocation_offset_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]);
 
 }  // namespace exphil::nif

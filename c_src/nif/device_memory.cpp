@@ -126,4 +126,24 @@ Status import_ipc_memory(const std::string& handle, int device, std::shared_ptr<
 
 std::size_t open_ipc_imports() { return IpcImports::instance().open(); }
 
+namespace {
+
+class MemoryView final : public DeviceMemory {
+ public:
+  MemoryView(std::shared_ptr<DeviceMemory> parent, std::size_t offset)
+      : DeviceMemory(static_cast<char*>(parent->data()) + offset, parent->bytes() - offset,
+                     parent->device()),
+        parent_(std::move(parent)) {}
+  bool imported() const noexcept override { return parent_->imported(); }
+
+ private:
+  std::shared_ptr<DeviceMemory> parent_;
+};
+
+}  // namespace
+
+std::shared_ptr<DeviceMemory> memory_view(std::shared_ptr<DeviceMemory> parent, std::size_t offset) {
+  return std::make_shared<MemoryView>(std::move(parent), offset);
+}
+
 }  // namespace exphil::nif

@@ -42,4 +42,10 @@ Status import_ipc_memory(const std::string& handle, int device, std::shared_ptr<
 // Number of IPC handles open now (for tests).
 std::size_t open_ipc_imports();
 
+// The part of `parent` from `offset` bytes on (offset < parent->bytes()),
+// holding `parent` alive: an IPC handle names a whole allocation, and a
+// tensor another runtime exported may start inside it (Torchx's, in
+// libtorch's caching allocator).
+std::shared_ptr<DeviceMemory> memory_view(std::shared_ptr<DeviceMemory> parent, std::size_t offset);
+
 }  // namespace exphil::nif

@@ -70,6 +70,7 @@ ErlNifFunc nif_functions[] = {
     {"nif_export_ipc", 1, export_ipc_nif, kDirty},
     {"nif_import_ipc", 4, import_ipc_nif, kDirty},
     {"nif_open_ipc_handles", 0, open_ipc_handles_nif, 0},
+    {"nif_allocation_offset", 1, allocation_offset_nif, kDirty},
     {"nif_register_xla_ffi", 2, register_xla_ffi_nif, kDirty},
     {"nif_linear_scan_forward", 3, forward<ScanOp::linear_scan>, kDirty},
     {"nif_linear_scan_backward", 5, backward<ScanOp::linear_scan>, kDirty},

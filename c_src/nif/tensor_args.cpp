@@ -91,14 +91,20 @@ TensorArg decode_tensor(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& ar
         ErlNifBinary bin;
         if (!handle || !enif_inspect_binary(env, *handle, &bin) || bin.size != kIpcHandleBytes)
           bad_argument(argument, "an :ipc pointer map with a 64-byte :handle", pointer);
+        // :offset (optional): where the tensor starts in the allocation the
+        // handle names (ExPhil.Native.allocation_offset/1 in the exporter).
+        uint64_t offset = 0;
+        if (auto offset_term = map_get(env, pointer, a.offset))
+          offset = static_cast<uint64_t>(
+              get_integer(env, *offset_term, argument, 0, std::numeric_limits<int64_t>::max()));
         std::shared_ptr<DeviceMemory> memory;
         check(import_ipc_memory(std::string(reinterpret_cast<const char*>(bin.data), bin.size), device,
                                 memory));
-        if (bytes > memory->bytes())
+        if (offset > memory->bytes() || bytes > memory->bytes() - offset)
           throw ArgumentError{"argument '" + argument + "': the IPC allocation holds " +
                               std::to_string(memory->bytes()) + " bytes, fewer than data_size " +
-                              std::to_string(bytes)};
-        t.memory = std::move(memory);
+                              std::to_string(bytes) + " from offset " + std::to_string(offset)};
+        t.memory = offset ? memory_view(std::move(memory), offset) : std::move(memory);
       } else {
         bad_argument(argument, "pointer :kind :local or :ipc", *kind);
       }

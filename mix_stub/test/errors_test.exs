@@ -269,6 +269,7 @@ defmodule ExPhil.Native.ErrorsTest do
       assert {:error, :no_cuda_device} = Native.new_stream()
       assert {:error, :no_cuda_device} = Native.device_info(0)
       assert {:error, :no_cuda_device} = Native.memory_held(0)
+      assert {:error, :no_cuda_device} = Native.allocation_offset(4096)
       assert Native.device_count() == 0
     end
   end

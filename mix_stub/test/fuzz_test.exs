@@ -19,6 +19,7 @@ defmodule ExPhil.Native.FuzzTest do
     pointer: 1,
     export_ipc: 1,
     import_ipc: 4,
+    allocation_offset: 1,
     linear_scan_forward: 3,
     linear_scan_backward: 5,
     min_gru_forward: 3,

@@ -22,6 +22,7 @@ defmodule ExPhil.Native.LoadTest do
           export_ipc: 1,
           import_ipc: 4,
           open_ipc_handles: 0,
+          allocation_offset: 1,
           linear_scan_forward: 3,
           linear_scan_backward: 5,
           min_gru_forward: 3,

@@ -393,6 +393,52 @@ defmodule ExPhil.Native.TorchxTest do
     end
   end
 
+  # The second OS process: imports two tensors by their IPC pointer maps
+  # (offsets included), runs min_gru on them into its own buffer, and sends
+  # the result back.
+  @ipc_child """
+  alias ExPhil.Native
+  [gate, candidate] = Enum.map(System.argv(), &:erlang.binary_to_term(Base.decode64!(&1)))
+  dims = {2, 64, 96}
+  {:ok, y} = Native.allocate({:f, 32}, dims)
+  {:ok, _} = Native.min_gru_forward({gate, {:f, 32}, dims}, {candidate, {:f, 32}, dims}, outputs: [y: y])
+  {:ok, bytes} = Native.download(y)
+  IO.write("REPORT:" <> Base.encode64(bytes))
+  """
+
+  @tag :torchx
+  @tag timeout: 120_000
+  test "Torchx tensors shared through CUDA IPC with a second OS process, used there by an op" do
+    dims = {2, 64, 96}
+    # In a row: libtorch's caching allocator packs small tensors into one
+    # segment, so some start inside the allocation their handle names.
+    [_first, gate, candidate] =
+      for seed <- 20..22, do: random(dims, :f32, seed) |> Nx.backend_transfer(@cuda)
+
+    {:ok, g} = Eager.ipc_pointer(gate)
+    {:ok, c} = Eager.ipc_pointer(candidate)
+    assert g.offset > 0 or c.offset > 0, "both at their allocation's start: offsets untested"
+    assert g.data_size == Nx.byte_size(gate)
+    # written before the other process reads them (Torchx's work is on the
+    # legacy default stream; this waits for every stream)
+    :ok = ExPhil.Native.synchronize()
+
+    ebin = Path.join(:code.lib_dir(:exphil_native), "ebin")
+    args = Enum.map([g, c], &Base.encode64(:erlang.term_to_binary(&1)))
+
+    {output, status} =
+      System.cmd(System.find_executable("elixir"), ["-pa", ebin, "-e", @ipc_child | args],
+        stderr_to_stdout: true
+      )
+
+    assert status == 0, output
+    [_, encoded] = String.split(output, "REPORT:")
+    theirs = encoded |> Base.decode64!() |> Nx.from_binary(:f32, backend: Nx.BinaryBackend)
+    ours = Ops.min_gru(gate, candidate)
+    assert_close("y from the other process", Nx.reshape(theirs, dims), ours, {:f, 32})
+    flush_events()
+  end
+
   @tag :torchx
   test "10,000 calls grow neither the library's device memory nor the device's, once warm" do
     # Long enough for a segmented plan, whose workspace comes from the

@@ -241,7 +241,9 @@ defmodule ExPhil.Native do
 
   @doc """
   A CUDA IPC handle for a buffer, `%{kind: :ipc, handle: <<_::512>>,
-  data_size: bytes}`, for another OS process to `import_ipc/4`.
+  data_size: bytes}`, for another OS process to `import_ipc/4`. An `:ipc`
+  pointer map may also carry `offset:` (bytes from the start of the
+  allocation the handle names; default 0).
   """
   @spec export_ipc(Buffer.t()) :: {:ok, pointer()} | {:error, reason()}
   defnative(export_ipc(buffer))
@@ -259,6 +261,17 @@ defmodule ExPhil.Native do
   @doc "How many distinct IPC handles this process has open now."
   @spec open_ipc_handles() :: non_neg_integer()
   defnative(open_ipc_handles())
+
+  @doc """
+  Where a device address lies in its CUDA allocation, in bytes from the
+  allocation's start. A CUDA IPC handle names the whole allocation, so an
+  importer of memory that starts inside one (a Torchx tensor, in libtorch's
+  caching allocator) needs it: pass it as `:offset` in the `:ipc` pointer
+  map (`import_ipc/4` and the ops take it). `ExPhil.Native.Eager.ipc_pointer/1`
+  does both for a Torchx CUDA tensor.
+  """
+  @spec allocation_offset(non_neg_integer()) :: {:ok, non_neg_integer()} | {:error, reason()}
+  defnative(allocation_offset(address))
 
   ## Ops
 

@@ -110,6 +110,31 @@ defmodule ExPhil.Native.Eager do
   def pure_event, do: @pure_event
 
   @doc """
+  A CUDA IPC pointer map for a tensor of a backend on this path (Torchx on
+  CUDA), for another OS process to use through `ExPhil.Native`
+  (`import_ipc/4`, or an op's tensor argument `{pointer, type, shape}`):
+  `%{kind: :ipc, handle: <<_::512>>, data_size: bytes, offset: bytes}`.
+
+  `Nx.to_pointer(tensor, mode: :ipc)` alone is not enough there: its handle
+  names the allocation the tensor lies in, which libtorch's caching
+  allocator shares among tensors, and it gives no offset; this adds it
+  (`ExPhil.Native.allocation_offset/1`). Keep `tensor` alive while the other
+  process uses the memory, and order the two (the other process sees the
+  memory, not this one's stream).
+  """
+  @spec ipc_pointer(Nx.Tensor.t()) :: {:ok, map()} | {:error, term()}
+  def ipc_pointer(%T{} = tensor) do
+    %Nx.Pointer{address: address} = Nx.to_pointer(tensor, mode: :local)
+
+    with {:ok, offset} <- Native.allocation_offset(address) do
+      %Nx.Pointer{kind: :ipc, handle: handle, data_size: size} =
+        Nx.to_pointer(tensor, mode: :ipc)
+
+      {:ok, %{kind: :ipc, handle: handle, data_size: size, offset: offset}}
+    end
+  end
+
+  @doc """
   Runs `fun` with the fused kernels off in the calling process: the ops'
   default functions run the pure-Nx implementation even on Torchx CUDA
   tensors (the pure event's reason is `:forced`). The same model on the same
