@@ -230,8 +230,19 @@ __device__ __forceinline__ void dkdv_tile_scores(float (&pt)[kNT][4], float (&dp
 // `counters` words (none when d_counters is null). The kernel after it
 // (fused or dK/dV) is its dependent (dependent_launch.h), allowed to start
 // as its blocks end.
+// The blocks of attention_rowdot_kernel an SM holds: kAttnRowdotMinBlocks
+// where an SM takes 2048 threads (sm_80, sm_90), and as many as 1536
+// threads allow on sm_86, sm_87, sm_89 and sm_120 (eight 256-thread blocks
+// cannot be resident there, and ptxas says so for each instance).
+#if defined(__CUDA_ARCH__) && \
+    (__CUDA_ARCH__ == 860 || __CUDA_ARCH__ == 870 || __CUDA_ARCH__ == 890 || __CUDA_ARCH__ >= 1200)
+inline constexpr int kAttnRowdotResidentBlocks = 1536 / kAttnRowdotThreads;
+#else
+inline constexpr int kAttnRowdotResidentBlocks = kAttnRowdotMinBlocks;
+#endif
+
 template <class Elem, int kD>
-__global__ void __launch_bounds__(kAttnRowdotThreads, kAttnRowdotMinBlocks)
+__global__ void __launch_bounds__(kAttnRowdotThreads, kAttnRowdotResidentBlocks)
     attention_rowdot_kernel(const AttentionBackwardParams p, float* d_rowdot,
                             uint32_t* d_counters, int64_t counters) {
   using namespace attn;

@@ -53,7 +53,7 @@ EXPHIL_ATTN_HD constexpr int64_t attention_row_blocks(int64_t len, int warps) {
 // 2.4 us longer on an H200 (bench/RESULTS.md).
 constexpr int kAttnRowdotThreads = 256;
 constexpr int kAttnRowdotPasses = 2;
-constexpr int kAttnRowdotMinBlocks = 8;
+constexpr int kAttnRowdotMinBlocks = 8;  // on an SM of 2048 threads (sm_80, sm_90)
 
 // Minimum resident blocks per SM the kernels are compiled for, which caps
 // their registers. f16/bf16 up to d = 64 fit 128 registers (a few spilled
