@@ -59,6 +59,16 @@ LaunchResult launch_backward(const ScanBackwardParams& p, const ScanPlan& plan, 
   return {};
 }
 
+// The backward at the plan's vector width; kStatesFromY: see scan_backward.cuh.
+template <class Op, class Elem, bool kStatesFromY>
+LaunchResult launch_backward_at_width(const ScanBackwardParams& params, const ScanPlan& plan,
+                                      float* d_workspace, cudaStream_t stream) {
+  return plan.vector_width == kScanVectorWidth
+             ? launch_backward<Op, Elem, kScanVectorWidth, kStatesFromY>(params, plan, d_workspace,
+                                                                         stream)
+             : launch_backward<Op, Elem, 1, kStatesFromY>(params, plan, d_workspace, stream);
+}
+
 }  // namespace detail
 
 template <class Op, class Elem>
@@ -69,29 +79,15 @@ LaunchResult run_scan_forward(const ScanForwardParams& params, const ScanPlan& p
              : detail::launch_forward<Op, Elem, 1>(params, plan, d_workspace, stream);
 }
 
-namespace detail {
-
-// kStatesFromY: see scan_backward.cuh.
-template <class Op, class Elem, bool kStatesFromY>
-LaunchResult run_scan_backward_reading(const ScanBackwardParams& params, const ScanPlan& plan,
-                                       float* d_workspace, cudaStream_t stream) {
-  return plan.vector_width == kScanVectorWidth
-             ? detail::launch_backward<Op, Elem, kScanVectorWidth, kStatesFromY>(params, plan,
-                                                                                 d_workspace, stream)
-             : detail::launch_backward<Op, Elem, 1, kStatesFromY>(params, plan, d_workspace, stream);
-}
-
-}  // namespace detail
-
 template <class Op, class Elem>
 LaunchResult run_scan_backward(const ScanBackwardParams& params, const ScanPlan& plan,
                                float* d_workspace, cudaStream_t stream) {
   if (!params.states_from_y)
-    return detail::run_scan_backward_reading<Op, Elem, false>(params, plan, d_workspace, stream);
+    return detail::launch_backward_at_width<Op, Elem, false>(params, plan, d_workspace, stream);
   // The states-from-y kernels exist only for the ops that allow them; the
   // host's validation refuses the rest before this point.
   if constexpr (kBackwardWithoutLastInput<Op>)
-    return detail::run_scan_backward_reading<Op, Elem, true>(params, plan, d_workspace, stream);
+    return detail::launch_backward_at_width<Op, Elem, true>(params, plan, d_workspace, stream);
   else
     return {cudaErrorInvalidValue, "scan backward (states from y for an op that needs all inputs)"};
 }

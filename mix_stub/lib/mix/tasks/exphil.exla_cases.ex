@@ -229,10 +229,6 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
           {dtype, type} <- @types,
           forward != :fused_selective_scan or dtype == "f32",
           causal <- if(forward == :fused_flash_attention, do: [false, true], else: [nil]) do
-        for op <- [forward, backward] do
-          {:ok, %{status: :native}} = edifice.fetch(op)
-        end
-
         {shape, operands} = edifice_blocks(forward, backward, type, causal)
 
         [fwd, bwd] =
