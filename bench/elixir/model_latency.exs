@@ -1,8 +1,8 @@
 # Model-level figures from Elixir (issue 28, benchmarks 1 to 3), on Torchx
 # CUDA tensors: 2-layer models built from ExPhil.Native.Axon layers (an
 # input projection from 64 features to 256, then two layers of width 256:
-# the shape of Edifice's backbones), MinGRU (the default), Mamba (state 16)
-# or causal attention (4 heads of 64), with --model:
+# the shape of Edifice's backbones), MinGRU (the default), MinLSTM, Mamba
+# (state 16) or causal attention (4 heads of 64), with --model:
 #
 #   1. predict over the last T frames (T = 32, and 1 to 1024 for the curve),
 #      the output of the last step, at batch 1;
@@ -23,14 +23,16 @@
 # every Nx operation is one libtorch call). Warm-up calls first; then
 # medians and the 10th/90th percentiles of every timed call, and the largest
 # difference between the two paths' outputs. Native calls are counted by the
-# library's telemetry (every MinGRU layer call must take the NIF, and none
-# under pure/1).
+# library's telemetry (every layer call must take the NIF, and none under
+# pure/1), and the tensors moved to or from the host by Torchx's calls that
+# move them (ExPhil.Native.HostTransfers, Erlang's call-count tracing): the
+# native path must move no more than the frame in and the answer out.
 #
 # Run inside mix_stub/scripts/torchx_project on the GPU machine
 # (mix_stub/scripts/torchx_gpu.sh --bench runs it):
 #
 #   MIX_ENV=test mix run ../../../bench/elixir/model_latency.exs \
-#     [--model min_gru|mamba|attention] [--quick] [--csv PATH] [--max-steps T]
+#     [--model min_gru|min_lstm|mamba|attention] [--quick] [--csv PATH] [--max-steps T]
 #
 # --quick: fewer calls and T values; --csv: one line per (T, path) of the
 # curve, for bench/elixir/plot_model_latency.py; --max-steps: the curve's
@@ -38,7 +40,7 @@
 
 defmodule ModelLatency do
   alias ExPhil.Native.Axon, as: Layers
-  alias ExPhil.Native.Eager
+  alias ExPhil.Native.{Eager, HostTransfers}
 
   @features 64
   @hidden 256
@@ -52,7 +54,7 @@ defmodule ModelLatency do
 
     quick = Keyword.get(opts, :quick, false)
     kind = String.to_existing_atom(Keyword.get(opts, :model, "min_gru"))
-    unless kind in [:min_gru, :mamba, :attention], do: raise("--model: #{kind}?")
+    unless kind in [:min_gru, :min_lstm, :mamba, :attention], do: raise("--model: #{kind}?")
     Nx.default_backend(@cuda)
     counter = count_native_calls()
 
@@ -135,6 +137,7 @@ defmodule ModelLatency do
   end
 
   defp layer(input, :min_gru, n), do: Layers.min_gru(input, @hidden, name: "min_gru_#{n}")
+  defp layer(input, :min_lstm, n), do: Layers.min_lstm(input, @hidden, name: "min_lstm_#{n}")
   defp layer(input, :mamba, n), do: Layers.mamba(input, state_size: 16, name: "mamba_#{n}")
 
   defp layer(input, :attention, n),
@@ -291,6 +294,8 @@ defmodule ModelLatency do
 
       calls = native_calls(counter) - before
       if rem(calls, runs) != 0, do: raise("#{calls} NIF calls over #{runs} steps")
+      {_, moved} = HostTransfers.count(fn -> run.(state) end)
+      IO.puts("#{which}: tensors moved to or from the host per step: #{transfers(moved)}")
       {times, div(calls, runs)}
     end)
   end
@@ -306,10 +311,15 @@ defmodule ModelLatency do
   defp check_paths(params, predict, counter) do
     host = frames(32, 7)
     before = native_calls(counter)
-    native = predict_once(params, predict, host)
+    {native, moved} = HostTransfers.count(fn -> predict_once(params, predict, host) end)
     expect_calls(counter, before, 2, "check")
-    pure = Eager.pure(fn -> predict_once(params, predict, host) end)
+    {pure, moved_pure} = HostTransfers.count(fn -> Eager.pure(fn -> predict_once(params, predict, host) end) end)
     expect_calls(counter, before + 2, 0, "check (pure)")
+    IO.puts("tensors moved to or from the host per predict: native #{transfers(moved)}; pure #{transfers(moved_pure)}")
+
+    # the frame in (from_blob) and the answer out (to_blob), nothing else
+    if moved != %{{Torchx, :from_blob, 4} => 1, {Torchx, :to_blob, 1} => 1},
+      do: raise("the native predict moved tensors besides its frame and answer: #{inspect(moved)}")
     diff = Nx.subtract(native, pure) |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
     scale = pure |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
     IO.puts("outputs: native and pure differ by at most #{diff} (max |pure| #{scale})")
@@ -336,6 +346,11 @@ defmodule ModelLatency do
     if got != want,
       do: raise("#{label}: #{got} calls through the NIF, expected #{want}")
   end
+
+  defp transfers(moved) when moved == %{}, do: "none"
+
+  defp transfers(moved),
+    do: Enum.map_join(moved, ", ", fn {{m, f, a}, n} -> "#{n} x #{inspect(m)}.#{f}/#{a}" end)
 
   # --- statistics and output ---------------------------------------------------
 

@@ -4,7 +4,9 @@ defmodule ExPhil.Native.TorchxAxonTest do
   # initial parameters, natively (the fused kernels through the NIF, forward
   # and backward, counted by telemetry) and with the kernels off
   # (ExPhil.Native.Eager.pure/1, the pure-Nx default on the same backend);
-  # the two loss curves and the trained models' predictions must agree.
+  # the two loss curves and the trained models' predictions must agree. Then
+  # the same for models of the shape of Edifice's MinGRU, MinLSTM, Mamba and
+  # attention backbones built from our layers.
   #
   # Tagged :torchx: run by scripts/torchx_gpu.sh, excluded elsewhere.
   use ExUnit.Case, async: false
@@ -96,33 +98,73 @@ defmodule ExPhil.Native.TorchxAxonTest do
         |> Axon.nx(fn sequence -> sequence[[.., -1, ..]] end)
         |> Axon.dense(1, name: "head")
 
-      {init, _} = Axon.build(model, compiler: Nx.Defn.Evaluator)
-      params = init.(Nx.template({4, 12, 32}, :f32), Axon.ModelState.empty())
-      x = random({4, 12, 32}, 1)
-      y = random({4, 1}, 2)
-
-      native_calls()
-      {native, native_predictions} = train(model, params, x, y)
-      calls = native_calls()
-      # every step runs the layer's forward and backward kernels (and the
-      # predictions one forward more)
-      assert calls.forward >= @steps + 1 and calls.backward >= @steps,
-             "#{unquote(name)}: NIF calls #{inspect(calls)}"
-
-      {pure, pure_predictions} = Eager.pure(fn -> train(model, params, x, y) end)
-      assert native_calls() == %{forward: 0, backward: 0}
-
-      assert length(native) == @steps and length(pure) == @steps
-      assert List.last(native) < hd(native), "#{unquote(name)}: the loss did not go down"
-
-      for {n, p, step} <- Enum.zip([native, pure, 1..@steps]) do
-        assert abs(n - p) <= @rtol * max(abs(p), 1.0e-3),
-               "#{unquote(name)} step #{step}: native loss #{n}, pure #{p}"
-      end
-
-      diff = Nx.subtract(native_predictions, pure_predictions) |> Nx.abs() |> Nx.reduce_max()
-      scale = pure_predictions |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
-      assert Nx.to_number(diff) <= @rtol * max(scale, 1.0e-3)
+      assert_trains_as_pure(unquote(name), model, random({4, 12, 32}, 1), random({4, 1}, 2))
     end
+  end
+
+  # Edifice's backbones (Edifice.Recurrent.MinGRU.build/1 and its MinLSTM,
+  # Mamba and attention siblings): a projection of the frames to the hidden
+  # width 256, two layers of that width, a final layer norm and the last
+  # step; here each layer one of ours, trained at B8 T32 on 64 features.
+  @backbone_hidden 256
+
+  defp backbone_layer(input, :min_gru, n),
+    do: Layers.min_gru(input, @backbone_hidden, name: "min_gru_#{n}")
+
+  defp backbone_layer(input, :min_lstm, n),
+    do: Layers.min_lstm(input, @backbone_hidden, name: "min_lstm_#{n}")
+
+  defp backbone_layer(input, :mamba, n),
+    do: Layers.mamba(input, state_size: 16, name: "mamba_#{n}")
+
+  defp backbone_layer(input, :attention, n),
+    do: Layers.attention(input, num_heads: 4, head_size: 64, causal: true, name: "attention_#{n}")
+
+  for name <- [:min_gru, :min_lstm, :mamba, :attention] do
+    @tag :torchx
+    test "Edifice's #{name} backbone shape built from our layers trains as the pure path does" do
+      model =
+        Axon.input("state_sequence", shape: {nil, 32, 64})
+        |> Axon.dense(@backbone_hidden, name: "input_projection")
+        |> backbone_layer(unquote(name), 1)
+        |> backbone_layer(unquote(name), 2)
+        |> Axon.layer_norm(name: "final_norm")
+        |> Axon.nx(fn sequence -> sequence[[.., -1, ..]] end)
+
+      x = random({8, 32, 64}, 3)
+      y = random({8, @backbone_hidden}, 4)
+      assert_trains_as_pure(unquote(name), model, x, y, 2)
+    end
+  end
+
+  # Trains `model` on (x, y) natively and with the kernels off, from the same
+  # parameters: every step takes the NIF (`layers` forward and backward calls
+  # at least), the loss goes down, and the losses and predictions agree.
+  defp assert_trains_as_pure(name, model, x, y, layers \\ 1) do
+    {init, _} = Axon.build(model, compiler: Nx.Defn.Evaluator)
+    params = init.(Nx.template(Nx.shape(x), :f32), Axon.ModelState.empty())
+
+    native_calls()
+    {native, native_predictions} = train(model, params, x, y)
+    calls = native_calls()
+    # every step runs each layer's forward and backward kernels (and the
+    # predictions one forward more)
+    assert calls.forward >= layers * (@steps + 1) and calls.backward >= layers * @steps,
+           "#{name}: NIF calls #{inspect(calls)}"
+
+    {pure, pure_predictions} = Eager.pure(fn -> train(model, params, x, y) end)
+    assert native_calls() == %{forward: 0, backward: 0}
+
+    assert length(native) == @steps and length(pure) == @steps
+    assert List.last(native) < hd(native), "#{name}: the loss did not go down"
+
+    for {n, p, step} <- Enum.zip([native, pure, 1..@steps]) do
+      assert abs(n - p) <= @rtol * max(abs(p), 1.0e-3),
+             "#{name} step #{step}: native loss #{n}, pure #{p}"
+    end
+
+    diff = Nx.subtract(native_predictions, pure_predictions) |> Nx.abs() |> Nx.reduce_max()
+    scale = pure_predictions |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
+    assert Nx.to_number(diff) <= @rtol * max(scale, 1.0e-3)
   end
 end

@@ -15,7 +15,7 @@ defmodule ExPhil.Native.TorchxTest do
   use ExUnit.Case, async: false
   import Bitwise, only: [<<<: 2]
 
-  alias ExPhil.Native.{Eager, Ops}
+  alias ExPhil.Native.{Eager, HostTransfers, Ops}
 
   @cuda {Torchx.Backend, device: :cuda}
 
@@ -310,7 +310,9 @@ defmodule ExPhil.Native.TorchxTest do
     keys = Keyword.keys(tensors)
     vars = List.to_tuple(Keyword.values(tensors))
     backend = if on_torchx_cuda?(elem(vars, 0)), do: @cuda, else: Nx.BinaryBackend
-    weights = Enum.map(weights, &Nx.backend_transfer(&1, backend))
+    # (a transfer to the tensor's own backend and device still copies)
+    weights =
+      Enum.map(weights, &if(on_torchx_cuda?(&1), do: &1, else: Nx.backend_transfer(&1, backend)))
 
     # Inside Nx.Defn.jit, so that the weights are parameters rather than
     # tensors captured by the gradient function (which Nx.Defn.grad/2
@@ -353,7 +355,8 @@ defmodule ExPhil.Native.TorchxTest do
       events()
 
       inputs = c.tensors |> on_cuda() |> Enum.map(fn {k, t} -> {k, produced(t)} end)
-      got = run(c, inputs) |> flat()
+      {got, transfers} = HostTransfers.count(fn -> run(c, inputs) |> flat() end)
+      assert transfers == %{}, "tensors moved to or from the host: #{inspect(transfers)}"
 
       assert [{:call, %{op: ^op, direction: :forward, backend: Torchx.Backend, device: :cuda}}] =
                events()
@@ -384,13 +387,35 @@ defmodule ExPhil.Native.TorchxTest do
       want = grad(c, c.tensors, w)
       events()
 
-      got = grad(c, on_cuda(c.tensors), w)
+      inputs = on_cuda(c.tensors)
+      w = Enum.map(w, &Nx.backend_transfer(&1, @cuda))
+      {got, transfers} = HostTransfers.count(fn -> grad(c, inputs, w) end)
+      assert transfers == %{}, "tensors moved to or from the host: #{inspect(transfers)}"
 
       assert Enum.sort(Enum.map(events(), fn {kind, meta} -> {kind, meta.op, meta.direction} end)) ==
                Enum.sort(for d <- grad_directions(op), do: {:call, op, d})
 
       assert_grads_close("#{op}", got, want, unquote(type))
     end
+  end
+
+  @tag :torchx
+  test "control: the host-transfer counter sees each way Torchx moves a tensor to or from the host" do
+    t = random({3, 5}, :f32, 1) |> Nx.backend_transfer(@cuda)
+    moved = fn fun -> fun |> HostTransfers.count() |> elem(1) end
+
+    assert moved.(fn -> Nx.to_binary(t) end) == %{{Torchx, :to_blob, 2} => 1}
+    assert moved.(fn -> Nx.to_number(t[0][0]) end) == %{{Torchx, :to_blob, 2} => 1}
+    assert moved.(fn -> Nx.backend_copy(t, Nx.BinaryBackend) end) == %{{Torchx, :to_blob, 1} => 1}
+    assert moved.(fn -> Nx.tensor([1.0, 2.0]) end) == %{{Torchx, :from_blob, 4} => 1}
+    # a slice at a start held in a tensor reads it on the host
+    start = Nx.tensor(1)
+    assert moved.(fn -> Nx.slice(t, [start, 0], [1, 5]) end) == %{{Torchx, :item, 1} => 1}
+
+    assert moved.(fn -> Nx.backend_copy(t, {Torchx.Backend, device: :cpu}) end) ==
+             %{{Torchx, :to_device, 2} => 1}
+
+    assert moved.(fn -> Nx.multiply(t, t) end) == %{}
   end
 
   # The second OS process: imports two tensors by their IPC pointer maps
