@@ -1,5 +1,5 @@
 // exphil::attention_forward / attention_backward: validate, place, plan,
-// launch.
+// launch; can_implement: validate.
 #include <cstddef>
 #include <string>
 
@@ -156,6 +156,16 @@ Status attention_backward(const AttentionBackwardArgs& args, Stream stream,
               args.recompute_lse);
     return runtime::with_context("attention backward", std::move(s));
   });
+}
+
+Status can_implement(const AttentionForwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::AttentionForwardParams, runtime::AttentionCall>(
+      "attention forward", args, runtime::validate_attention_forward);
+}
+
+Status can_implement(const AttentionBackwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::AttentionBackwardParams, runtime::AttentionCall>(
+      "attention backward", args, runtime::validate_attention_backward);
 }
 
 }  // namespace exphil

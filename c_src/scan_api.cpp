@@ -1,4 +1,5 @@
-// exphil::scan_forward / scan_backward: validate, place, plan, launch.
+// exphil::scan_forward / scan_backward: validate, place, plan, launch;
+// can_implement: validate.
 #include <string>
 
 #include "api_guard.hpp"
@@ -47,6 +48,12 @@ Status run_scan(kernels::ScanDirection direction, const ScanCall& call, Stream r
   return {};
 }
 
+// "<op> <direction>", the prefix of every message of a call.
+std::string call_context(ScanOp op, kernels::ScanDirection direction) {
+  return std::string(scan_op_name(op)) +
+         (direction == kernels::ScanDirection::forward ? " forward" : " backward");
+}
+
 // Validates with `validate`, then runs with `launch_kernels`, prefixing any
 // message with "<op> <direction>: ".
 template <class Args, class Params, class Validate, class LaunchKernels>
@@ -54,9 +61,7 @@ Status validated_scan(const char* where, kernels::ScanDirection direction, const
                       Stream stream, const ScanLaunchOptions* options, Validate&& validate,
                       LaunchKernels&& launch_kernels) noexcept {
   return runtime::guarded(where, [&]() -> Status {
-    const std::string context =
-        std::string(scan_op_name(args.op)) +
-        (direction == kernels::ScanDirection::forward ? " forward" : " backward");
+    const std::string context = call_context(args.op, direction);
     Params params;
     ScanCall call;
     Status s = validate(args, params, call);
@@ -83,6 +88,17 @@ Status scan_backward(const ScanBackwardArgs& args, Stream stream,
   return validated_scan<ScanBackwardArgs, kernels::ScanBackwardParams>(
       "scan_backward", kernels::ScanDirection::backward, args, stream, options,
       runtime::validate_scan_backward, kernels::launch_scan_backward);
+}
+
+Status can_implement(const ScanForwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::ScanForwardParams, ScanCall>(
+      call_context(args.op, kernels::ScanDirection::forward), args, runtime::validate_scan_forward);
+}
+
+Status can_implement(const ScanBackwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::ScanBackwardParams, ScanCall>(
+      call_context(args.op, kernels::ScanDirection::backward), args,
+      runtime::validate_scan_backward);
 }
 
 }  // namespace exphil

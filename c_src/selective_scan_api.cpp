@@ -1,5 +1,5 @@
 // exphil::selective_scan_forward / selective_scan_backward: validate, place,
-// plan, launch.
+// plan, launch; can_implement: validate.
 #include <string>
 
 #include "api_guard.hpp"
@@ -86,6 +86,16 @@ Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream str
       "selective_scan_backward", "selective_scan backward", SelectiveScanDirection::backward, args,
       stream, options, runtime::validate_selective_scan_backward,
       kernels::launch_selective_scan_backward);
+}
+
+Status can_implement(const SelectiveScanForwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::SelectiveScanForwardParams, runtime::SelectiveScanCall>(
+      "selective_scan forward", args, runtime::validate_selective_scan_forward);
+}
+
+Status can_implement(const SelectiveScanBackwardArgs& args) noexcept {
+  return runtime::validate_only<kernels::SelectiveScanBackwardParams, runtime::SelectiveScanCall>(
+      "selective_scan backward", args, runtime::validate_selective_scan_backward);
 }
 
 }  // namespace exphil

@@ -11,7 +11,8 @@ std::string arg_prefix(const char* name) { return std::string("argument '") + na
 
 Status check_descriptor(const char* name, const Tensor* t, int expected_rank, const char* layout) {
   if (!t) return {StatusCode::invalid_argument, arg_prefix(name) + "the tensor descriptor is NULL"};
-  if (!t->data) return {StatusCode::invalid_argument, arg_prefix(name) + "the data pointer is NULL"};
+  // Null data is refused by CallTensors::add, which knows whether the call
+  // is a can_implement of outputs not yet allocated.
   if (!is_valid_dtype(t->dtype))
     return {StatusCode::invalid_argument,
             arg_prefix(name) + "expected dtype f32 (" + std::to_string(EXPHIL_F32) + "), f16 (" +
@@ -74,6 +75,8 @@ Status check_element_alignment(const char* name, const Tensor& t) {
 }
 
 Status CallTensors::add(const char* name, const void* data, std::size_t bytes, bool output) {
+  if (!data && !(output && unallocated_outputs_))
+    return {StatusCode::invalid_argument, arg_prefix(name) + "the data pointer is NULL"};
   if (size_ == kMax)
     return {StatusCode::internal, std::string("too many tensors in one call at '") + name + "'"};
   items_[size_++] = CallTensor{name, data, bytes, output};
@@ -82,11 +85,11 @@ Status CallTensors::add(const char* name, const void* data, std::size_t bytes, b
 
 Status CallTensors::check_no_overlaps() const {
   for (int i = 0; i < size_; ++i) {
-    if (!items_[i].output) continue;
+    if (!items_[i].output || !items_[i].data) continue;
     const auto begin = reinterpret_cast<uintptr_t>(items_[i].data);
     const uintptr_t end = begin + items_[i].bytes;
     for (int j = 0; j < size_; ++j) {
-      if (j == i) continue;
+      if (j == i || !items_[j].data) continue;
       const auto other_begin = reinterpret_cast<uintptr_t>(items_[j].data);
       const uintptr_t other_end = other_begin + items_[j].bytes;
       if (begin < other_end && other_begin < end)

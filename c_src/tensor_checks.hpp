@@ -14,7 +14,8 @@ namespace exphil::runtime {
 // "argument 'name': ", the start of every message about one argument.
 std::string arg_prefix(const char* name);
 
-// Descriptor present, data non-null, dtype known, rank == expected_rank.
+// Descriptor present, dtype known, rank == expected_rank (CallTensors::add
+// checks the data pointer).
 // `layout` describes the expected dimensions, e.g. "[B, T, H]".
 Status check_descriptor(const char* name, const Tensor* t, int expected_rank, const char* layout);
 
@@ -40,10 +41,16 @@ class CallTensors {
  public:
   static constexpr int kMax = 24;  // the selective-scan backward has 20
 
-  // Fails (internal) only if an op has more tensors than kMax.
+  // Refuses null data, except an output's under allow_unallocated_outputs;
+  // fails (internal) if an op has more tensors than kMax.
   Status add(const char* name, const void* data, std::size_t bytes, bool output);
-  // Outputs must not overlap each other or any input.
+  // Outputs must not overlap each other or any input (an unallocated output
+  // overlaps nothing).
   Status check_no_overlaps() const;
+
+  // can_implement: outputs may be descriptors without memory yet, so that a
+  // binding checks a call before it allocates them.
+  void allow_unallocated_outputs() noexcept { unallocated_outputs_ = true; }
 
   const CallTensor* begin() const noexcept { return items_; }
   const CallTensor* end() const noexcept { return items_ + size_; }
@@ -51,6 +58,7 @@ class CallTensors {
  private:
   CallTensor items_[kMax];
   int size_ = 0;
+  bool unallocated_outputs_ = false;
 };
 
 }  // namespace exphil::runtime

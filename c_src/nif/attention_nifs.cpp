@@ -173,6 +173,9 @@ ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM 
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in, options.layout);
+    Args args;
+    args.in = in.view();
+    args.options = options;
     // name, key, slot, dtype, shape, required, exists
     const Outputs<Args> outputs = resolve_outputs<Args>(
         env, opts,
@@ -180,14 +183,10 @@ ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM 
             {"o", a.o, &Args::o, in.q.dtype, shapes.query, true, true},
             {"lse", a.lse, &Args::lse, DType::f32, shapes.lse, false, true},
         },
-        in.device);
-    return finish_call(env, argc, argv, in.device, stream, sync, outputs, {&in.q, &in.k, &in.v}, [&] {
-      Args args;
-      args.in = in.view();
-      args.options = options;
-      outputs.bind(args);
-      return exphil::attention_forward(args, stream);
-    });
+        in.device, args);
+    outputs.bind(args);
+    return finish_call(env, argc, argv, in.device, stream, sync, outputs, {&in.q, &in.k, &in.v},
+                       [&] { return exphil::attention_forward(args, stream); });
   });
 }
 
@@ -205,6 +204,12 @@ ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in, options.layout);
     const DType dtype = in.q.dtype;
+    Args args;
+    args.in = in.view();
+    args.options = options;
+    args.o = &o.desc;
+    args.lse = &lse.desc;
+    args.grad_o = &grad_o.desc;
     // name, key, slot, dtype, shape, required, exists
     const Outputs<Args> outputs = resolve_outputs<Args>(
         env, opts,
@@ -213,18 +218,11 @@ ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM
             {"grad_k", a.grad_k, &Args::grad_k, dtype, shapes.key, false, true},
             {"grad_v", a.grad_v, &Args::grad_v, dtype, shapes.key, false, true},
         },
-        in.device);
+        in.device, args);
+    outputs.bind(args);
     const std::vector<const TensorArg*> inputs = {&in.q, &in.k, &in.v, &o, &lse, &grad_o};
-    return finish_call(env, argc, argv, in.device, stream, sync, outputs, inputs, [&] {
-      Args args;
-      args.in = in.view();
-      args.options = options;
-      args.o = &o.desc;
-      args.lse = &lse.desc;
-      args.grad_o = &grad_o.desc;
-      outputs.bind(args);
-      return exphil::attention_backward(args, stream);
-    });
+    return finish_call(env, argc, argv, in.device, stream, sync, outputs, inputs,
+                       [&] { return exphil::attention_backward(args, stream); });
   });
 }
 

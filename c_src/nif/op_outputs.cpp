@@ -21,6 +21,14 @@ void no_output_given(const std::vector<const char*>& names, ERL_NIF_TERM outputs
   bad_argument("outputs", "at least one output among " + listed, outputs);
 }
 
+Tensor unallocated(DType dtype, const std::vector<int64_t>& shape) {
+  Tensor t{};  // data NULL
+  t.dtype = static_cast<int32_t>(dtype);
+  t.rank = static_cast<int32_t>(shape.size());  // validation refuses a rank over the maximum
+  for (std::size_t i = 0; i < shape.size() && i < EXPHIL_MAX_RANK; ++i) t.shape[i] = shape[i];
+  return t;
+}
+
 AllocatedOutput allocate_output(ErlNifEnv* env, const char* name, DType dtype, const std::vector<int64_t>& shape,
                                 int device) {
   const ERL_NIF_TERM shape_term = make_shape(env, shape);

@@ -78,11 +78,17 @@ struct AllocatedOutput {
 AllocatedOutput allocate_output(ErlNifEnv* env, const char* name, DType dtype, const std::vector<int64_t>& shape,
                                 int device);
 
+// A descriptor of dtype and shape without memory, for can_implement.
+Tensor unallocated(DType dtype, const std::vector<int64_t>& shape);
+
 // The outputs of a call: those given under outputs: (checked and imported
-// on `device`), else every output that exists, allocated on `device`.
+// on `device`), else every output that exists, allocated on `device` once
+// the library's can_implement has passed `args` (the inputs bound) with
+// those outputs described but without memory: bad input gets its message
+// before any device memory is asked for, on a machine without a GPU too.
 template <class Args>
 Outputs<Args> resolve_outputs(ErlNifEnv* env, const Options& opts, const std::vector<OutputSpec<Args>>& specs,
-                              int device) {
+                              int device, const Args& args) {
   Outputs<Args> out;
   if (auto given = opts.get("outputs")) {
     std::vector<const char*> names;
@@ -94,6 +100,15 @@ Outputs<Args> resolve_outputs(ErlNifEnv* env, const Options& opts, const std::ve
     if (out.empty()) no_output_given(names, *given);
     return out;
   }
+  Args planned = args;
+  std::vector<Tensor> described;
+  described.reserve(specs.size());  // stable addresses for `planned`
+  for (const OutputSpec<Args>& s : specs) {
+    if (!s.exists) continue;
+    described.push_back(unallocated(s.dtype, s.shape));
+    planned.*s.slot = &described.back();
+  }
+  check(can_implement(planned));
   for (const OutputSpec<Args>& s : specs) {
     if (!s.exists) continue;
     AllocatedOutput allocated = allocate_output(env, s.name, s.dtype, s.shape, device);

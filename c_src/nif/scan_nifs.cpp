@@ -31,8 +31,13 @@ struct ScanOutputs {
   std::vector<ERL_NIF_TERM> keys, values;
 };
 
+// Without outputs:, `check(described)` (the library's can_implement on the
+// outputs described without memory, in spec order) runs before any is
+// allocated, so bad input gets its message without a device.
+template <class Check>
 ScanOutputs resolve_scan_outputs(ErlNifEnv* env, const Options& opts, const std::vector<ScanOutputSpec>& specs,
-                        const TensorArg& reference, const std::string& reference_name, int device) {
+                                 const TensorArg& reference, const std::string& reference_name, int device,
+                                 Check&& check_described) {
   ScanOutputs out;
   if (reference.shape.size() != 3)
     throw ArgumentError{"argument '" + reference_name + "': expected rank 3 [B, T, H], got shape " +
@@ -56,6 +61,12 @@ ScanOutputs resolve_scan_outputs(ErlNifEnv* env, const Options& opts, const std:
   DType state_dtype = DType::f32;
   if (auto t = opts.get("state_type")) state_dtype = get_type(env, *t, "state_type");
   const std::vector<int64_t> state_shape = {reference.shape[0], reference.shape[2]};
+  std::vector<Tensor> described;
+  for (const ScanOutputSpec& s : specs)
+    described.push_back(unallocated(s.sequence ? reference.dtype : state_dtype, s.sequence ? reference.shape : state_shape));
+  std::vector<const Tensor*> views;
+  for (const Tensor& t : described) views.push_back(&t);
+  check(check_described(views));
   for (const ScanOutputSpec& s : specs) {
     AllocatedOutput allocated = allocate_output(env, s.name.c_str(), s.sequence ? reference.dtype : state_dtype,
                                                 s.sequence ? reference.shape : state_shape, device);
@@ -67,6 +78,14 @@ ScanOutputs resolve_scan_outputs(ErlNifEnv* env, const Options& opts, const std:
 }
 
 const Tensor* present(const TensorArg& t) { return t.desc.data ? &t.desc : nullptr; }
+
+// The outputs' descriptors in spec order, NULL for an absent optional one.
+std::vector<const Tensor*> views(const ScanOutputs& outputs, const std::vector<ScanOutputSpec>& specs) {
+  std::vector<const Tensor*> out;
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    out.push_back(specs[i].required ? &outputs.tensors[i].desc : present(outputs.tensors[i]));
+  return out;
+}
 
 // Runs the call, then answers as every op NIF does (op_call.hpp).
 template <class Call>
@@ -96,18 +115,23 @@ ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF
     h0 = decode_tensor(env, *t, "h0", device);
   const Stream stream = decode_stream(env, opts);
   const bool sync = decode_sync(opts);
-  ScanOutputs outputs = resolve_scan_outputs(env, opts, {{"y", true, true}, {"h_final", false, false}}, inputs[0],
-                                    scan_input_name(op, 0), device);
-  inputs.push_back(h0);
-  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] {
+  // `out`: y and h_final.
+  auto make_args = [&](const std::vector<const Tensor*>& out) {
     ScanForwardArgs args;
     args.op = op;
     for (int i = 0; i < n; ++i) args.inputs[i] = &inputs[static_cast<std::size_t>(i)].desc;
     args.h0 = present(h0);
-    args.y = &outputs.tensors[0].desc;
-    args.h_final = present(outputs.tensors[1]);
-    return scan_forward(args, stream);
-  });
+    args.y = out[0];
+    args.h_final = out[1];
+    return args;
+  };
+  const std::vector<ScanOutputSpec> specs = {{"y", true, true}, {"h_final", false, false}};
+  ScanOutputs outputs =
+      resolve_scan_outputs(env, opts, specs, inputs[0], scan_input_name(op, 0), device,
+                           [&](const std::vector<const Tensor*>& out) { return can_implement(make_args(out)); });
+  inputs.push_back(h0);  // `inputs` moves: args come after
+  const ScanForwardArgs args = make_args(views(outputs, specs));
+  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] { return scan_forward(args, stream); });
 }
 
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
@@ -128,23 +152,28 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
   std::vector<ScanOutputSpec> specs;
   for (int i = 0; i < n; ++i) specs.push_back({scan_grad_input_name(op, i), true, true});
   specs.push_back({"grad_h0", false, false});
-  ScanOutputs outputs = resolve_scan_outputs(env, opts, specs, inputs[0], scan_input_name(op, 0), device);
-  inputs.push_back(h0);
-  inputs.push_back(grad_h_final);
-  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] {
+  // `out`: the inputs' gradients, then grad_h0.
+  auto make_args = [&](const std::vector<const Tensor*>& out) {
     ScanBackwardArgs args;
     args.op = op;
     for (int i = 0; i < n; ++i) {
       args.inputs[i] = &inputs[static_cast<std::size_t>(i)].desc;
-      args.grad_inputs[i] = &outputs.tensors[static_cast<std::size_t>(i)].desc;
+      args.grad_inputs[i] = out[static_cast<std::size_t>(i)];
     }
     args.y = &inputs[static_cast<std::size_t>(n)].desc;
     args.grad_y = &inputs[static_cast<std::size_t>(n + 1)].desc;
     args.h0 = present(h0);
     args.grad_h_final = present(grad_h_final);
-    args.grad_h0 = present(outputs.tensors[static_cast<std::size_t>(n)]);
-    return scan_backward(args, stream);
-  });
+    args.grad_h0 = out[static_cast<std::size_t>(n)];
+    return args;
+  };
+  ScanOutputs outputs =
+      resolve_scan_outputs(env, opts, specs, inputs[0], scan_input_name(op, 0), device,
+                           [&](const std::vector<const Tensor*>& out) { return can_implement(make_args(out)); });
+  inputs.push_back(h0);  // `inputs` moves: args come after
+  inputs.push_back(grad_h_final);
+  const ScanBackwardArgs args = make_args(views(outputs, specs));
+  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] { return scan_backward(args, stream); });
 }
 
 }  // namespace exphil::nif

@@ -151,6 +151,9 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in);
+    Args args;
+    args.in = in.view();
+    args.options = options;
     // name, key, slot, dtype, shape, required, exists
     const Outputs<Args> outputs = resolve_outputs<Args>(
         env, opts,
@@ -158,14 +161,10 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
             {"y", a.y, &Args::y, in.x.dtype, shapes.sequence, true, true},
             {"h_final", a.h_final, &Args::h_final, DType::f32, shapes.state, false, true},
         },
-        device);
-    return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(), [&] {
-      Args args;
-      args.in = in.view();
-      args.options = options;
-      outputs.bind(args);
-      return exphil::selective_scan_forward(args, stream);
-    });
+        device, args);
+    outputs.bind(args);
+    return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(),
+                       [&] { return exphil::selective_scan_forward(args, stream); });
   });
 }
 
@@ -184,6 +183,11 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
     const bool sync = decode_sync(opts);
     const Shapes shapes = shapes_of(in);
     const DType x_dtype = in.x.dtype, f32 = DType::f32;
+    Args args;
+    args.in = in.view();
+    args.options = options;
+    args.grad_y = &grad_y.desc;
+    args.grad_h_final = present(grad_h_final);
     // name, key, slot, dtype, shape, required, exists
     const Outputs<Args> outputs = resolve_outputs<Args>(
         env, opts,
@@ -198,19 +202,13 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
             {"grad_z", a.grad_z, &Args::grad_z, x_dtype, shapes.sequence, false, in.z.has_value()},
             {"grad_h0", a.grad_h0, &Args::grad_h0, f32, shapes.state, false, in.h0.has_value()},
         },
-        device);
+        device, args);
+    outputs.bind(args);
     std::vector<const TensorArg*> inputs = in.all();
     inputs.push_back(&grad_y);
     if (grad_h_final) inputs.push_back(&*grad_h_final);
-    return finish_call(env, argc, argv, device, stream, sync, outputs, inputs, [&] {
-      Args args;
-      args.in = in.view();
-      args.options = options;
-      args.grad_y = &grad_y.desc;
-      args.grad_h_final = present(grad_h_final);
-      outputs.bind(args);
-      return exphil::selective_scan_backward(args, stream);
-    });
+    return finish_call(env, argc, argv, device, stream, sync, outputs, inputs,
+                       [&] { return exphil::selective_scan_backward(args, stream); });
   });
 }
 

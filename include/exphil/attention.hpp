@@ -104,4 +104,9 @@ Status attention_forward(const AttentionForwardArgs& args, Stream stream = nullp
 Status attention_backward(const AttentionBackwardArgs& args, Stream stream = nullptr,
                           const AttentionLaunchOptions* options = nullptr) noexcept;
 
+// Checks a call without running it or the device, as scan.hpp's
+// can_implement says.
+Status can_implement(const AttentionForwardArgs& args) noexcept;
+Status can_implement(const AttentionBackwardArgs& args) noexcept;
+
 }  // namespace exphil

@@ -97,4 +97,14 @@ Status scan_forward(const ScanForwardArgs& args, Stream stream = nullptr,
 Status scan_backward(const ScanBackwardArgs& args, Stream stream = nullptr,
                      const ScanLaunchOptions* options = nullptr) noexcept;
 
+// Checks a call without running it, and without the device: every
+// argument's rank, shape, dtype and alignment, the options, and that no
+// output overlaps another argument. An output may have NULL data (not yet
+// allocated): its descriptor is checked, its memory is not. So a binding
+// that allocates the outputs checks its inputs first. A call that passes can
+// still fail where the device is needed: placement, memory kind, a shape no
+// launch plan takes. Messages are the call's own.
+Status can_implement(const ScanForwardArgs& args) noexcept;
+Status can_implement(const ScanBackwardArgs& args) noexcept;
+
 }  // namespace exphil

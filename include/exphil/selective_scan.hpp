@@ -94,4 +94,9 @@ Status selective_scan_forward(const SelectiveScanForwardArgs& args, Stream strea
 Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream stream = nullptr,
                                const SelectiveScanLaunchOptions* options = nullptr) noexcept;
 
+// Checks a call without running it or the device, as scan.hpp's
+// can_implement says.
+Status can_implement(const SelectiveScanForwardArgs& args) noexcept;
+Status can_implement(const SelectiveScanBackwardArgs& args) noexcept;
+
 }  // namespace exphil

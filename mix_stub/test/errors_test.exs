@@ -294,6 +294,46 @@ defmodule ExPhil.Native.ErrorsTest do
     end
   end
 
+  # Without outputs: the NIF allocates them, and checks the call first: bad
+  # input gets its message on a machine without a GPU too, never
+  # {:error, :no_cuda_device}, and no memory is taken on one with a GPU.
+  test "calls whose outputs the NIF allocates are checked before it allocates them" do
+    assert_raise ArgumentError,
+                 ~r/min_gru forward: argument 'candidate': expected shape \[2, 5, 4\] \(\[B, T, H\] of 'gate'\), got \[2, 6, 4\]/,
+                 fn -> Native.min_gru_forward(tensor(4096), tensor(8192, {2, 6, 4})) end
+
+    assert_raise ArgumentError, ~r/min_gru forward: argument 'h0': expected shape \[2, 4\]/, fn ->
+      Native.min_gru_forward(tensor(4096), tensor(8192), h0: tensor(12288, {2, 5}))
+    end
+
+    assert_raise ArgumentError,
+                 ~r/linear_scan backward: argument 'grad_y': expected dtype f32/,
+                 fn ->
+                   Native.linear_scan_backward(
+                     tensor(4096),
+                     tensor(8192),
+                     tensor(12288),
+                     tensor(16384, {2, 5, 4}, {:bf, 16})
+                   )
+                 end
+
+    assert_raise ArgumentError, ~r/selective_scan forward: argument 'B': expected shape/, fn ->
+      [x, dt, a, _b, c] = ss_inputs()
+      ss_forward([], [x, dt, a, tensor(16384, {2, 5, 5}), c])
+    end
+
+    assert_raise ArgumentError, ~r/selective_scan backward: argument 'grad_y'/, fn ->
+      apply(Native, :selective_scan_backward, ss_inputs() ++ [tensor(24576, {2, 4, 3}), []])
+    end
+
+    q = tensor(1 <<< 20, {1, 2, 4, 32})
+    k = tensor(2 <<< 20, {1, 1, 6, 32})
+
+    assert_raise ArgumentError, ~r/attention forward: argument 'v': expected shape/, fn ->
+      Native.attention_forward(q, k, tensor(3 <<< 20, {1, 1, 6, 16}))
+    end
+  end
+
   ## Selective scan
 
   # Well-formed selective-scan tensors at B2 T5 D3 N4, at fake addresses 4 KiB

@@ -59,13 +59,15 @@ defmodule ExPhil.Native.TorchxAxonTest do
     |> Nx.backend_transfer(@cuda)
   end
 
-  # {losses, predictions}: 50 steps of Axon.Loop from `params`.
-  defp train(model, params, x, y) do
+  # {losses, predictions}: `steps` steps of Axon.Loop from `params`.
+  defp train(model, params, x, y, steps, learning_rate) do
     losses = :ets.new(:losses, [:ordered_set, :public])
 
     loop =
       model
-      |> Axon.Loop.trainer(:mean_squared_error, Polaris.Optimizers.adam(learning_rate: 1.0e-2),
+      |> Axon.Loop.trainer(
+        :mean_squared_error,
+        Polaris.Optimizers.adam(learning_rate: learning_rate),
         log: 0
       )
       |> Axon.Loop.handle_event(:iteration_completed, fn state ->
@@ -78,7 +80,7 @@ defmodule ExPhil.Native.TorchxAxonTest do
     trained =
       Axon.Loop.run(loop, data, params,
         epochs: 1,
-        iterations: @steps,
+        iterations: steps,
         compiler: Nx.Defn.Evaluator
       )
 
@@ -98,7 +100,12 @@ defmodule ExPhil.Native.TorchxAxonTest do
         |> Axon.nx(fn sequence -> sequence[[.., -1, ..]] end)
         |> Axon.dense(1, name: "head")
 
-      assert_trains_as_pure(unquote(name), model, random({4, 12, 32}, 1), random({4, 1}, 2))
+      assert_trains_as_pure(unquote(name), model, random({4, 12, 32}, 1), random({4, 1}, 2),
+        layers: 1,
+        steps: @steps,
+        learning_rate: 1.0e-2,
+        rtol: @rtol
+      )
     end
   end
 
@@ -106,6 +113,10 @@ defmodule ExPhil.Native.TorchxAxonTest do
   # Mamba and attention siblings): a projection of the frames to the hidden
   # width 256, two layers of that width, a final layer norm and the last
   # step; here each layer one of ours, trained at B8 T32 on 64 features.
+  # Adam divides each gradient by its own running scale, so rounding-level
+  # differences of near-zero gradients become steps of the learning rate:
+  # at width 256 and 1e-2 the two paths' losses drifted 1% apart by step 16
+  # (a run on an H200). Hence a smaller rate, 20 steps and 1e-2 relative.
   @backbone_hidden 256
 
   defp backbone_layer(input, :min_gru, n),
@@ -133,38 +144,46 @@ defmodule ExPhil.Native.TorchxAxonTest do
 
       x = random({8, 32, 64}, 3)
       y = random({8, @backbone_hidden}, 4)
-      assert_trains_as_pure(unquote(name), model, x, y, 2)
+
+      assert_trains_as_pure(unquote(name), model, x, y,
+        layers: 2,
+        steps: 20,
+        learning_rate: 1.0e-3,
+        rtol: 1.0e-2
+      )
     end
   end
 
   # Trains `model` on (x, y) natively and with the kernels off, from the same
   # parameters: every step takes the NIF (`layers` forward and backward calls
-  # at least), the loss goes down, and the losses and predictions agree.
-  defp assert_trains_as_pure(name, model, x, y, layers \\ 1) do
+  # at least), the loss goes down, and the losses and predictions agree
+  # within `rtol`.
+  defp assert_trains_as_pure(name, model, x, y, opts) do
+    [layers: layers, steps: steps, learning_rate: rate, rtol: rtol] = opts
     {init, _} = Axon.build(model, compiler: Nx.Defn.Evaluator)
     params = init.(Nx.template(Nx.shape(x), :f32), Axon.ModelState.empty())
 
     native_calls()
-    {native, native_predictions} = train(model, params, x, y)
+    {native, native_predictions} = train(model, params, x, y, steps, rate)
     calls = native_calls()
     # every step runs each layer's forward and backward kernels (and the
     # predictions one forward more)
-    assert calls.forward >= layers * (@steps + 1) and calls.backward >= layers * @steps,
+    assert calls.forward >= layers * (steps + 1) and calls.backward >= layers * steps,
            "#{name}: NIF calls #{inspect(calls)}"
 
-    {pure, pure_predictions} = Eager.pure(fn -> train(model, params, x, y) end)
+    {pure, pure_predictions} = Eager.pure(fn -> train(model, params, x, y, steps, rate) end)
     assert native_calls() == %{forward: 0, backward: 0}
 
-    assert length(native) == @steps and length(pure) == @steps
+    assert length(native) == steps and length(pure) == steps
     assert List.last(native) < hd(native), "#{name}: the loss did not go down"
 
-    for {n, p, step} <- Enum.zip([native, pure, 1..@steps]) do
-      assert abs(n - p) <= @rtol * max(abs(p), 1.0e-3),
+    for {n, p, step} <- Enum.zip([native, pure, 1..steps]) do
+      assert abs(n - p) <= rtol * max(abs(p), 1.0e-3),
              "#{name} step #{step}: native loss #{n}, pure #{p}"
     end
 
     diff = Nx.subtract(native_predictions, pure_predictions) |> Nx.abs() |> Nx.reduce_max()
     scale = pure_predictions |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
-    assert Nx.to_number(diff) <= @rtol * max(scale, 1.0e-3)
+    assert Nx.to_number(diff) <= rtol * max(scale, 1.0e-3)
   end
 end

@@ -1,0 +1,134 @@
+// exphil::can_implement: a call checked before its outputs have memory, with
+// no device. Outputs described without data pass; everything the call itself
+// checks without the device still fails the same way, with its message.
+// Runs without a GPU: the inputs point at fake, distinct addresses.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+
+#include "exphil/attention.hpp"
+#include "exphil/scan.hpp"
+#include "exphil/selective_scan.hpp"
+
+using Catch::Matchers::Contains;
+using exphil::DType;
+using exphil::StatusCode;
+using exphil::Tensor;
+
+namespace {
+
+// Fake device addresses, 1 MiB apart.
+void* fake_address(int i) { return reinterpret_cast<void*>((uintptr_t{1} << 32) + (static_cast<uintptr_t>(i) << 20)); }
+
+Tensor input(int i, std::initializer_list<int64_t> shape, DType dtype = DType::f32) {
+  return exphil::make_tensor(fake_address(i), dtype, shape);
+}
+
+// An output not allocated yet: a descriptor without data.
+Tensor unallocated(std::initializer_list<int64_t> shape, DType dtype = DType::f32) {
+  return exphil::make_tensor(nullptr, dtype, shape);
+}
+
+void expect_invalid(const exphil::Status& s, const char* text) {
+  CHECK(s.code() == StatusCode::invalid_argument);
+  CHECK_THAT(s.message(), Contains(text));
+}
+
+}  // namespace
+
+TEST_CASE("can_implement: a scan with its outputs not yet allocated", "[can_implement]") {
+  Tensor gate = input(0, {2, 5, 4}), candidate = input(1, {2, 5, 4});
+  Tensor y = unallocated({2, 5, 4}), h_final = unallocated({2, 4});
+  exphil::ScanForwardArgs args;
+  args.op = exphil::ScanOp::min_gru;
+  args.inputs[0] = &gate;
+  args.inputs[1] = &candidate;
+  args.y = &y;
+  args.h_final = &h_final;
+  CHECK(exphil::can_implement(args).ok());
+
+  SECTION("an input's shape against the first's") {
+    Tensor other = input(1, {2, 6, 4});
+    args.inputs[1] = &other;
+    expect_invalid(exphil::can_implement(args),
+                   "min_gru forward: argument 'candidate': expected shape [2, 5, 4]");
+  }
+  SECTION("an output's dtype, though it has no memory") {
+    Tensor half = unallocated({2, 5, 4}, DType::f16);
+    args.y = &half;
+    expect_invalid(exphil::can_implement(args), "argument 'y': expected dtype f32");
+  }
+  SECTION("an input without data") {
+    Tensor empty = unallocated({2, 5, 4});
+    args.inputs[1] = &empty;
+    expect_invalid(exphil::can_implement(args), "argument 'candidate': the data pointer is NULL");
+  }
+  SECTION("an output given with memory still may not overlap an input") {
+    Tensor on_gate = input(0, {2, 5, 4});
+    args.y = &on_gate;
+    expect_invalid(exphil::can_implement(args), "argument 'y': output memory");
+  }
+  SECTION("the call itself still refuses an output without memory") {
+    expect_invalid(exphil::scan_forward(args), "argument 'y': the data pointer is NULL");
+  }
+}
+
+TEST_CASE("can_implement: a scan backward with its gradients not yet allocated", "[can_implement]") {
+  Tensor a = input(0, {3, 7, 5}), b = input(1, {3, 7, 5}), y = input(2, {3, 7, 5}),
+         grad_y = input(3, {3, 7, 5});
+  Tensor grad_a = unallocated({3, 7, 5}), grad_b = unallocated({3, 7, 5});
+  exphil::ScanBackwardArgs args;
+  args.op = exphil::ScanOp::linear_scan;
+  args.inputs[0] = &a;
+  args.inputs[1] = &b;
+  args.y = &y;
+  args.grad_y = &grad_y;
+  args.grad_inputs[0] = &grad_a;
+  args.grad_inputs[1] = &grad_b;
+  CHECK(exphil::can_implement(args).ok());
+
+  Tensor short_grad = input(3, {3, 6, 5});
+  args.grad_y = &short_grad;
+  expect_invalid(exphil::can_implement(args), "linear_scan backward: argument 'grad_y'");
+}
+
+TEST_CASE("can_implement: a selective scan with its outputs not yet allocated", "[can_implement]") {
+  Tensor x = input(0, {2, 5, 3}), dt = input(1, {2, 5, 3}), A = input(2, {3, 4}),
+         B = input(3, {2, 5, 4}), C = input(4, {2, 5, 4});
+  Tensor y = unallocated({2, 5, 3}), h_final = unallocated({2, 3, 4});
+  exphil::SelectiveScanForwardArgs args;
+  args.in.x = &x;
+  args.in.dt = &dt;
+  args.in.A = &A;
+  args.in.B = &B;
+  args.in.C = &C;
+  args.y = &y;
+  args.h_final = &h_final;
+  CHECK(exphil::can_implement(args).ok());
+
+  Tensor wide_B = input(3, {2, 5, 5});
+  args.in.B = &wide_B;
+  expect_invalid(exphil::can_implement(args), "selective_scan forward: argument 'B'");
+}
+
+TEST_CASE("can_implement: attention with its outputs not yet allocated", "[can_implement]") {
+  Tensor q = input(0, {1, 2, 4, 32}), k = input(1, {1, 1, 6, 32}), v = input(2, {1, 1, 6, 32});
+  Tensor o = unallocated({1, 2, 4, 32}), lse = unallocated({1, 2, 4});
+  exphil::AttentionForwardArgs args;
+  args.in.q = &q;
+  args.in.k = &k;
+  args.in.v = &v;
+  args.o = &o;
+  args.lse = &lse;
+  CHECK(exphil::can_implement(args).ok());
+
+  Tensor narrow_v = input(2, {1, 1, 6, 16});
+  args.in.v = &narrow_v;
+  expect_invalid(exphil::can_implement(args), "attention forward: argument 'v'");
+
+  args.in.v = &v;
+  Tensor bf16_o = unallocated({1, 2, 4, 32}, DType::bf16);
+  args.o = &bf16_o;
+  expect_invalid(exphil::can_implement(args), "attention forward: argument 'o'");
+}
