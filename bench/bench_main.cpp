@@ -12,6 +12,8 @@
 // it; and the worst error against the double reference relative to the test
 // tolerance (<= 1 passes). Inputs rotate over enough copies to exceed twice
 // the L2 cache, so small shapes are timed from device memory, not from L2.
+// The selective scan and attention have their own sections
+// (bench_selective_scan.cpp, bench_attention.cpp), in the same form.
 //
 // Usage: kUsage below (exphil_bench --help prints it).
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include "bench_kernels.h"
+#include "bench_attention.hpp"
 #include "bench_selective_scan.hpp"
 #include "bench_support.hpp"
 #include "cpp_runner.hpp"
@@ -47,7 +50,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: exphil_bench [--quick] [--op NAME] [--sweep] [--selective-scan-shape B T D N]\n"
     "  --quick   fewer repetitions\n"
-    "  --op      only this op: linear_scan, min_gru, min_lstm, liquid or selective_scan\n"
+    "  --op      only this op: linear_scan, min_gru, min_lstm, liquid, selective_scan or\n"
+    "            attention\n"
     "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
     "            single segment (evidence for the planner's choice)\n"
     "  --selective-scan-shape B T D N\n"
@@ -56,7 +60,8 @@ constexpr const char* kUsage =
     "Runs on CUDA device 0; on a machine without one it says so and measures nothing.\n";
 
 // The names --op takes.
-constexpr const char* kOps[] = {"linear_scan", "min_gru", "min_lstm", "liquid", "selective_scan"};
+constexpr const char* kOps[] = {"linear_scan", "min_gru",        "min_lstm",
+                                "liquid",      "selective_scan", "attention"};
 
 struct Options {
   bool help = false;
@@ -367,8 +372,8 @@ Options parse(int argc, char** argv) {
       o.only_op = argv[++i];
       if (std::none_of(std::begin(kOps), std::end(kOps),
                        [&](const char* name) { return o.only_op == name; }))
-        throw std::invalid_argument("--op: expected linear_scan, min_gru, min_lstm, liquid or "
-                                    "selective_scan, got '" + o.only_op + "'");
+        throw std::invalid_argument("--op: expected linear_scan, min_gru, min_lstm, liquid, "
+                                    "selective_scan or attention, got '" + o.only_op + "'");
     } else if (arg == "--selective-scan-shape") {
       if (i + 4 >= argc)
         throw std::invalid_argument("--selective-scan-shape: expected 4 integers B T D N");
@@ -404,7 +409,7 @@ int main(int argc, char** argv) {
     }
     std::string why;
     if (!test::gpu_available(&why)) {
-      std::printf("exphil_bench: no CUDA device on this machine (%s).\n"
+      std::printf("exphil_bench: %s.\n"
                   "Nothing was measured: the benchmark needs an NVIDIA GPU (sm_80 or newer).\n",
                   why.c_str());
       return 0;
@@ -428,20 +433,20 @@ int main(int argc, char** argv) {
         for (const Shape& s : shapes) bench.run_config(op, dtype, s);
       }
     }
-    if (bench.options.only_op.empty() || bench.options.only_op == "selective_scan") {
-      bench::SelectiveScanBenchContext context;
-      context.stream = bench.stream;
-      context.copy_gbps = bench.device.copy_gbps;
-      context.launch_floor_us = bench.device.launch_floor_us;
-      context.l2_bytes = static_cast<std::size_t>(p.l2CacheSize);
-      context.quick = bench.options.quick;
-      context.targets = &bench.target_lines;
-      for (int i = 0; i < 4; ++i) context.only_shape[i] = bench.options.selective_scan_shape[i];
-      bench::bench_selective_scan(context);
-    }
+    bench::SectionContext section;
+    section.stream = bench.stream;
+    section.copy_gbps = bench.device.copy_gbps;
+    section.launch_floor_us = bench.device.launch_floor_us;
+    section.l2_bytes = static_cast<std::size_t>(p.l2CacheSize);
+    section.quick = bench.options.quick;
+    section.targets = &bench.target_lines;
+    if (bench.options.only_op.empty() || bench.options.only_op == "selective_scan")
+      bench::bench_selective_scan(section, bench.options.selective_scan_shape);
+    if (bench.options.only_op.empty() || bench.options.only_op == "attention")
+      bench::bench_attention(section);
     if (bench.options.sweep) bench.sweep();
 
-    std::printf("\n== targets (issues 2 and 4) ==\n");
+    std::printf("\n== targets (issues 2, 4 and 5) ==\n");
     for (const std::string& line : bench.target_lines) std::printf("%s\n", line.c_str());
     cudaStreamDestroy(bench.stream);
     return 0;

@@ -37,7 +37,7 @@ std::string shape_name(const Shape& s) {
 
 // The tensors of one forward + backward call.
 struct CallSet {
-  std::vector<std::unique_ptr<DeviceMemory>> memory;
+  DeviceTensors memory;
   Tensor x{}, dt{}, A{}, B{}, C{}, y{}, h_final{}, grad_y{};
   Tensor grad_x{}, grad_dt{}, grad_A{}, grad_B{}, grad_C{};
   SelectiveScanForwardArgs fwd;
@@ -57,29 +57,23 @@ SelectiveScanOptions user_options() {
 std::unique_ptr<CallSet> make_call_set(DType dtype, const Shape& s, uint64_t seed,
                                        cudaStream_t stream) {
   auto set = std::make_unique<CallSet>();
-  auto alloc = [&](Tensor& t, DType type, std::initializer_list<int64_t> shape, float lo, float hi,
-                   uint64_t k) {
-    std::size_t count = 1;
-    for (int64_t d : shape) count *= static_cast<std::size_t>(d);
-    set->memory.push_back(std::make_unique<DeviceMemory>(count * dtype_size(type)));
-    t = make_tensor(set->memory.back()->get(), type, shape);
-    if (hi > lo)
-      check_cuda(fill_uniform(t.data, type, count, lo, hi, seed * 16 + k, stream), "fill");
+  auto make = [&](DType type, std::initializer_list<int64_t> shape, float lo, float hi, uint64_t k) {
+    return set->memory.make(type, shape, lo, hi, seed * 16 + k, stream);
   };
   const int64_t B = s.batch, T = s.steps, D = s.channels, N = s.states;
-  alloc(set->x, dtype, {B, T, D}, -1, 1, 0);
-  alloc(set->dt, dtype, {B, T, D}, 0.01f, 2, 1);
-  alloc(set->A, DType::f32, {D, N}, -2, -0.01f, 2);
-  alloc(set->B, dtype, {B, T, N}, -1, 1, 3);
-  alloc(set->C, dtype, {B, T, N}, -1, 1, 4);
-  alloc(set->grad_y, dtype, {B, T, D}, -1, 1, 5);
-  alloc(set->y, dtype, {B, T, D}, 0, 0, 0);
-  alloc(set->h_final, DType::f32, {B, D, N}, 0, 0, 0);
-  alloc(set->grad_x, dtype, {B, T, D}, 0, 0, 0);
-  alloc(set->grad_dt, dtype, {B, T, D}, 0, 0, 0);
-  alloc(set->grad_A, DType::f32, {D, N}, 0, 0, 0);
-  alloc(set->grad_B, dtype, {B, T, N}, 0, 0, 0);
-  alloc(set->grad_C, dtype, {B, T, N}, 0, 0, 0);
+  set->x = make(dtype, {B, T, D}, -1, 1, 0);
+  set->dt = make(dtype, {B, T, D}, 0.01f, 2, 1);
+  set->A = make(DType::f32, {D, N}, -2, -0.01f, 2);
+  set->B = make(dtype, {B, T, N}, -1, 1, 3);
+  set->C = make(dtype, {B, T, N}, -1, 1, 4);
+  set->grad_y = make(dtype, {B, T, D}, -1, 1, 5);
+  set->y = make(dtype, {B, T, D}, 0, 0, 0);
+  set->h_final = make(DType::f32, {B, D, N}, 0, 0, 0);
+  set->grad_x = make(dtype, {B, T, D}, 0, 0, 0);
+  set->grad_dt = make(dtype, {B, T, D}, 0, 0, 0);
+  set->grad_A = make(DType::f32, {D, N}, 0, 0, 0);
+  set->grad_B = make(dtype, {B, T, N}, 0, 0, 0);
+  set->grad_C = make(dtype, {B, T, N}, 0, 0, 0);
 
   SelectiveScanInputs in;
   in.x = &set->x;
@@ -119,11 +113,6 @@ std::unique_ptr<CallSet> make_call_set(DType dtype, const Shape& s, uint64_t see
   return set;
 }
 
-enum class Direction { forward, backward, both };
-const char* direction_name(Direction d) {
-  return d == Direction::forward ? "fwd" : d == Direction::backward ? "bwd" : "fwd+bwd";
-}
-
 // Each input read once, each output written once.
 double minimum_bytes(DType dtype, const Shape& s, Direction d) {
   const double e = static_cast<double>(dtype_size(dtype));
@@ -136,9 +125,9 @@ double minimum_bytes(DType dtype, const Shape& s, Direction d) {
   return d == Direction::forward ? fwd : d == Direction::backward ? bwd : fwd + bwd;
 }
 
-struct Row {
+struct Row : Timing {
   std::string layout;
-  double events_us = 0, graph_us = 0, host_us = 0, floor_us = 0, copy_share = 0, stepwise_us = 0;
+  double stepwise_us = 0;
 };
 
 void print_header() {
@@ -155,13 +144,11 @@ void print_row(const Shape& s, Direction d, const Row& r) {
 
 class SelectiveScanBench {
  public:
-  explicit SelectiveScanBench(const SelectiveScanBenchContext& c) : c_(c) {}
+  explicit SelectiveScanBench(const SectionContext& c) : c_(c) {}
 
   void run(DType dtype, const Shape& s) {
     const double err = validate(dtype, s);
-    const double set_bytes = minimum_bytes(dtype, s, Direction::both);
-    const auto count = static_cast<std::size_t>(
-        std::clamp(std::ceil(2.0 * static_cast<double>(c_.l2_bytes) / set_bytes), 2.0, 64.0));
+    const std::size_t count = c_.rotation(minimum_bytes(dtype, s, Direction::both));
     std::vector<std::unique_ptr<CallSet>> sets;
     for (std::size_t i = 0; i < count; ++i) sets.push_back(make_call_set(dtype, s, 100 + i, c_.stream));
     const std::size_t history_floats =
@@ -191,19 +178,11 @@ class SelectiveScanBench {
                           (d != Direction::forward ? bwd_info.kernels : 0);
       auto call = [&](int rep) {
         CallSet& cs = *sets[static_cast<std::size_t>(rep) % sets.size()];
-        if (d != Direction::backward) require(selective_scan_forward(cs.fwd, c_.stream), "forward");
-        if (d != Direction::forward) require(selective_scan_backward(cs.bwd, c_.stream), "backward");
+        if (runs_forward(d)) require(selective_scan_forward(cs.fwd, c_.stream), "forward");
+        if (runs_backward(d)) require(selective_scan_backward(cs.bwd, c_.stream), "backward");
       };
-      const int reps = c_.quick ? 30 : 200;
-      const int per_graph = 20;
-      const int graphs = std::max<int>(1, static_cast<int>((sets.size() + per_graph - 1) / per_graph));
-      row.events_us = median_event_us(c_.stream, 10, reps, call);
-      row.graph_us = median_graph_us(c_.stream, graphs, per_graph,
-                                     std::max(c_.quick ? 20 : 100, 2 * graphs), call);
-      row.host_us = median_host_us(c_.stream, reps, call);
-      const double bytes = minimum_bytes(dtype, s, d);
-      row.copy_share = bytes / (row.graph_us * 1e3) / c_.copy_gbps;
-      row.floor_us = std::max(bytes / (c_.copy_gbps * 1e3), kernels * c_.launch_floor_us);
+      static_cast<Timing&>(row) =
+          time_calls(c_, sets.size(), kernels, minimum_bytes(dtype, s, d), call);
 
       auto stepwise = [&](int rep) {
         CallSet& cs = *sets[static_cast<std::size_t>(rep) % sets.size()];
@@ -226,10 +205,10 @@ class SelectiveScanBench {
 
     const std::string name = std::string(dtype_name(dtype)) + " " + shape_name(s);
     if (s.batch == 1 && s.steps == 32 && s.channels == 512 && s.states == 16)
-      add_target("selective_scan fwd " + name + " < 8 us (graph)", rows[0].graph_us < 8.0,
+      c_.add_target("selective_scan fwd " + name + " < 8 us (graph)", rows[0].graph_us < 8.0,
                  rows[0].graph_us);
     if (s.batch == 32 && s.steps == 256 && s.channels == 512 && s.states == 16)
-      add_target("selective_scan fwd+bwd " + name + " < 250 us (graph)", rows[2].graph_us < 250.0,
+      c_.add_target("selective_scan fwd+bwd " + name + " < 250 us (graph)", rows[2].graph_us < 250.0,
                  rows[2].graph_us);
   }
 
@@ -255,21 +234,15 @@ class SelectiveScanBench {
     return check.ok() ? check.worst_ratio() : INFINITY;
   }
 
-  void add_target(const std::string& what, bool met, double us) {
-    c_.targets->push_back((met ? "MET    " : "MISSED ") + what + ": " + std::to_string(us) + " us");
-  }
-
-  SelectiveScanBenchContext c_;
+  SectionContext c_;
 };
 
 }  // namespace
 
-void bench_selective_scan(const SelectiveScanBenchContext& context) {
+void bench_selective_scan(const SectionContext& context, const long long only_shape[4]) {
   SelectiveScanBench bench(context);
   std::vector<Shape> shapes = {{1, 32, 512, 16}, {32, 256, 512, 16}};
-  if (context.only_shape[0] > 0)
-    shapes = {{context.only_shape[0], context.only_shape[1], context.only_shape[2],
-               context.only_shape[3]}};
+  if (only_shape[0] > 0) shapes = {{only_shape[0], only_shape[1], only_shape[2], only_shape[3]}};
   for (DType dtype : {DType::f32, DType::bf16}) {
     std::printf("\n== selective_scan, %s (clamp [0.001, 0.1]) ==\n", dtype_name(dtype));
     print_header();

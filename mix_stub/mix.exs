@@ -64,10 +64,14 @@ defmodule Mix.Tasks.Compile.ExphilNif do
 
   Environment:
 
-    * `EXPHIL_BUILD_DIR` - a CMake build folder of the repository to build
-      in (`test/run.sh` passes its own, so nothing is built twice); by
-      default `_build/<env>/exphil_cmake`.
+    * `EXPHIL_BUILD_DIR` - the CMake build folder to build in; by default
+      the repository's `build/`, the README's, for every Mix environment:
+      the CUDA code is built once, not again for `dev` and for `test`.
     * `CUDAARCHS` - CUDA architectures, as for CMake.
+
+  CMake's progress lines are printed as they come (a first build takes
+  minutes); a build with nothing to do prints nothing. The parallelism is
+  bounded by the cores and by the memory available, a GiB per compiler.
   """
   use Mix.Task.Compiler
 
@@ -84,10 +88,11 @@ defmodule Mix.Tasks.Compile.ExphilNif do
 
     root = Path.expand("..", __DIR__)
 
-    build =
-      System.get_env("EXPHIL_BUILD_DIR") || Path.join(Mix.Project.build_path(), "exphil_cmake")
+    build = System.get_env("EXPHIL_BUILD_DIR") || Path.join(root, "build")
+    jobs = Integer.to_string(build_jobs())
 
-    jobs = Integer.to_string(System.schedulers_online())
+    unless File.exists?(Path.join(build, "CMakeCache.txt")),
+      do: Mix.shell().info("exphil_native: configuring the CMake build in #{build}")
 
     cmake!(["-S", root, "-B", build, "-DCMAKE_BUILD_TYPE=Release" | exla_ffi_headers()])
     cmake!(["--build", build, "--target", "exphil_nif", "-j", jobs])
@@ -146,13 +151,51 @@ defmodule Mix.Tasks.Compile.ExphilNif do
     help =~ ~r/\b#{target}\b/
   end
 
+  # Runs cmake, printing its progress lines ("[ 42%] Building CUDA object
+  # ...", "[7/80] Linking ...") as they come; its whole output goes into
+  # the error if it fails.
   defp cmake!(args) do
-    case System.cmd("cmake", args, stderr_to_stdout: true) do
+    port =
+      Port.open({:spawn_executable, System.find_executable("cmake")}, [
+        :binary,
+        :exit_status,
+        :stderr_to_stdout,
+        {:line, 4096},
+        args: args
+      ])
+
+    case collect(port, []) do
       {_, 0} ->
         :ok
 
       {output, status} ->
         Mix.raise("cmake #{Enum.join(args, " ")} failed (#{status}):\n#{output}")
+    end
+  end
+
+  defp collect(port, lines) do
+    receive do
+      {^port, {:data, {_, line}}} ->
+        if line =~ ~r/^\[\s*\d+(%|\/\d+)\]\s+(Building|Linking)/,
+          do: Mix.shell().info("exphil_native: " <> line)
+
+        collect(port, [line | lines])
+
+      {^port, {:exit_status, status}} ->
+        {lines |> Enum.reverse() |> Enum.join("\n"), status}
+    end
+  end
+
+  # The cores, and no more compilers than GiB of memory available: nvcc
+  # processes take hundreds of MB to over a GB each.
+  defp build_jobs do
+    cores = System.schedulers_online()
+
+    with {:ok, meminfo} <- File.read("/proc/meminfo"),
+         [_, kib] <- Regex.run(~r/MemAvailable:\s+(\d+) kB/, meminfo) do
+      kib |> String.to_integer() |> div(1024 * 1024) |> max(1) |> min(cores)
+    else
+      _ -> cores
     end
   end
 end

@@ -15,7 +15,11 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${EXPHIL_BUILD_DIR:-$root/build}
+# The cores, and no more compilers than GiB of memory available (an nvcc
+# process takes hundreds of MB to over a GB).
 jobs=$(nproc)
+mem_gib=$(awk '/^MemAvailable:/ { print int($2 / 1048576) }' /proc/meminfo 2>/dev/null || true)
+if [ -n "$mem_gib" ] && [ "$mem_gib" -lt "$jobs" ]; then jobs=$((mem_gib > 0 ? mem_gib : 1)); fi
 
 if [ -z "${EXPHIL_DEPS_PATH:-}" ] && [ -d "$root/../shared/vendor/nx" ]; then
   EXPHIL_DEPS_PATH=$root/../shared/vendor

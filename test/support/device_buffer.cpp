@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "dtype_codec.hpp"
+#include "exphil/runtime.hpp"
 
 namespace exphil::test {
 
@@ -83,18 +84,14 @@ bool DeviceTensor::guards_intact() const {
 
 bool gpu_available(std::string* why) {
   int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorName(e) + " (" +
-                    cudaGetErrorString(e) + ")";
-    cudaGetLastError();
-    return false;
-  }
-  if (count == 0) {
-    if (why) *why = "cudaGetDeviceCount reports 0 devices";
-    return false;
-  }
-  return true;
+  Status status = exphil::device_count(count);
+  if (status.ok() && count > 0) return true;
+  // The library's own words for why (no driver, an old one, ...): the
+  // managed stream of device 0 cannot be had, and says so.
+  Stream stream = nullptr;
+  if (status.ok()) status = exphil::managed_stream(0, stream);
+  if (why) *why = status.ok() ? "no CUDA device" : status.message();
+  return false;
 }
 
 void device_synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }

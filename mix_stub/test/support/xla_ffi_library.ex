@@ -7,8 +7,7 @@ defmodule ExPhil.Native.XlaFfiLibrary do
   @relative "c_src/xla_ffi/libexphil_xla_ffi.so"
 
   def path do
-    build =
-      System.get_env("EXPHIL_BUILD_DIR") || Path.join(Mix.Project.build_path(), "exphil_cmake")
+    build = System.get_env("EXPHIL_BUILD_DIR") || Path.expand("../../../build", __DIR__)
 
     [System.get_env("EXPHIL_XLA_FFI_LIB"), Path.join(build, @relative)]
     |> Enum.find(&(&1 && File.regular?(&1)))
