@@ -4,7 +4,6 @@
 #include <new>
 #include <string>
 
-#include "cuda_status.hpp"
 #include "exphil/status.hpp"
 
 namespace exphil::runtime {
@@ -24,19 +23,6 @@ Status guarded(const char* where, F&& f) noexcept {
       return Status(StatusCode::internal, std::string());
     }
   }
-}
-
-// can_implement of any op: its `validate(args, params, call)` alone, with
-// outputs allowed to have no memory yet (CallTensors), messages prefixed
-// with `context` as the call's are.
-template <class Params, class Call, class Args, class Validate>
-Status validate_only(const std::string& context, const Args& args, Validate&& validate) noexcept {
-  return guarded("can_implement", [&]() -> Status {
-    Params params;
-    Call call;
-    call.tensors.allow_unallocated_outputs();
-    return with_context(context, validate(args, params, call));
-  });
 }
 
 }  // namespace exphil::runtime

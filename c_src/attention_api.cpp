@@ -1,16 +1,15 @@
-// exphil::attention_forward / attention_backward: validate, place, plan,
-// launch; can_implement: validate.
+// exphil::attention_forward / attention_backward and their can_implement:
+// op directions of the one pipeline (op_pipeline.hpp).
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
-#include "api_guard.hpp"
 #include "attention/attention_config.h"
 #include "attention/attention_launch.h"
 #include "attention_validate.hpp"
-#include "cuda_status.hpp"
 #include "exphil/attention.hpp"
 #include "format.hpp"
-#include "launch_context.hpp"
+#include "op_pipeline.hpp"
 
 namespace exphil {
 
@@ -39,28 +38,133 @@ RecomputedForward recomputed_forward_layout(std::size_t backward_bytes,
   return r;
 }
 
-// Everything after validation, shared by both directions (`backward`:
-// nullptr for the forward). `launch` enqueues the kernels:
-// (const AttentionPlan&, float* d_workspace, cudaStream_t) -> LaunchResult.
-// With `recompute` (a backward without lse), the forward kernel runs first,
-// writing o and lse into the workspace past the backward's part, and the
-// backward's params then read that lse.
-template <class Launch>
-Status run(AttentionDirection direction, const runtime::AttentionCall& call,
-           const kernels::AttentionProblem& problem, Stream requested_stream,
-           const AttentionLaunchOptions* options,
-           kernels::AttentionBackwardParams* backward, Launch&& launch, bool recompute = false) {
-  runtime::LaunchContext context;
-  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
+// The plans of a call: its direction's, and for a backward with
+// recompute_lse the forward's that runs first, writing o and lse into the
+// workspace past the backward's part (the backward's params then read that
+// lse).
+struct AttentionPlans {
+  kernels::AttentionPlan plan;
+  bool recomputing = false;
+  kernels::AttentionPlan forward_plan;
+  RecomputedForward layout;
+  std::size_t workspace_bytes = 0;
+  int kernels = 1;
+};
 
-  const bool wgmma = !(options && options->sm80_kernels) &&
-                     kernels::attention_wgmma_available(context.compute_capability());
-  auto plan_for = [&](AttentionDirection d) {
+template <AttentionDirection Direction>
+struct AttentionOpDirection {
+  static constexpr bool kForward = Direction == AttentionDirection::forward;
+  using Args = std::conditional_t<kForward, AttentionForwardArgs, AttentionBackwardArgs>;
+  using Params =
+      std::conditional_t<kForward, kernels::AttentionForwardParams, kernels::AttentionBackwardParams>;
+  using Call = runtime::AttentionCall;
+  using LaunchOptions = AttentionLaunchOptions;
+  using Plan = AttentionPlans;
+  static constexpr const char* kWhere = kForward ? "attention_forward" : "attention_backward";
+  static constexpr const char* kWorkspace = "attention workspace";
+
+  static std::string context(const Args&) {
+    return kForward ? "attention forward" : "attention backward";
+  }
+
+  static Status validate(const Args& args, Params& params, Call& call) {
+    if constexpr (kForward)
+      return runtime::validate_attention_forward(args, params, call);
+    else
+      return runtime::validate_attention_backward(args, params, call);
+  }
+
+  static kernels::AttentionPlan plan_for(AttentionDirection d, const Call& call,
+                                         const kernels::AttentionProblem& problem,
+                                         const runtime::LaunchContext& context,
+                                         const LaunchOptions* options) {
+    const bool wgmma = !(options && options->sm80_kernels) &&
+                       kernels::attention_wgmma_available(context.compute_capability());
     return kernels::plan_attention(d, call.shape, problem.dtype, problem.mask, context.sm_count(),
                                    options ? options->warps_per_block : 0, wgmma,
                                    problem.precision);
-  };
-  auto unsupported = [&](AttentionDirection d, const kernels::AttentionPlan& p) -> Status {
+  }
+
+  static Plan plan(const Args& args, const Call& call, const Params& params,
+                   const runtime::LaunchContext& context, const LaunchOptions* options) {
+    Plan p;
+    p.plan = plan_for(Direction, call, params.problem, context, options);
+    if constexpr (!kForward) {
+      p.recomputing = args.recompute_lse;
+      p.kernels = kernels::attention_backward_kernel_count(params);
+      p.workspace_bytes = kernels::attention_backward_workspace_bytes(params, p.plan);
+      if (p.recomputing) {
+        p.forward_plan = plan_for(AttentionDirection::forward, call, params.problem, context, options);
+        p.layout = recomputed_forward_layout(p.workspace_bytes, params.problem);
+        p.workspace_bytes = p.layout.end;
+        ++p.kernels;
+      }
+    }
+    return p;
+  }
+
+  static Status check_plan(const Plan& p, const Call& call, const Params& params) {
+    EXPHIL_RETURN_IF_ERROR(unsupported(Direction, p.plan, call, params.problem));
+    if (p.recomputing)
+      EXPHIL_RETURN_IF_ERROR(unsupported(AttentionDirection::forward, p.forward_plan, call, params.problem));
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
+    return p.workspace_bytes;
+  }
+
+  static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p,
+                                      float* d_workspace, cudaStream_t stream) {
+    if constexpr (kForward) {
+      return kernels::launch_attention_forward(params, p.plan, stream);
+    } else {
+      if (p.recomputing) {
+        char* base = reinterpret_cast<char*>(d_workspace);
+        kernels::AttentionForwardParams forward;
+        forward.problem = params.problem;
+        forward.d_q = params.d_q;
+        forward.d_k = params.d_k;
+        forward.d_v = params.d_v;
+        forward.d_o = base + p.layout.o_offset;
+        forward.d_lse = reinterpret_cast<float*>(base + p.layout.lse_offset);
+        const kernels::LaunchResult launched =
+            kernels::launch_attention_forward(forward, p.forward_plan, stream);
+        if (!launched.ok()) return launched;
+        params.d_lse = forward.d_lse;
+      }
+      return kernels::launch_attention_backward(params, p.plan, d_workspace, stream);
+    }
+  }
+
+  static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
+    if (!options || !options->chosen) return;
+    AttentionLaunchInfo& info = *options->chosen;
+    const kernels::AttentionPlan& plan = p.plan;
+    info.query_rows_per_block =
+        kernels::kAttnRowsPerWarp * (kForward ? plan.forward_warps : plan.dq_warps);
+    info.key_rows_per_block = kForward ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
+    info.key_tile = plan.key_tile;
+    info.kernels = p.kernels;
+    info.queries_heaviest_first = kForward ? plan.forward_heaviest_first : plan.dq_heaviest_first;
+    if constexpr (kForward) {
+      info.keys_heaviest_first = false;
+      info.warpgroup_forward = plan.forward_wgmma;
+      info.warpgroup_dkdv = false;
+      info.warpgroup_dq = false;
+      info.fused_backward = false;
+    } else {
+      info.keys_heaviest_first = plan.dkdv_heaviest_first;
+      info.warpgroup_forward = false;
+      info.warpgroup_dkdv = plan.dkdv_wgmma && (params.d_grad_k || params.d_grad_v);
+      info.warpgroup_dq = plan.dq_wgmma && params.d_grad_q;
+      info.fused_backward = kernels::attention_backward_runs_fused(params, plan);
+    }
+  }
+
+ private:
+  static Status unsupported(AttentionDirection d, const kernels::AttentionPlan& p,
+                            const Call& call, const kernels::AttentionProblem& problem) {
     if (const char* why = kernels::attention_unsupported(d, p, call.shape, problem.dtype)) {
       const auto& s = call.shape;
       const int64_t dims[6] = {s.batch, s.q_heads, s.kv_heads, s.q_len, s.kv_len, s.head_dim};
@@ -68,104 +172,30 @@ Status run(AttentionDirection direction, const runtime::AttentionCall& call,
               "[B, Hq, Hkv, T, S, d] = " + runtime::shape_string(dims, 6) + " cannot run: " + why};
     }
     return {};
-  };
-  const kernels::AttentionPlan plan = plan_for(direction);
-  EXPHIL_RETURN_IF_ERROR(unsupported(direction, plan));
-  const bool recomputing = recompute && backward != nullptr;
-  kernels::AttentionPlan forward_plan;
-  if (recomputing) {
-    forward_plan = plan_for(AttentionDirection::forward);
-    EXPHIL_RETURN_IF_ERROR(unsupported(AttentionDirection::forward, forward_plan));
   }
+};
 
-  int kernel_count = backward ? kernels::attention_backward_kernel_count(*backward) : 1;
-  std::size_t workspace_bytes =
-      backward ? kernels::attention_backward_workspace_bytes(*backward, plan) : 0;
-  RecomputedForward layout;
-  if (recomputing) {
-    layout = recomputed_forward_layout(workspace_bytes, problem);
-    workspace_bytes = layout.end;
-    ++kernel_count;
-  }
-  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
-      workspace_bytes, "attention workspace",
-      [&](float* d_workspace, cudaStream_t stream) -> kernels::LaunchResult {
-        if (recomputing) {
-          char* base = reinterpret_cast<char*>(d_workspace);
-          kernels::AttentionForwardParams forward;
-          forward.problem = problem;
-          forward.d_q = backward->d_q;
-          forward.d_k = backward->d_k;
-          forward.d_v = backward->d_v;
-          forward.d_o = base + layout.o_offset;
-          forward.d_lse = reinterpret_cast<float*>(base + layout.lse_offset);
-          const kernels::LaunchResult launched =
-              kernels::launch_attention_forward(forward, forward_plan, stream);
-          if (!launched.ok()) return launched;
-          backward->d_lse = forward.d_lse;
-        }
-        return launch(plan, d_workspace, stream);
-      }));
-
-  if (options && options->chosen) {
-    AttentionLaunchInfo& info = *options->chosen;
-    const bool fwd = direction == AttentionDirection::forward;
-    info.query_rows_per_block =
-        kernels::kAttnRowsPerWarp * (fwd ? plan.forward_warps : plan.dq_warps);
-    info.key_rows_per_block = fwd ? 0 : kernels::kAttnRowsPerWarp * plan.dkdv_warps;
-    info.key_tile = plan.key_tile;
-    info.kernels = kernel_count;
-    info.queries_heaviest_first = fwd ? plan.forward_heaviest_first : plan.dq_heaviest_first;
-    info.keys_heaviest_first = !fwd && plan.dkdv_heaviest_first;
-    info.warpgroup_forward = fwd && plan.forward_wgmma;
-    info.warpgroup_dkdv = !fwd && plan.dkdv_wgmma && (backward->d_grad_k || backward->d_grad_v);
-    info.warpgroup_dq = !fwd && plan.dq_wgmma && backward->d_grad_q;
-    info.fused_backward = !fwd && kernels::attention_backward_runs_fused(*backward, plan);
-  }
-  return {};
-}
+using AttentionForwardOp = AttentionOpDirection<AttentionDirection::forward>;
+using AttentionBackwardOp = AttentionOpDirection<AttentionDirection::backward>;
 
 }  // namespace
 
 Status attention_forward(const AttentionForwardArgs& args, Stream stream,
                          const AttentionLaunchOptions* options) noexcept {
-  return runtime::guarded("attention_forward", [&]() -> Status {
-    kernels::AttentionForwardParams params;
-    runtime::AttentionCall call;
-    Status s = runtime::validate_attention_forward(args, params, call);
-    if (s.ok())
-      s = run(AttentionDirection::forward, call, params.problem, stream, options, nullptr,
-              [&](const kernels::AttentionPlan& plan, float*, cudaStream_t st) {
-                return kernels::launch_attention_forward(params, plan, st);
-              });
-    return runtime::with_context("attention forward", std::move(s));
-  });
+  return runtime::run_op<AttentionForwardOp>(args, stream, options);
 }
 
 Status attention_backward(const AttentionBackwardArgs& args, Stream stream,
                           const AttentionLaunchOptions* options) noexcept {
-  return runtime::guarded("attention_backward", [&]() -> Status {
-    kernels::AttentionBackwardParams params;
-    runtime::AttentionCall call;
-    Status s = runtime::validate_attention_backward(args, params, call);
-    if (s.ok())
-      s = run(AttentionDirection::backward, call, params.problem, stream, options, &params,
-              [&](const kernels::AttentionPlan& plan, float* d_workspace, cudaStream_t st) {
-                return kernels::launch_attention_backward(params, plan, d_workspace, st);
-              },
-              args.recompute_lse);
-    return runtime::with_context("attention backward", std::move(s));
-  });
+  return runtime::run_op<AttentionBackwardOp>(args, stream, options);
 }
 
 Status can_implement(const AttentionForwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::AttentionForwardParams, runtime::AttentionCall>(
-      "attention forward", args, runtime::validate_attention_forward);
+  return runtime::check_op<AttentionForwardOp>(args);
 }
 
 Status can_implement(const AttentionBackwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::AttentionBackwardParams, runtime::AttentionCall>(
-      "attention backward", args, runtime::validate_attention_backward);
+  return runtime::check_op<AttentionBackwardOp>(args);
 }
 
 }  // namespace exphil

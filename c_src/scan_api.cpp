@@ -1,12 +1,12 @@
-// exphil::scan_forward / scan_backward: validate, place, plan, launch;
-// can_implement: validate.
+// exphil::scan_forward / scan_backward and their can_implement: the
+// linear-recurrence scans as op directions of the one pipeline
+// (op_pipeline.hpp).
 #include <string>
+#include <type_traits>
 
-#include "api_guard.hpp"
-#include "cuda_status.hpp"
 #include "exphil/scan.hpp"
 #include "format.hpp"
-#include "launch_context.hpp"
+#include "op_pipeline.hpp"
 #include "scan/scan_launch.h"
 #include "scan_validate.hpp"
 
@@ -14,91 +14,90 @@ namespace exphil {
 
 namespace {
 
-using runtime::ScanCall;
+// What both directions share; `Direction` picks the args, params,
+// validation and kernels.
+template <kernels::ScanDirection Direction>
+struct ScanOpDirection {
+  static constexpr bool kForward = Direction == kernels::ScanDirection::forward;
+  using Args = std::conditional_t<kForward, ScanForwardArgs, ScanBackwardArgs>;
+  using Params = std::conditional_t<kForward, kernels::ScanForwardParams, kernels::ScanBackwardParams>;
+  using Call = runtime::ScanCall;
+  using LaunchOptions = ScanLaunchOptions;
+  using Plan = kernels::ScanPlan;
+  static constexpr const char* kWhere = kForward ? "scan_forward" : "scan_backward";
+  static constexpr const char* kWorkspace = "scan workspace";
 
-// Everything after validation, shared by both directions. `launch` enqueues
-// the kernels: (const ScanPlan&, float* d_workspace, cudaStream_t) -> LaunchResult.
-template <class Launch>
-Status run_scan(kernels::ScanDirection direction, const ScanCall& call, Stream requested_stream,
-                const ScanLaunchOptions* options, Launch&& launch) {
-  runtime::LaunchContext context;
-  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
-
-  const ScanLaunchOptions defaults;
-  const ScanLaunchOptions& opts = options ? *options : defaults;
-  const kernels::ScanPlan plan =
-      kernels::plan_scan(direction, call.shape, call.vectorizable, context.sm_count(), opts);
-  if (const char* why = kernels::scan_plan_unsupported(plan, call.shape)) {
-    const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.width};
-    return {StatusCode::not_supported,
-            "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
+  static std::string context(const Args& args) {
+    return std::string(scan_op_name(args.op)) + (kForward ? " forward" : " backward");
   }
 
-  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
-      kernels::scan_workspace_bytes(plan, call.shape), "scan workspace",
-      [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
-
-  if (opts.chosen) {
-    opts.chosen->vector_width = plan.vector_width;
-    opts.chosen->lanes = plan.lanes;
-    opts.chosen->time_chunks = plan.time_chunks;
-    opts.chosen->segments = plan.segments;
-    opts.chosen->kernels = kernels::scan_kernel_count(plan);
+  static Status validate(const Args& args, Params& params, Call& call) {
+    if constexpr (kForward)
+      return runtime::validate_scan_forward(args, params, call);
+    else
+      return runtime::validate_scan_backward(args, params, call);
   }
-  return {};
-}
 
-// "<op> <direction>", the prefix of every message of a call.
-std::string call_context(ScanOp op, kernels::ScanDirection direction) {
-  return std::string(scan_op_name(op)) +
-         (direction == kernels::ScanDirection::forward ? " forward" : " backward");
-}
+  static Plan plan(const Args&, const Call& call, const Params&,
+                   const runtime::LaunchContext& context, const LaunchOptions* options) {
+    const LaunchOptions defaults;
+    return kernels::plan_scan(Direction, call.shape, call.vectorizable, context.sm_count(),
+                              options ? *options : defaults);
+  }
 
-// Validates with `validate`, then runs with `launch_kernels`, prefixing any
-// message with "<op> <direction>: ".
-template <class Args, class Params, class Validate, class LaunchKernels>
-Status validated_scan(const char* where, kernels::ScanDirection direction, const Args& args,
-                      Stream stream, const ScanLaunchOptions* options, Validate&& validate,
-                      LaunchKernels&& launch_kernels) noexcept {
-  return runtime::guarded(where, [&]() -> Status {
-    const std::string context = call_context(args.op, direction);
-    Params params;
-    ScanCall call;
-    Status s = validate(args, params, call);
-    if (s.ok())
-      s = run_scan(direction, call, stream, options,
-                   [&](const kernels::ScanPlan& plan, float* d_workspace, cudaStream_t st) {
-                     return launch_kernels(args.op, params, plan, d_workspace, st);
-                   });
-    return runtime::with_context(context, std::move(s));
-  });
-}
+  static Status check_plan(const Plan& plan, const Call& call, const Params&) {
+    if (const char* why = kernels::scan_plan_unsupported(plan, call.shape)) {
+      const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.width};
+      return {StatusCode::not_supported,
+              "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
+    }
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Plan& plan, const Call& call, const Params&) {
+    return kernels::scan_workspace_bytes(plan, call.shape);
+  }
+
+  static kernels::LaunchResult launch(const Args& args, Params& params, const Plan& plan,
+                                      float* d_workspace, cudaStream_t stream) {
+    if constexpr (kForward)
+      return kernels::launch_scan_forward(args.op, params, plan, d_workspace, stream);
+    else
+      return kernels::launch_scan_backward(args.op, params, plan, d_workspace, stream);
+  }
+
+  static void report(const Plan& plan, const Params&, const LaunchOptions* options) {
+    if (!options || !options->chosen) return;
+    ScanLaunchInfo& info = *options->chosen;
+    info.vector_width = plan.vector_width;
+    info.lanes = plan.lanes;
+    info.time_chunks = plan.time_chunks;
+    info.segments = plan.segments;
+    info.kernels = kernels::scan_kernel_count(plan);
+  }
+};
+
+using ScanForwardOp = ScanOpDirection<kernels::ScanDirection::forward>;
+using ScanBackwardOp = ScanOpDirection<kernels::ScanDirection::backward>;
 
 }  // namespace
 
 Status scan_forward(const ScanForwardArgs& args, Stream stream,
                     const ScanLaunchOptions* options) noexcept {
-  return validated_scan<ScanForwardArgs, kernels::ScanForwardParams>(
-      "scan_forward", kernels::ScanDirection::forward, args, stream, options,
-      runtime::validate_scan_forward, kernels::launch_scan_forward);
+  return runtime::run_op<ScanForwardOp>(args, stream, options);
 }
 
 Status scan_backward(const ScanBackwardArgs& args, Stream stream,
                      const ScanLaunchOptions* options) noexcept {
-  return validated_scan<ScanBackwardArgs, kernels::ScanBackwardParams>(
-      "scan_backward", kernels::ScanDirection::backward, args, stream, options,
-      runtime::validate_scan_backward, kernels::launch_scan_backward);
+  return runtime::run_op<ScanBackwardOp>(args, stream, options);
 }
 
 Status can_implement(const ScanForwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::ScanForwardParams, ScanCall>(
-      call_context(args.op, kernels::ScanDirection::forward), args, runtime::validate_scan_forward);
+  return runtime::check_op<ScanForwardOp>(args);
 }
 
 Status can_implement(const ScanBackwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::ScanBackwardParams, ScanCall>(
-      call_context(args.op, kernels::ScanDirection::backward), args,
-      runtime::validate_scan_backward);
+  return runtime::check_op<ScanBackwardOp>(args);
 }
 
 }  // namespace exphil

@@ -1,12 +1,11 @@
-// exphil::selective_scan_forward / selective_scan_backward: validate, place,
-// plan, launch; can_implement: validate.
+// exphil::selective_scan_forward / selective_scan_backward and their
+// can_implement: op directions of the one pipeline (op_pipeline.hpp).
 #include <string>
+#include <type_traits>
 
-#include "api_guard.hpp"
-#include "cuda_status.hpp"
 #include "exphil/selective_scan.hpp"
 #include "format.hpp"
-#include "launch_context.hpp"
+#include "op_pipeline.hpp"
 #include "selective_scan/selective_scan_config.h"
 #include "selective_scan/selective_scan_launch.h"
 #include "selective_scan_validate.hpp"
@@ -17,85 +16,91 @@ namespace {
 
 using kernels::SelectiveScanDirection;
 
-// Everything after validation, shared by both directions. `launch` enqueues
-// the kernels: (const SelectiveScanPlan&, float* d_workspace, cudaStream_t)
-// -> LaunchResult.
-template <class Launch>
-Status run(SelectiveScanDirection direction, const runtime::SelectiveScanCall& call,
-           Stream requested_stream, const SelectiveScanLaunchOptions* options, Launch&& launch) {
-  runtime::LaunchContext context;
-  EXPHIL_RETURN_IF_ERROR(context.prepare(call.tensors, requested_stream));
+template <SelectiveScanDirection Direction>
+struct SelectiveScanOpDirection {
+  static constexpr bool kForward = Direction == SelectiveScanDirection::forward;
+  using Args = std::conditional_t<kForward, SelectiveScanForwardArgs, SelectiveScanBackwardArgs>;
+  using Params = std::conditional_t<kForward, kernels::SelectiveScanForwardParams,
+                                    kernels::SelectiveScanBackwardParams>;
+  using Call = runtime::SelectiveScanCall;
+  using LaunchOptions = SelectiveScanLaunchOptions;
+  using Plan = kernels::SelectiveScanPlan;
+  static constexpr const char* kWhere =
+      kForward ? "selective_scan_forward" : "selective_scan_backward";
+  static constexpr const char* kWorkspace = "selective scan workspace";
 
-  const kernels::SelectiveScanPlan plan =
-      kernels::plan_selective_scan(direction, call.shape, context.sm_count(),
-                                   options ? options->chunk_steps : 0, call.mean_input_scale);
-  if (const char* why = kernels::selective_scan_unsupported(plan, call.shape)) {
-    const int64_t dims[4] = {call.shape.batch, call.shape.steps, call.shape.channels,
-                             call.shape.states};
-    return {StatusCode::not_supported,
-            "[B, T, D, N] = " + runtime::shape_string(dims, 4) + " cannot run: " + why};
+  static std::string context(const Args&) {
+    return kForward ? "selective_scan forward" : "selective_scan backward";
   }
 
-  EXPHIL_RETURN_IF_ERROR(context.run_with_workspace(
-      kernels::selective_scan_workspace_bytes(plan), "selective scan workspace",
-      [&](float* d_workspace, cudaStream_t stream) { return launch(plan, d_workspace, stream); }));
+  static Status validate(const Args& args, Params& params, Call& call) {
+    if constexpr (kForward)
+      return runtime::validate_selective_scan_forward(args, params, call);
+    else
+      return runtime::validate_selective_scan_backward(args, params, call);
+  }
 
-  if (options && options->chosen) {
+  static Plan plan(const Args&, const Call& call, const Params&,
+                   const runtime::LaunchContext& context, const LaunchOptions* options) {
+    return kernels::plan_selective_scan(Direction, call.shape, context.sm_count(),
+                                        options ? options->chunk_steps : 0,
+                                        call.mean_input_scale);
+  }
+
+  static Status check_plan(const Plan& plan, const Call& call, const Params&) {
+    if (const char* why = kernels::selective_scan_unsupported(plan, call.shape)) {
+      const int64_t dims[4] = {call.shape.batch, call.shape.steps, call.shape.channels,
+                               call.shape.states};
+      return {StatusCode::not_supported,
+              "[B, T, D, N] = " + runtime::shape_string(dims, 4) + " cannot run: " + why};
+    }
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Plan& plan, const Call&, const Params&) {
+    return kernels::selective_scan_workspace_bytes(plan);
+  }
+
+  static kernels::LaunchResult launch(const Args&, Params& params, const Plan& plan,
+                                      float* d_workspace, cudaStream_t stream) {
+    if constexpr (kForward)
+      return kernels::launch_selective_scan_forward(params, plan, d_workspace, stream);
+    else
+      return kernels::launch_selective_scan_backward(params, plan, d_workspace, stream);
+  }
+
+  static void report(const Plan& plan, const Params&, const LaunchOptions* options) {
+    if (!options || !options->chosen) return;
     SelectiveScanLaunchInfo& info = *options->chosen;
     info.channels_per_block = kernels::kSsChannelsPerBlock;
     info.state_slices = plan.slices * plan.state_groups;
     info.chunks = plan.chunks;
     info.chunk_steps = plan.chunk_steps;
-    info.kernels = kernels::selective_scan_kernel_count(direction, plan);
+    info.kernels = kernels::selective_scan_kernel_count(Direction, plan);
   }
-  return {};
-}
+};
 
-// Validates into Params, then runs with `launch_kernels`, prefixing any
-// message with `context`.
-template <class Params, class Args, class Validate, class LaunchKernels>
-Status validated_call(const char* where, const char* context, SelectiveScanDirection direction,
-                      const Args& args, Stream stream, const SelectiveScanLaunchOptions* options,
-                      Validate&& validate, LaunchKernels&& launch_kernels) noexcept {
-  return runtime::guarded(where, [&]() -> Status {
-    Params params;
-    runtime::SelectiveScanCall call;
-    Status s = validate(args, params, call);
-    if (s.ok())
-      s = run(direction, call, stream, options,
-              [&](const kernels::SelectiveScanPlan& plan, float* d_workspace, cudaStream_t st) {
-                return launch_kernels(params, plan, d_workspace, st);
-              });
-    return runtime::with_context(context, std::move(s));
-  });
-}
+using SelectiveScanForwardOp = SelectiveScanOpDirection<SelectiveScanDirection::forward>;
+using SelectiveScanBackwardOp = SelectiveScanOpDirection<SelectiveScanDirection::backward>;
 
 }  // namespace
 
 Status selective_scan_forward(const SelectiveScanForwardArgs& args, Stream stream,
                               const SelectiveScanLaunchOptions* options) noexcept {
-  return validated_call<kernels::SelectiveScanForwardParams>(
-      "selective_scan_forward", "selective_scan forward", SelectiveScanDirection::forward, args,
-      stream, options, runtime::validate_selective_scan_forward,
-      kernels::launch_selective_scan_forward);
+  return runtime::run_op<SelectiveScanForwardOp>(args, stream, options);
 }
 
 Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream stream,
                                const SelectiveScanLaunchOptions* options) noexcept {
-  return validated_call<kernels::SelectiveScanBackwardParams>(
-      "selective_scan_backward", "selective_scan backward", SelectiveScanDirection::backward, args,
-      stream, options, runtime::validate_selective_scan_backward,
-      kernels::launch_selective_scan_backward);
+  return runtime::run_op<SelectiveScanBackwardOp>(args, stream, options);
 }
 
 Status can_implement(const SelectiveScanForwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::SelectiveScanForwardParams, runtime::SelectiveScanCall>(
-      "selective_scan forward", args, runtime::validate_selective_scan_forward);
+  return runtime::check_op<SelectiveScanForwardOp>(args);
 }
 
 Status can_implement(const SelectiveScanBackwardArgs& args) noexcept {
-  return runtime::validate_only<kernels::SelectiveScanBackwardParams, runtime::SelectiveScanCall>(
-      "selective_scan backward", args, runtime::validate_selective_scan_backward);
+  return runtime::check_op<SelectiveScanBackwardOp>(args);
 }
 
 }  // namespace exphil
