@@ -138,7 +138,11 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
   const int n = scan_input_count(op);
   const Options opts(env, argv[n + 2], {"h0", "grad_h_final", "outputs", "sync", "stream", "state_type"});
   std::vector<TensorArg> inputs;
-  for (int i = 0; i < n; ++i) inputs.push_back(decode_tensor(env, argv[i], scan_input_name(op, i)));
+  // linear_scan's b may be nil: the backward then reads the states from y
+  // (exphil/scan.hpp).
+  const bool b_absent = op == ScanOp::linear_scan && enif_is_identical(argv[1], atoms().nil);
+  for (int i = 0; i < n; ++i)
+    inputs.push_back(b_absent && i == 1 ? TensorArg{} : decode_tensor(env, argv[i], scan_input_name(op, i)));
   const int device = call_device(inputs[0]);
   inputs.push_back(decode_tensor(env, argv[n], "y", device));
   inputs.push_back(decode_tensor(env, argv[n + 1], "grad_y", device));
@@ -157,7 +161,7 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
     ScanBackwardArgs args;
     args.op = op;
     for (int i = 0; i < n; ++i) {
-      args.inputs[i] = &inputs[static_cast<std::size_t>(i)].desc;
+      args.inputs[i] = b_absent && i == 1 ? nullptr : &inputs[static_cast<std::size_t>(i)].desc;
       args.grad_inputs[i] = out[static_cast<std::size_t>(i)];
     }
     args.y = &inputs[static_cast<std::size_t>(n)].desc;

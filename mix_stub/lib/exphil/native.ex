@@ -284,9 +284,11 @@ defmodule ExPhil.Native do
 
   @doc """
   Gradients of `linear_scan_forward/3`: given its inputs, its `y` and
-  `grad_y`, outputs `:grad_a`, `:grad_b` and `:grad_h0`.
+  `grad_y`, outputs `:grad_a`, `:grad_b` and `:grad_h0`. `b` may be `nil`:
+  the gradients do not depend on it, and the states are then read from `y`
+  (one more read of `y` per step).
   """
-  @spec linear_scan_backward(tensor(), tensor(), tensor(), tensor(), keyword() | map()) ::
+  @spec linear_scan_backward(tensor(), tensor() | nil, tensor(), tensor(), keyword() | map()) ::
           op_result()
   defnative(linear_scan_backward(a, b, y, grad_y, opts \\ []))
 

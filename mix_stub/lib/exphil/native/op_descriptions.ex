@@ -1,0 +1,102 @@
+defmodule ExPhil.Native.OpDescriptions do
+  @moduledoc """
+  Every op direction of the library as data, read when this module compiles
+  from `include/exphil/op_descriptions.h`, the one description the C++ API,
+  the NIF, the XLA FFI targets and this layer are checked against (that
+  header gives the rules).
+
+  Each description is a map:
+
+    * `:op` - the op's name, an atom (`:min_gru`)
+    * `:direction` - `:forward` or `:backward`
+    * `:tensors` - in the header's order, each
+      `%{name: "gate", optional: false, role: :input | :output,
+         dtype: :seq | :state | :f32, dims: ["B", "T", "H"], only_with: nil | "h0"}`
+    * `:options` - `[%{name: "mask", type: "enum(none|causal|window)", default: "none"}]`
+  """
+
+  @header Path.expand("../../../../include/exphil/op_descriptions.h", __DIR__)
+  @external_resource @header
+
+  # One row per line: EXPHIL_OP_DIRECTION(op, direction, "tensors", "options")
+  @row ~r/^\s*EXPHIL_OP_DIRECTION\((\w+),\s*(\w+),\s*"([^"]*)",\s*"([^"]*)"\)/m
+
+  tensor = fn op, word ->
+    {name, role, dtype, dims, only_with} =
+      case String.split(word, ":") do
+        [name, role, dtype, dims] -> {name, role, dtype, dims, nil}
+        [name, role, dtype, dims, input] -> {name, role, dtype, dims, input}
+        _ -> raise "#{@header}: #{op}: tensor #{inspect(word)} is not name:role:dtype:shape"
+      end
+
+    unless role in ~w(in out) and dtype in ~w(seq state f32),
+      do: raise("#{@header}: #{op}: tensor #{inspect(word)}: role in|out, dtype seq|state|f32")
+
+    bare = String.trim_trailing(name, "?")
+
+    %{
+      name: bare,
+      optional: bare != name,
+      role: if(role == "in", do: :input, else: :output),
+      dtype: String.to_atom(dtype),
+      dims: String.split(dims, ","),
+      only_with: only_with
+    }
+  end
+
+  descriptions =
+    for [_, op, direction, tensors, options] <- Regex.scan(@row, File.read!(@header)) do
+      unless direction in ~w(forward backward),
+        do: raise("#{@header}: #{op}: direction #{direction}")
+
+      options =
+        for word <- String.split(options, " ", trim: true) do
+          [name, rest] = String.split(word, ":", parts: 2)
+          [type, default] = String.split(rest, "=")
+          %{name: name, type: type, default: default}
+        end
+
+      %{
+        op: String.to_atom(op),
+        direction: String.to_atom(direction),
+        tensors: Enum.map(String.split(tensors, " ", trim: true), &tensor.(op, &1)),
+        options: options
+      }
+    end
+
+  if length(descriptions) != 20 do
+    raise "#{@header}: expected 20 op directions, parsed #{length(descriptions)}: is every row on one line?"
+  end
+
+  @descriptions descriptions
+
+  @doc "Every op direction, in the header's order."
+  @spec all() :: [map()]
+  def all, do: @descriptions
+
+  @doc "The description of `op` in `direction`; raises for an unknown one."
+  @spec fetch!(atom(), :forward | :backward) :: map()
+  def fetch!(op, direction) do
+    Enum.find(@descriptions, &(&1.op == op and &1.direction == direction)) ||
+      raise ArgumentError, "no op direction #{inspect(op)} #{inspect(direction)}"
+  end
+
+  @doc """
+  The NIF's arguments and options of a description's tensors (the header's
+  rule): `{positional, optional_inputs, outputs}`, names lower-cased as the
+  NIF spells them.
+  """
+  @spec nif_signature(map()) :: {[String.t()], [String.t()], [String.t()]}
+  def nif_signature(%{tensors: tensors}) do
+    inputs = Enum.filter(tensors, &(&1.role == :input))
+    last_required = inputs |> Enum.reverse() |> Enum.find(&(not &1.optional))
+
+    {positional, options} =
+      Enum.split(inputs, Enum.find_index(inputs, &(&1 == last_required)) + 1)
+
+    outputs = for t <- tensors, t.role == :output, do: String.downcase(t.name)
+
+    {Enum.map(positional, &String.downcase(&1.name)),
+     Enum.map(options, &String.downcase(&1.name)), outputs}
+  end
+end
