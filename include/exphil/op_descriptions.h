@@ -10,7 +10,7 @@
  * C++ headers give each op's meaning; xla_ffi_targets.h its custom-call
  * targets.
  *
- *   EXPHIL_OP_DIRECTION(op, direction, tensors, options)
+ *   EXPHIL_OP_DIRECTION(op, direction, tensors, options, bindings)
  *
  * op          the op's name: the C++ API's (ScanOp's name, "selective_scan",
  *             "attention"), the C ABI's and the NIF's (exphil_<op>_<direction>,
@@ -39,6 +39,12 @@
  * options     space-separated words "name:type=default"; type bool, i32,
  *             f32 or enum(a|b|...), whose values are the C++ enumerators in
  *             order (0, 1, ...).
+ * bindings    the ways in: cpp (exphil::<...>_forward/_backward with the
+ *             op's args), c (exphil_<op>_<direction> in exphil.h), nif
+ *             (ExPhil.Native.<op>_<direction>), xla (the XLA FFI targets
+ *             exphil_<op>_fwd/_bwd with these tensors). Edifice's scan
+ *             conventions are the C++ API's, and reach XLA through the
+ *             y-only variants of xla_ffi_targets.h.
  *
  * The NIF takes an op's inputs up to the last required one as arguments, in
  * this order (nil for an absent optional one), the optional inputs after it
@@ -53,26 +59,26 @@
 
 /* clang-format off */
 #define EXPHIL_OP_DESCRIPTIONS(EXPHIL_OP_DIRECTION) \
-  EXPHIL_OP_DIRECTION(linear_scan, forward, "a:in:seq:B,T,H b:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(linear_scan, backward, "a:in:seq:B,T,H b?:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_a:out:seq:B,T,H grad_b:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_gru, forward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_gru, backward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_gate:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_lstm, forward, "forget:in:seq:B,T,H input:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_lstm, backward, "forget:in:seq:B,T,H input:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_forget:out:seq:B,T,H grad_input:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(liquid, forward, "tau:in:seq:B,T,H target:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(liquid, backward, "tau:in:seq:B,T,H target:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_tau:out:seq:B,T,H grad_target:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_gru_activated, forward, "z:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_gru_activated, backward, "z:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_z:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_lstm_activated, forward, "f:in:seq:B,T,H i:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(min_lstm_activated, backward, "f:in:seq:B,T,H i:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_f:out:seq:B,T,H grad_i:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(diag_linear, forward, "a:in:seq:B,T,H b:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(diag_linear, backward, "a:in:seq:B,T,H b:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_a:out:seq:B,T,H grad_b:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(elu_gru, forward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(elu_gru, backward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_gate:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "") \
-  EXPHIL_OP_DIRECTION(selective_scan, forward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N y:out:seq:B,T,D h_final?:out:f32:B,D,N", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0 input_scale:enum(delta|channel_mean)=delta") \
-  EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0") \
-  EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact") \
-  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact recompute_lse:bool=false")
+  EXPHIL_OP_DIRECTION(linear_scan, forward, "a:in:seq:B,T,H b:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(linear_scan, backward, "a:in:seq:B,T,H b?:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_a:out:seq:B,T,H grad_b:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(min_gru, forward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(min_gru, backward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_gate:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(min_lstm, forward, "forget:in:seq:B,T,H input:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(min_lstm, backward, "forget:in:seq:B,T,H input:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_forget:out:seq:B,T,H grad_input:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(liquid, forward, "tau:in:seq:B,T,H target:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(liquid, backward, "tau:in:seq:B,T,H target:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_tau:out:seq:B,T,H grad_target:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(min_gru_activated, forward, "z:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(min_gru_activated, backward, "z:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_z:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(min_lstm_activated, forward, "f:in:seq:B,T,H i:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(min_lstm_activated, backward, "f:in:seq:B,T,H i:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_f:out:seq:B,T,H grad_i:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(diag_linear, forward, "a:in:seq:B,T,H b:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(diag_linear, backward, "a:in:seq:B,T,H b:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_a:out:seq:B,T,H grad_b:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(elu_gru, forward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(elu_gru, backward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_gate:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(selective_scan, forward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N y:out:seq:B,T,D h_final?:out:f32:B,D,N", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0 input_scale:enum(delta|channel_mean)=delta", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla")
 /* clang-format on */
 
 #endif /* EXPHIL_OP_DESCRIPTIONS_H */

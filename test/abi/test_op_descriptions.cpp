@@ -27,10 +27,11 @@ using exphil::Tensor;
 namespace {
 
 struct Row {
-  std::string op, direction, tensors, options;
+  std::string op, direction, tensors, options, bindings;
 };
 
-#define EXPHIL_OP_ROW(op, direction, tensors, options) Row{#op, #direction, tensors, options},
+#define EXPHIL_OP_ROW(op, direction, tensors, options, bindings) \
+  Row{#op, #direction, tensors, options, bindings},
 const std::vector<Row> kRows = {EXPHIL_OP_DESCRIPTIONS(EXPHIL_OP_ROW)};
 #undef EXPHIL_OP_ROW
 

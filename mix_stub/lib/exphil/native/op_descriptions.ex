@@ -13,13 +13,15 @@ defmodule ExPhil.Native.OpDescriptions do
       `%{name: "gate", optional: false, role: :input | :output,
          dtype: :seq | :state | :f32, dims: ["B", "T", "H"], only_with: nil | "h0"}`
     * `:options` - `[%{name: "mask", type: "enum(none|causal|window)", default: "none"}]`
+    * `:bindings` - the ways in, among `:cpp`, `:c`, `:nif` and `:xla`
   """
 
   @header Path.expand("../../../../include/exphil/op_descriptions.h", __DIR__)
   @external_resource @header
 
-  # One row per line: EXPHIL_OP_DIRECTION(op, direction, "tensors", "options")
-  @row ~r/^\s*EXPHIL_OP_DIRECTION\((\w+),\s*(\w+),\s*"([^"]*)",\s*"([^"]*)"\)/m
+  # One row per line:
+  # EXPHIL_OP_DIRECTION(op, direction, "tensors", "options", "bindings")
+  @row ~r/^\s*EXPHIL_OP_DIRECTION\((\w+),\s*(\w+),\s*"([^"]*)",\s*"([^"]*)",\s*"([^"]*)"\)/m
 
   tensor = fn op, word ->
     {name, role, dtype, dims, only_with} =
@@ -45,7 +47,7 @@ defmodule ExPhil.Native.OpDescriptions do
   end
 
   descriptions =
-    for [_, op, direction, tensors, options] <- Regex.scan(@row, File.read!(@header)) do
+    for [_, op, direction, tensors, options, bindings] <- Regex.scan(@row, File.read!(@header)) do
       unless direction in ~w(forward backward),
         do: raise("#{@header}: #{op}: direction #{direction}")
 
@@ -60,7 +62,8 @@ defmodule ExPhil.Native.OpDescriptions do
         op: String.to_atom(op),
         direction: String.to_atom(direction),
         tensors: Enum.map(String.split(tensors, " ", trim: true), &tensor.(op, &1)),
-        options: options
+        options: options,
+        bindings: bindings |> String.split(" ", trim: true) |> Enum.map(&String.to_atom/1)
       }
     end
 
