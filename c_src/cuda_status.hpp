@@ -18,10 +18,3 @@ bool is_no_device_error(cudaError_t error) noexcept;
 Status with_context(const std::string& context, Status status);
 
 }  // namespace exphil::runtime
-
-// Returns from the enclosing function if `expr` yields a failed Status.
-#define EXPHIL_RETURN_IF_ERROR(expr)               \
-  do {                                             \
-    ::exphil::Status exphil_status_ = (expr);      \
-    if (!exphil_status_.ok()) return exphil_status_; \
-  } while (0)

@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-namespace exphil::runtime {
+namespace exphil {
 
 std::string shape_string(const int64_t* dims, int rank) {
   std::string s = "[";
@@ -12,6 +12,10 @@ std::string shape_string(const int64_t* dims, int rank) {
   }
   return s + "]";
 }
+
+}  // namespace exphil
+
+namespace exphil::runtime {
 
 std::string pointer_string(const void* p) {
   char buf[2 + 16 + 1];

@@ -4,10 +4,11 @@
 #include <cstdint>
 #include <string>
 
+#include "exphil/tensor.hpp"
+
 namespace exphil::runtime {
 
-// "[2, 32, 256]"
-std::string shape_string(const int64_t* dims, int rank);
+using exphil::shape_string;  // "[2, 32, 256]" (exphil/tensor.hpp)
 // "0x7f3a00000000"
 std::string pointer_string(const void* p);
 

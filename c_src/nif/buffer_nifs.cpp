@@ -5,16 +5,10 @@
 #include <limits>
 #include <string>
 
-#include <cuda_runtime_api.h>
-
-#include "../cuda_status.hpp"
-#include "../device_placement.hpp"
-#include "../device_registry.hpp"
-#include "../pointer_query.hpp"
-#include "../tensor_checks.hpp"
 #include "atoms.hpp"
 #include "buffer_nifs.hpp"
 #include "events.hpp"
+#include "exphil/device.hpp"
 #include "exphil/runtime.hpp"
 #include "resources.hpp"
 #include "tensor_args.hpp"
@@ -41,17 +35,6 @@ BufferResource* buffer_argument(ErlNifEnv* env, ERL_NIF_TERM term) {
   BufferResource* b = get_buffer(env, term);
   if (!b || !enif_is_map(env, term)) bad_argument("buffer", "an ExPhil.Native.Buffer", term);
   return b;
-}
-
-// Copies between host and device on the managed stream and waits.
-Status copy(int device, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  cudaStream_t stream = nullptr;
-  EXPHIL_RETURN_IF_ERROR(managed_stream(device, stream));
-  runtime::ScopedDevice scoped;
-  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
-  const cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, stream);
-  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMemcpyAsync");
-  return wait_for_stream(device, stream);
 }
 
 }  // namespace
@@ -82,7 +65,8 @@ ERL_NIF_TERM upload_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     const int device = device_option(env, argv[3]);
     std::shared_ptr<DeviceMemory> memory;
     check(allocate_device_memory(device, bytes, memory));
-    check(copy(device, memory->data(), data.data, bytes, cudaMemcpyHostToDevice));
+    // on the managed stream: after the ops enqueued there
+    check(copy_and_wait(device, memory->data(), data.data, bytes, CopyDirection::host_to_device, nullptr));
     return make_ok(env, make_buffer(env, std::move(memory), argv[1], argv[2]));
   });
 }
@@ -95,14 +79,12 @@ ERL_NIF_TERM download_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     if (!t.memory && bytes) {
       // Memory the NIF does not own (a :local pointer): the driver must
       // confirm it is device memory that holds the whole tensor.
-      runtime::CallTensors one;
-      check(one.add("buffer", t.desc.data, bytes, false));
-      check(runtime::locate_device(one, device));
+      check(locate_device("buffer", t.desc.data, bytes, device));
     }
     ERL_NIF_TERM binary;
     unsigned char* out = enif_make_new_binary(env, bytes, &binary);
     if (!out) throw std::bad_alloc();
-    if (bytes) check(copy(device, out, t.desc.data, bytes, cudaMemcpyDeviceToHost));
+    if (bytes) check(copy_and_wait(device, out, t.desc.data, bytes, CopyDirection::device_to_host, nullptr));
     return make_ok(env, binary);
   });
 }
@@ -116,7 +98,7 @@ ERL_NIF_TERM free_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
       if (!b->memory) return make_error(env, atoms().already_freed);
       released = std::move(b->memory);
     }
-    // Dropping the last reference here frees now (cudaFree waits for the
+    // Dropping the last reference here frees now (device_free waits for the
     // GPU); calls or events still holding it free it when they finish.
     released.reset();
     return atoms().ok;
@@ -142,16 +124,14 @@ ERL_NIF_TERM export_ipc_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
     if (t.memory->imported())
       throw ArgumentError{"argument 'buffer': an imported IPC buffer cannot be exported again; "
                           "pass on the handle it was imported from"};
-    runtime::ScopedDevice scoped;
-    check(scoped.enter(t.memory->device()));
-    cudaIpcMemHandle_t handle;
-    const cudaError_t e = cudaIpcGetMemHandle(&handle, t.memory->data());
-    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaIpcGetMemHandle"));
+    IpcHandle handle;
+    if (const Status s = ipc_export(t.memory->device(), t.memory->data(), handle); !s.ok())
+      return status_result(env, s);
     const uint64_t bytes = t.bytes;
     ERL_NIF_TERM handle_term;
-    unsigned char* handle_bytes = enif_make_new_binary(env, sizeof handle, &handle_term);
+    unsigned char* handle_bytes = enif_make_new_binary(env, sizeof handle.bytes, &handle_term);
     if (!handle_bytes) throw std::bad_alloc();
-    std::memcpy(handle_bytes, &handle, sizeof handle);
+    std::memcpy(handle_bytes, handle.bytes, sizeof handle.bytes);
     const Atoms& a = atoms();
     return make_ok(env, make_map(env, {{a.kind, a.ipc}, {a.handle, handle_term},
                                        {a.data_size, enif_make_uint64(env, bytes)}}));
@@ -179,15 +159,12 @@ ERL_NIF_TERM allocation_offset_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[
     ErlNifUInt64 address = 0;
     if (!enif_get_uint64(env, argv[0], &address))
       bad_argument("address", "a non-negative 64-bit integer", argv[0]);
-    int count = 0;
-    check(device_count(count));  // also initialises the runtime query_pointer needs
-    if (count == 0) return make_error(env, atoms().no_cuda_device);
-    runtime::PointerInfo info;
-    check(runtime::query_pointer(reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), info));
-    if (info.kind != runtime::PointerInfo::Kind::device)
+    PointerInfo info;
+    check(pointer_info(reinterpret_cast<const void*>(static_cast<uintptr_t>(address)), info));
+    if (info.kind != MemoryKind::device)
       throw ArgumentError{std::string("argument 'address': expected device memory, got ") +
-                          runtime::pointer_kind_name(info.kind) + " memory"};
-    return make_ok(env, enif_make_uint64(env, address - info.range_begin));
+                          memory_kind_name(info.kind) + " memory"};
+    return make_ok(env, enif_make_uint64(env, address - reinterpret_cast<uintptr_t>(info.allocation)));
   });
 }
 

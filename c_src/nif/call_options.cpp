@@ -1,21 +1,15 @@
 #include "call_options.hpp"
 
-#include <cuda_runtime_api.h>
-
-#include "../device_registry.hpp"
-#include "../pointer_query.hpp"
 #include "atoms.hpp"
+#include "exphil/device.hpp"
 #include "resources.hpp"
 
 namespace exphil::nif {
 
 int call_device(const TensorArg& first) {
   if (const int d = known_device(first); d >= 0) return d;
-  int count = 0;
-  runtime::PointerInfo info;
-  if (runtime::DeviceRegistry::instance().device_count(count).ok() && count > 0 &&
-      runtime::query_pointer(first.desc.data, info).ok() && info.device >= 0)
-    return info.device;
+  PointerInfo info;
+  if (pointer_info(first.desc.data, info).ok() && info.device >= 0) return info.device;
   return 0;
 }
 
@@ -25,7 +19,7 @@ Stream decode_stream(ErlNifEnv* env, const Options& opts) {
   // A special handle, not a stream object: it names the legacy stream of
   // whichever device is current, and the library enters the tensors' device
   // before it launches, records events or takes workspace on it.
-  if (enif_is_identical(*term, atoms().legacy_default)) return cudaStreamLegacy;
+  if (enif_is_identical(*term, atoms().legacy_default)) return legacy_stream();
   if (StreamResource* s = get_stream(env, *term)) return s->stream;
   bad_argument("stream", ":managed, :legacy_default or an ExPhil.Native.Stream", *term);
 }

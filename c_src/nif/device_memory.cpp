@@ -2,11 +2,8 @@
 
 #include <cstring>
 
-#include <cuda_runtime_api.h>
-
-#include "../cuda_status.hpp"
-#include "../device_registry.hpp"
-#include "../pointer_query.hpp"
+#include "exphil/device.hpp"
+#include "exphil/runtime.hpp"
 
 namespace exphil::nif {
 
@@ -16,10 +13,9 @@ class Allocation final : public DeviceMemory {
  public:
   Allocation(void* data, std::size_t bytes, int device) : DeviceMemory(data, bytes, device) {}
   ~Allocation() override {
-    // cudaFree waits for work using the memory; every user holds a
+    // device_free waits for work using the memory; every user holds a
     // reference, so by now none is left to enqueue more.
-    runtime::ScopedDevice scoped;
-    if (scoped.enter(device_).ok()) cudaFree(data_);
+    device_free(data_);
   }
   bool imported() const noexcept override { return false; }
 };
@@ -64,20 +60,11 @@ Status IpcImports::acquire(const std::string& handle, int device, std::shared_pt
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) {
-    runtime::ScopedDevice scoped;
-    EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
-    cudaIpcMemHandle_t h;
-    std::memcpy(&h, handle.data(), sizeof h);
+    IpcHandle h;
+    std::memcpy(h.bytes, handle.data(), sizeof h.bytes);
     void* data = nullptr;
-    const cudaError_t e = cudaIpcOpenMemHandle(&data, h, cudaIpcMemLazyEnablePeerAccess);
-    if (e != cudaSuccess) return runtime::cuda_status(e, "cudaIpcOpenMemHandle");
-    runtime::PointerInfo info;
-    Status s = runtime::query_pointer(data, info);
-    if (!s.ok()) {
-      cudaIpcCloseMemHandle(data);
-      return s;
-    }
-    const std::size_t usable = info.range_size - (reinterpret_cast<uintptr_t>(data) - info.range_begin);
+    std::size_t usable = 0;
+    EXPHIL_RETURN_IF_ERROR(ipc_open(device, h, data, usable));
     it = entries_.emplace(handle, Entry{data, usable, device, 0}).first;
   }
   Entry& entry = it->second;
@@ -92,8 +79,7 @@ void IpcImports::release(const std::string& handle) noexcept {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = entries_.find(handle);
     if (it == entries_.end() || --it->second.holders > 0) return;
-    runtime::ScopedDevice scoped;
-    if (scoped.enter(it->second.device).ok()) cudaIpcCloseMemHandle(it->second.data);
+    ipc_close(it->second.device, it->second.data);
     entries_.erase(it);
   } catch (...) {
     // Only std::lock_guard could throw (system_error); the mapping then
@@ -104,23 +90,19 @@ void IpcImports::release(const std::string& handle) noexcept {
 }  // namespace
 
 Status allocate_device_memory(int device, std::size_t bytes, std::shared_ptr<DeviceMemory>& out) {
-  EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().require_device(device));
-  runtime::ScopedDevice scoped;
-  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
   void* data = nullptr;
-  const cudaError_t e = cudaMalloc(&data, bytes);
-  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaMalloc");
+  EXPHIL_RETURN_IF_ERROR(device_alloc(device, bytes, data));
   try {
     out = std::make_shared<Allocation>(data, bytes, device);
   } catch (...) {
-    cudaFree(data);
+    device_free(data);
     throw;
   }
   return {};
 }
 
 Status import_ipc_memory(const std::string& handle, int device, std::shared_ptr<DeviceMemory>& out) {
-  EXPHIL_RETURN_IF_ERROR(runtime::DeviceRegistry::instance().require_device(device));
+  EXPHIL_RETURN_IF_ERROR(require_device(device));
   return IpcImports::instance().acquire(handle, device, out);
 }
 

@@ -30,10 +30,11 @@ class DeviceMemory {
   int device_;
 };
 
-// cudaMalloc'd memory (so it can be exported with cudaIpcGetMemHandle).
+// Memory from exphil::device_alloc (cudaMalloc'd, so it can be exported
+// through CUDA IPC).
 Status allocate_device_memory(int device, std::size_t bytes, std::shared_ptr<DeviceMemory>& out);
 
-// Opens a 64-byte cudaIpcMemHandle_t on `device`, once per handle in this
+// Opens a 64-byte CUDA IPC handle on `device`, once per handle in this
 // process: later imports of the same handle share the mapping, which is
 // closed when the last holder lets go. bytes() is the size of the mapped
 // allocation.

@@ -2,13 +2,10 @@
 #include <limits>
 #include <new>
 
-#include <cuda_runtime_api.h>
-
-#include "../cuda_status.hpp"
-#include "../device_registry.hpp"
 #include "atoms.hpp"
 #include "device_nifs.hpp"
 #include "events.hpp"
+#include "exphil/device.hpp"
 #include "exphil/runtime.hpp"
 #include "resources.hpp"
 #include "terms.hpp"
@@ -19,16 +16,8 @@ namespace {
 
 int device_argument(ErlNifEnv* env, ERL_NIF_TERM term) {
   const int device = static_cast<int>(get_integer(env, term, "device", 0, std::numeric_limits<int>::max()));
-  check(runtime::DeviceRegistry::instance().require_device(device));
+  check(require_device(device));
   return device;
-}
-
-Status synchronize_device(int device) {
-  runtime::ScopedDevice scoped;
-  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
-  const cudaError_t e = cudaDeviceSynchronize();
-  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaDeviceSynchronize");
-  return {};
 }
 
 }  // namespace
@@ -44,21 +33,15 @@ ERL_NIF_TERM device_count_nif(ErlNifEnv* env, int, const ERL_NIF_TERM[]) {
 ERL_NIF_TERM device_info_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     const int device = device_argument(env, argv[0]);
-    cudaDeviceProp prop{};
-    cudaError_t e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaGetDeviceProperties"));
-    runtime::ScopedDevice scoped;
-    check(scoped.enter(device));
-    size_t free_bytes = 0, total_bytes = 0;
-    e = cudaMemGetInfo(&free_bytes, &total_bytes);
-    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaMemGetInfo"));
+    DeviceInfo info;
+    if (const Status s = exphil::device_info(device, info); !s.ok()) return status_result(env, s);
     const Atoms& a = atoms();
-    return make_ok(env, make_map(env, {{a.name, make_string(env, prop.name)},
-                                       {a.total_memory, enif_make_uint64(env, total_bytes)},
-                                       {a.free_memory, enif_make_uint64(env, free_bytes)},
-                                       {a.compute_capability, enif_make_tuple2(env, enif_make_int(env, prop.major),
-                                                                               enif_make_int(env, prop.minor))},
-                                       {a.multiprocessor_count, enif_make_int(env, prop.multiProcessorCount)}}));
+    return make_ok(env, make_map(env, {{a.name, make_string(env, info.name)},
+                                       {a.total_memory, enif_make_uint64(env, info.total_memory)},
+                                       {a.free_memory, enif_make_uint64(env, info.free_memory)},
+                                       {a.compute_capability, enif_make_tuple2(env, enif_make_int(env, info.major),
+                                                                               enif_make_int(env, info.minor))},
+                                       {a.multiprocessor_count, enif_make_int(env, info.multiprocessors)}}));
   });
 }
 
@@ -78,14 +61,14 @@ ERL_NIF_TERM synchronize_all_nif(ErlNifEnv* env, int, const ERL_NIF_TERM[]) {
     int count = 0;
     check(device_count(count));
     if (count == 0) return make_error(env, atoms().no_cuda_device);
-    for (int d = 0; d < count; ++d) check(synchronize_device(d));
+    for (int d = 0; d < count; ++d) check(device_synchronize(d));
     return atoms().ok;
   });
 }
 
 ERL_NIF_TERM synchronize_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    check(synchronize_device(device_argument(env, argv[0])));
+    check(device_synchronize(device_argument(env, argv[0])));
     return atoms().ok;
   });
 }
@@ -94,14 +77,11 @@ ERL_NIF_TERM new_stream_nif(ErlNifEnv* env, int, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     const Options opts(env, argv[0], {"device"});
     const int device = device_argument(env, opts.get("device").value_or(enif_make_int(env, 0)));
-    runtime::ScopedDevice scoped;
-    check(scoped.enter(device));
-    cudaStream_t stream = nullptr;
-    const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaStreamCreateWithFlags"));
+    Stream stream = nullptr;
+    if (const Status s = stream_create(device, stream); !s.ok()) return status_result(env, s);
     void* raw = enif_alloc_resource(stream_resource_type(), sizeof(StreamResource));
     if (!raw) {
-      cudaStreamDestroy(stream);
+      stream_destroy(device, stream);
       throw std::bad_alloc();
     }
     auto* res = new (raw) StreamResource{stream, device};

@@ -2,42 +2,14 @@
 
 #include <new>
 
-#include "../cuda_status.hpp"
-#include "../device_registry.hpp"
 #include "atoms.hpp"
+#include "exphil/device.hpp"
 #include "resources.hpp"
 #include "terms.hpp"
 
 namespace exphil::nif {
 
-namespace {
-
-Status record(int device, cudaStream_t stream, cudaEvent_t& event) {
-  runtime::ScopedDevice scoped;
-  EXPHIL_RETURN_IF_ERROR(scoped.enter(device));
-  cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaEventCreateWithFlags");
-  e = cudaEventRecord(event, stream);
-  if (e != cudaSuccess) {
-    cudaEventDestroy(event);
-    event = nullptr;
-    return runtime::cuda_status(e, "cudaEventRecord");
-  }
-  return {};
-}
-
-}  // namespace
-
-Status wait_for_stream(int device, cudaStream_t stream) {
-  cudaEvent_t event = nullptr;
-  EXPHIL_RETURN_IF_ERROR(record(device, stream, event));
-  const cudaError_t e = cudaEventSynchronize(event);
-  cudaEventDestroy(event);
-  if (e != cudaSuccess) return runtime::cuda_status(e, "cudaEventSynchronize");
-  return {};
-}
-
-ERL_NIF_TERM make_event(ErlNifEnv* env, int device, cudaStream_t stream,
+ERL_NIF_TERM make_event(ErlNifEnv* env, int device, Stream stream,
                         const std::vector<ERL_NIF_TERM>& keep_terms, ERL_NIF_TERM outputs,
                         std::vector<std::shared_ptr<DeviceMemory>> memory) {
   void* raw = enif_alloc_resource(event_resource_type(), sizeof(EventResource));
@@ -54,7 +26,7 @@ ERL_NIF_TERM make_event(ErlNifEnv* env, int device, cudaStream_t stream,
   for (ERL_NIF_TERM t : keep_terms) kept.push_back(enif_make_copy(ev->keep, t));
   enif_make_list_from_array(ev->keep, kept.data(), static_cast<unsigned>(kept.size()));
   ev->outputs = enif_make_copy(ev->keep, outputs);
-  check(record(device, stream, ev->event));
+  check(event_record(device, stream, ev->event));
 
   return make_ok(env, make_map(env, {{atoms().struct_, atoms().event_module}, {atoms().ref, ref}}));
 }
@@ -73,10 +45,7 @@ ERL_NIF_TERM await_event(ErlNifEnv* env, ERL_NIF_TERM term) {
   auto* ev = static_cast<EventResource*>(raw);
   std::lock_guard<std::mutex> lock(ev->mutex);
   if (!ev->done) {
-    runtime::ScopedDevice scoped;
-    check(scoped.enter(ev->device));
-    const cudaError_t e = cudaEventSynchronize(ev->event);
-    if (e != cudaSuccess) return status_result(env, runtime::cuda_status(e, "cudaEventSynchronize"));
+    if (const Status s = event_wait(ev->device, ev->event); !s.ok()) return status_result(env, s);
     ev->done = true;
     ev->memory.clear();  // the work is done; the output terms keep their buffers
   }

@@ -5,21 +5,18 @@
 #include <memory>
 #include <vector>
 
-#include <cuda_runtime_api.h>
 #include <erl_nif.h>
 
 #include "device_memory.hpp"
 #include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
 
 namespace exphil::nif {
-
-// Records an event on `stream` (device `device` current) and waits for it.
-Status wait_for_stream(int device, cudaStream_t stream);
 
 // Records an event on `stream` and returns {:ok, %ExPhil.Native.Event{}}
 // holding copies of `keep_terms` and `outputs`, and `memory`, until the
 // work is done; await/1 then answers {:ok, outputs}.
-ERL_NIF_TERM make_event(ErlNifEnv* env, int device, cudaStream_t stream,
+ERL_NIF_TERM make_event(ErlNifEnv* env, int device, Stream stream,
                         const std::vector<ERL_NIF_TERM>& keep_terms, ERL_NIF_TERM outputs,
                         std::vector<std::shared_ptr<DeviceMemory>> memory);
 

@@ -2,19 +2,18 @@
 
 #include <memory>
 
-#include <cuda_runtime_api.h>
-
 #include "device_memory.hpp"
 #include "events.hpp"
+#include "exphil/device.hpp"
 
 namespace exphil::nif {
 
 ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], int device, Stream stream, bool sync,
                          ERL_NIF_TERM map, const std::vector<const TensorArg*>& tensors) {
-  cudaStream_t s = stream;
+  Stream s = stream;
   if (!s) check(managed_stream(device, s));
   if (sync) {
-    check(wait_for_stream(device, s));
+    check(stream_wait(device, s));
     return make_ok(env, map);
   }
   std::vector<std::shared_ptr<DeviceMemory>> memory;

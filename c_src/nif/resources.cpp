@@ -2,8 +2,8 @@
 
 #include <new>
 
-#include "../device_registry.hpp"
 #include "atoms.hpp"
+#include "exphil/device.hpp"
 #include "terms.hpp"
 
 namespace exphil::nif {
@@ -18,10 +18,7 @@ void stream_destructor(ErlNifEnv*, void* object) {
   auto* s = static_cast<StreamResource*>(object);
   try {
     // Work still queued completes first; the driver releases the stream after.
-    if (s->stream) {
-      runtime::ScopedDevice scoped;
-      if (scoped.enter(s->device).ok()) cudaStreamDestroy(s->stream);
-    }
+    stream_destroy(s->device, s->stream);
     s->~StreamResource();
   } catch (...) {
   }
@@ -42,14 +39,11 @@ void event_destructor(ErlNifEnv*, void* object) {
     // that holds no such memory (every tensor a :local pointer, whose owner
     // answers for it, as a stream-ordered allocator such as libtorch's does
     // on stream: :legacy_default) has nothing to protect, and is not waited
-    // for: the garbage collector must not block on the GPU. cudaEventDestroy
-    // on pending work is allowed; the driver releases the event after it.
+    // for: the garbage collector must not block on the GPU. Destroying a
+    // pending event is allowed; the driver releases it after the work.
     if (ev->event) {
-      runtime::ScopedDevice scoped;
-      if (scoped.enter(ev->device).ok()) {
-        if (!ev->done && !ev->memory.empty()) cudaEventSynchronize(ev->event);
-        cudaEventDestroy(ev->event);
-      }
+      if (!ev->done && !ev->memory.empty()) event_wait(ev->device, ev->event);
+      event_destroy(ev->device, ev->event);
     }
     if (ev->keep) enif_free_env(ev->keep);
     ev->~EventResource();

@@ -7,10 +7,11 @@
 #include <mutex>
 #include <vector>
 
-#include <cuda_runtime_api.h>
 #include <erl_nif.h>
 
 #include "device_memory.hpp"
+#include "exphil/device.hpp"
+#include "exphil/tensor.hpp"
 
 namespace exphil::nif {
 
@@ -26,7 +27,7 @@ struct BufferResource {
 // done, the event waits for it only when `memory` is not empty.
 struct EventResource {
   std::mutex mutex;
-  cudaEvent_t event = nullptr;
+  Event event = nullptr;
   int device = 0;
   ErlNifEnv* keep = nullptr;
   ERL_NIF_TERM outputs = 0;  // in `keep`
@@ -38,7 +39,7 @@ struct EventResource {
 // as `stream:`; raw addresses are never accepted, since a wrong one would be
 // dereferenced by the driver.
 struct StreamResource {
-  cudaStream_t stream = nullptr;
+  Stream stream = nullptr;
   int device = 0;
 };
 

@@ -5,9 +5,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include <cuda_runtime_api.h>
-
 #include "atoms.hpp"
+#include "exphil/device.hpp"
 
 namespace exphil::nif {
 
@@ -99,8 +98,7 @@ ERL_NIF_TERM status_result(ErlNifEnv* env, const Status& status) {
     case StatusCode::no_device: return make_error(env, a.no_cuda_device);
     case StatusCode::out_of_memory: return make_error(env, a.out_of_memory);
     case StatusCode::cuda_error: {
-      const auto code = static_cast<cudaError_t>(status.cuda_error());
-      return make_error(env, enif_make_tuple3(env, a.cuda_error, atom(env, cudaGetErrorName(code)),
+      return make_error(env, enif_make_tuple3(env, a.cuda_error, atom(env, cuda_error_name(status.cuda_error())),
                                               make_string(env, status.message())));
     }
     case StatusCode::internal: break;

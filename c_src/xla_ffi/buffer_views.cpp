@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "../format.hpp"
-
 namespace exphil::xla_ffi {
 
 namespace {
@@ -27,7 +25,7 @@ bool has_zero_elements(const ffi::AnyBuffer& buffer) {
 
 std::string shape_of(const ffi::AnyBuffer& buffer) {
   const auto dims = buffer.dimensions();
-  return runtime::shape_string(dims.begin(), static_cast<int>(dims.size()));
+  return shape_string(dims.begin(), static_cast<int>(dims.size()));
 }
 
 }  // namespace
@@ -89,7 +87,7 @@ const Tensor* BufferViews::optional_gradient(const char* name, const ffi::AnyBuf
       !std::equal(dims.begin(), dims.end(), input->shape)) {
     fail("result", name,
          std::string("expected the shape of operand '") + input_name + "', " +
-             runtime::shape_string(input->shape, input->rank) + ", got " + shape_of(buffer));
+             shape_string(input->shape, input->rank) + ", got " + shape_of(buffer));
     return nullptr;
   }
   return describe("result", name, buffer);

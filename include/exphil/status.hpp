@@ -41,3 +41,10 @@ class Status {
 };
 
 }  // namespace exphil
+
+// Returns from the enclosing function if `expr` yields a failed Status.
+#define EXPHIL_RETURN_IF_ERROR(expr)                  \
+  do {                                                \
+    ::exphil::Status exphil_status_ = (expr);         \
+    if (!exphil_status_.ok()) return exphil_status_;  \
+  } while (0)

@@ -4,12 +4,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "exphil/exphil.h"
 
 namespace exphil {
 
 using Tensor = ::exphil_tensor;
+
+// "[2, 32, 256]": a shape as the library's messages write it.
+std::string shape_string(const int64_t* dims, int rank);
 // Same type as cudaStream_t; nullptr selects the library's managed stream.
 using Stream = ::exphil_stream;
 
