@@ -6,7 +6,9 @@ defmodule ExPhil.Native.OpDescriptionsTest do
   #   * the NIF: which ops it has, each function's arguments in order (each
   #     named by the NIF's own message when it is not a tensor), its options
   #     and its outputs (from the NIF's message for an unknown one);
-  #   * the XLA FFI targets of the NIF's ops: operands, results, attributes;
+  #   * the C ABI's op functions: their tensor parameters;
+  #   * the XLA FFI targets of the ops that have them: operands, results,
+  #     attributes and the attributes' MLIR types;
   #   * ExPhil.Native.Ops: one function per op, the required inputs first;
   #   * the README's table of scans.
   #
@@ -168,6 +170,42 @@ defmodule ExPhil.Native.OpDescriptionsTest do
       options = for %{name: name} <- d.options, name not in @cpp_only_options, do: name
       has = for {name, :optional} <- inputs, do: "has_" <> name
       assert Enum.sort(attributes) == Enum.sort(options ++ has), "#{target.name}"
+    end
+  end
+
+  test "each C ABI op function takes the described tensors, inputs before outputs" do
+    header = File.read!(Path.expand("../../include/exphil/exphil.h", __DIR__))
+
+    for d <- OpDescriptions.all(), :c in d.bindings do
+      name = "exphil_#{d.op}_#{d.direction}"
+      [_, params] = Regex.run(~r/exphil_status #{name}\(([^;]*)\);/s, header)
+      tensors = for [_, p] <- Regex.scan(~r/const exphil_tensor\* (\w+)/, params), do: p
+      described = Enum.map(d.tensors, & &1.name)
+      assert Enum.sort(tensors) == Enum.sort(described), "#{name}: #{inspect(tensors)}"
+
+      outputs = for t <- d.tensors, t.role == :output, do: t.name
+      {before, from_first_output} = Enum.split_while(tensors, &(&1 not in outputs))
+      assert Enum.sort(from_first_output) == Enum.sort(outputs), "#{name}: inputs after outputs"
+      assert length(before) + length(outputs) == length(described)
+    end
+  end
+
+  test "the XLA FFI targets' attribute types are the MLIR types of the options' types" do
+    mlir = fn
+      "bool" -> "i1"
+      "i32" -> "i32"
+      "f32" -> "f32"
+      "enum(" <> _ -> "i32"
+    end
+
+    for d <- OpDescriptions.all(),
+        :xla in d.bindings,
+        {name, type, _} <- Targets.fetch!(Targets.name(d.op, d.direction)).attributes do
+      case Enum.find(d.options, &(&1.name == name)) do
+        # has_<input>: whether an optional operand is present
+        nil -> assert type == "i1" and String.starts_with?(name, "has_")
+        option -> assert type == mlir.(option.type), "#{d.op} #{d.direction}: #{name}"
+      end
     end
   end
 
