@@ -1,12 +1,13 @@
 # The bindings use the public C++ API only: every quoted #include of the C
-# ABI (c_src/c_abi.cpp), the NIF (c_src/nif/) and the XLA FFI handlers
+# ABI (c_src/c_abi/), the NIF (c_src/nif/) and the XLA FFI handlers
 # (c_src/xla_ffi/) names a header of include/exphil/, of XLA's FFI, or of
 # the binding's own folder, never the runtime's internals in c_src/.
 # Run with -DSOURCE_DIR=<repository root>.
 file(GLOB nif_files "${SOURCE_DIR}/c_src/nif/*.cpp" "${SOURCE_DIR}/c_src/nif/*.hpp")
 file(GLOB ffi_files "${SOURCE_DIR}/c_src/xla_ffi/*.cpp" "${SOURCE_DIR}/c_src/xla_ffi/*.hpp")
+file(GLOB c_files "${SOURCE_DIR}/c_src/c_abi/*.cpp" "${SOURCE_DIR}/c_src/c_abi/*.hpp")
 set(checked 0)
-foreach(file IN LISTS nif_files ffi_files ITEMS "${SOURCE_DIR}/c_src/c_abi.cpp")
+foreach(file IN LISTS nif_files ffi_files c_files)
   get_filename_component(folder "${file}" DIRECTORY)
   file(STRINGS "${file}" includes REGEX "^#include \"")
   foreach(line IN LISTS includes)
@@ -14,7 +15,7 @@ foreach(file IN LISTS nif_files ffi_files ITEMS "${SOURCE_DIR}/c_src/c_abi.cpp")
     if(header MATCHES "^exphil/" OR header MATCHES "^xla/ffi/")
       continue()
     endif()
-    if(header MATCHES "/" OR NOT EXISTS "${folder}/${header}" OR folder STREQUAL "${SOURCE_DIR}/c_src")
+    if(header MATCHES "/" OR NOT EXISTS "${folder}/${header}")
       message(FATAL_ERROR "${file} includes \"${header}\": a binding may include the public "
                           "headers (exphil/...) and its own folder's only")
     endif()

@@ -25,7 +25,7 @@ using CudaStream = ffi::PlatformStream<cudaStream_t>;
 // Every handler may be traced into XLA's command buffers (CUDA graphs): a
 // call launches the same kernels for the same shapes and attributes, and
 // under capture the library's workspace is a block the graph owns, never an
-// allocation node (c_src/capture_workspace.hpp), so XLA can nest the trace
+// allocation node (c_src/runtime/capture_workspace.hpp), so XLA can nest the trace
 // as a child graph. Given with every .To(), which XLA reads back through its
 // metadata query, and again at registration (registration.cpp).
 inline constexpr std::initializer_list<ffi::Traits> kHandlerTraits = {

@@ -2,7 +2,7 @@
 // nested as a child graph (how XLA's command buffers run a traced custom
 // call), against the double reference through the usual harnesses. The
 // shapes include ones that need a workspace: a captured op then takes a
-// block the graph owns (c_src/capture_workspace.hpp), and a graph that held
+// block the graph owns (c_src/runtime/capture_workspace.hpp), and a graph that held
 // an allocation node instead could not be nested at all.
 #include <catch2/catch.hpp>
 

@@ -25,11 +25,11 @@
 #include <string>
 #include <utility>
 
-#include "api_guard.hpp"
-#include "cuda_status.hpp"
+#include "runtime/api_guard.hpp"
+#include "runtime/cuda_status.hpp"
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
-#include "launch_context.hpp"
+#include "runtime/launch_context.hpp"
 
 namespace exphil::runtime {
 

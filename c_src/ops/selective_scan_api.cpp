@@ -4,7 +4,7 @@
 #include <type_traits>
 
 #include "exphil/selective_scan.hpp"
-#include "format.hpp"
+#include "runtime/format.hpp"
 #include "op_pipeline.hpp"
 #include "selective_scan/selective_scan_config.h"
 #include "selective_scan/selective_scan_launch.h"

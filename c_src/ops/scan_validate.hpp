@@ -5,7 +5,7 @@
 
 #include "exphil/scan.hpp"
 #include "scan/scan_params.h"
-#include "tensor_checks.hpp"
+#include "runtime/tensor_checks.hpp"
 
 namespace exphil::runtime {
 

@@ -5,7 +5,7 @@
 #include <type_traits>
 
 #include "exphil/scan.hpp"
-#include "format.hpp"
+#include "runtime/format.hpp"
 #include "op_pipeline.hpp"
 #include "scan/scan_launch.h"
 #include "scan_validate.hpp"

@@ -6,7 +6,7 @@
 
 #include "attention/attention_params.h"
 #include "exphil/attention.hpp"
-#include "tensor_checks.hpp"
+#include "runtime/tensor_checks.hpp"
 
 namespace exphil::runtime {
 

@@ -15,7 +15,7 @@ Status locate_device(const CallTensors& tensors, int& device);
 
 // `requested` if non-null (it must belong to `device`), else the library's
 // managed stream for `device`; `capturing` tells whether the stream is being
-// captured into a CUDA graph, which rules out some calls (see scan_api.cpp).
+// captured into a CUDA graph, which rules out some calls (see ops/scan_api.cpp).
 Status resolve_stream(int device, Stream requested, cudaStream_t& stream, bool& capturing);
 
 }  // namespace exphil::runtime

@@ -6,7 +6,7 @@
 
 #include "exphil/selective_scan.hpp"
 #include "selective_scan/selective_scan_params.h"
-#include "tensor_checks.hpp"
+#include "runtime/tensor_checks.hpp"
 
 namespace exphil::runtime {
 

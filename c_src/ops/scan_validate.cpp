@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda_status.hpp"
+#include "runtime/cuda_status.hpp"
 #include "scan/scan_config.h"
 
 namespace exphil::runtime {

@@ -8,7 +8,7 @@
 #include "attention/attention_launch.h"
 #include "attention_validate.hpp"
 #include "exphil/attention.hpp"
-#include "format.hpp"
+#include "runtime/format.hpp"
 #include "op_pipeline.hpp"
 
 namespace exphil {

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "cuda_status.hpp"
-#include "format.hpp"
+#include "runtime/cuda_status.hpp"
+#include "runtime/format.hpp"
 #include "selective_scan/selective_scan_config.h"
 
 namespace exphil::runtime {

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "attention/attention_config.h"
-#include "cuda_status.hpp"
-#include "format.hpp"
+#include "runtime/cuda_status.hpp"
+#include "runtime/format.hpp"
 
 namespace exphil::runtime {
 
