@@ -72,6 +72,7 @@ defmodule ExPhil.Native.OpDescriptions do
   end
 
   @descriptions descriptions
+  @by_op_direction Map.new(descriptions, &{{&1.op, &1.direction}, &1})
 
   @doc "Every op direction, in the header's order."
   @spec all() :: [map()]
@@ -80,8 +81,10 @@ defmodule ExPhil.Native.OpDescriptions do
   @doc "The description of `op` in `direction`; raises for an unknown one."
   @spec fetch!(atom(), :forward | :backward) :: map()
   def fetch!(op, direction) do
-    Enum.find(@descriptions, &(&1.op == op and &1.direction == direction)) ||
-      raise ArgumentError, "no op direction #{inspect(op)} #{inspect(direction)}"
+    case @by_op_direction do
+      %{{^op, ^direction} => description} -> description
+      _ -> raise ArgumentError, "no op direction #{inspect(op)} #{inspect(direction)}"
+    end
   end
 
   @doc """

@@ -5,13 +5,18 @@ defmodule ExPhil.Native.Ops.Scan do
   # blocks' default functions are ExPhil.Native.Pure.Scan, or the NIF on
   # Torchx CUDA tensors (ExPhil.Native.Eager).
 
-  alias ExPhil.Native.{Block, Eager, Targets}
+  alias ExPhil.Native.{Block, Eager, OpDescriptions, Targets}
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
   def run(op, inputs, opts) do
-    # The input names are the forward target's required operands.
-    names = for {name, :required} <- Targets.fetch!(Targets.name(op, :forward)).operands, do: name
+    # The input names are the op's required inputs (include/exphil/op_descriptions.h).
+    names =
+      for t <- OpDescriptions.fetch!(op, :forward).tensors,
+          t.role == :input,
+          not t.optional,
+          do: t.name
+
     fun = "ExPhil.Native.Ops.#{op}/#{length(names) + 1}"
     opts = Args.options!(fun, opts, h0: nil, final_state: false)
     {inputs, type, {batch, _steps, hidden}} = check_inputs!(fun, names, inputs)
