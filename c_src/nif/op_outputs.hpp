@@ -93,7 +93,7 @@ Outputs<Args> resolve_outputs(ErlNifEnv* env, const Options& opts, const std::ve
   if (auto given = opts.get("outputs")) {
     std::vector<const char*> names;
     for (const OutputSpec<Args>& s : specs) names.push_back(s.name);
-    const Options outputs(env, *given, names);
+    const Options outputs(env, *given, names, "outputs", "output");
     for (const OutputSpec<Args>& s : specs)
       if (auto term = given_output(outputs, s.name, s.required))
         out.add(s, decode_tensor(env, *term, s.name, device), *term);

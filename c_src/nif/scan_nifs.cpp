@@ -45,7 +45,7 @@ ScanOutputs resolve_scan_outputs(ErlNifEnv* env, const Options& opts, const std:
   if (auto given = opts.get("outputs")) {
     std::vector<const char*> names;
     for (const ScanOutputSpec& s : specs) names.push_back(s.name.c_str());
-    const Options outputs(env, *given, names);
+    const Options outputs(env, *given, names, "outputs", "output");
     for (const ScanOutputSpec& s : specs) {
       auto term = given_output(outputs, s.name.c_str(), s.required);
       if (!term) {

@@ -177,7 +177,8 @@ std::optional<ERL_NIF_TERM> map_get(ErlNifEnv* env, ERL_NIF_TERM map, ERL_NIF_TE
   return std::nullopt;
 }
 
-Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> accepted) {
+Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> accepted, const char* argument,
+                 const char* kind) {
   std::string names;
   for (const char* n : accepted) names += (names.empty() ? ":" : ", :") + std::string(n);
   auto add = [&](ERL_NIF_TERM key, ERL_NIF_TERM value) {
@@ -192,12 +193,12 @@ Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> acc
         }
       }
     }
-    bad_argument("opts", "option names among " + names, key);
+    bad_argument(argument, std::string(kind) + " names among " + names, key);
   };
   if (enif_is_map(env, term)) {
     ErlNifMapIterator it;
     if (!enif_map_iterator_create(env, term, &it, ERL_NIF_MAP_ITERATOR_FIRST))
-      bad_argument("opts", "a keyword list or a map", term);
+      bad_argument(argument, "a keyword list or a map", term);
     ERL_NIF_TERM key, value;
     try {
       while (enif_map_iterator_get_pair(env, &it, &key, &value)) {
@@ -216,10 +217,10 @@ Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> acc
     const ERL_NIF_TERM* pair = nullptr;
     int arity = 0;
     if (!enif_get_tuple(env, head, &arity, &pair) || arity != 2)
-      bad_argument("opts", "a keyword list or a map", term);
+      bad_argument(argument, "a keyword list or a map", term);
     add(pair[0], pair[1]);
   }
-  if (!enif_is_empty_list(env, list)) bad_argument("opts", "a keyword list or a map", term);
+  if (!enif_is_empty_list(env, list)) bad_argument(argument, "a keyword list or a map", term);
 }
 
 std::optional<ERL_NIF_TERM> Options::get(const char* name) const {

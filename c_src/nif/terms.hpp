@@ -89,7 +89,10 @@ ERL_NIF_TERM make_shape(ErlNifEnv* env, const std::vector<int64_t>& shape);
 // the names the function accepts.
 class Options {
  public:
-  Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> accepted);
+  // `argument` and `kind` name the term and its keys in messages:
+  // "argument 'outputs': expected output names among :y, :h_final, ...".
+  Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> accepted, const char* argument = "opts",
+          const char* kind = "option");
   std::optional<ERL_NIF_TERM> get(const char* name) const;
 
  private:

@@ -356,13 +356,13 @@ defmodule ExPhil.Native.AttentionErrorsTest do
     end
 
     assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :o, :lse, got :y/,
+                 ~r/argument 'outputs': expected output names among :o, :lse, got :y/,
                  fn ->
                    forward(c, outputs: [o: c.o, y: c.o])
                  end
 
     assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :grad_q, :grad_k, :grad_v, got :grad_o/,
+                 ~r/argument 'outputs': expected output names among :grad_q, :grad_k, :grad_v, got :grad_o/,
                  fn ->
                    backward(c, outputs: [grad_o: c.grad_o])
                  end

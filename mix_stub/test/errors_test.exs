@@ -455,9 +455,11 @@ defmodule ExPhil.Native.ErrorsTest do
     end
 
     # Elixir's names, not the library's
-    assert_raise ArgumentError, ~r/expected option names among :grad_x, .*, got :grad_A/, fn ->
-      ss_backward(outputs: [grad_A: tensor(28672, {3, 4})])
-    end
+    assert_raise ArgumentError,
+                 ~r/argument 'outputs': expected output names among :grad_x, .*, got :grad_A/,
+                 fn ->
+                   ss_backward(outputs: [grad_A: tensor(28672, {3, 4})])
+                 end
   end
 
   test "selective scan: well-formed calls fail cleanly where there is no GPU memory" do
