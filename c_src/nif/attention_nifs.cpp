@@ -10,11 +10,12 @@
 //     bad one as 'options', and reads a scale of 0 as "1 / sqrt(d)", which a
 //     caller writing scale: 0.0 did not mean, so a scale that is (or rounds
 //     in f32 to) zero is refused here.
-//   * Outputs the NIF allocates take their shapes from q and k: o and
-//     grad_q have q's shape, grad_k and grad_v k's (the library requires v
-//     to have it too), all of q's dtype; lse is [B, Hq, T] f32 in either
-//     layout. So the NIF checks the ranks of q and k itself; everything else
-//     about shapes and dtypes (GQA, head width, ...) is the library's.
+//   * Outputs the NIF allocates take their shapes from q and k, as the op's
+//     description says (op_outputs.hpp): o and grad_q have q's shape,
+//     grad_k and grad_v k's (the library requires v to have it too), all of
+//     q's dtype; lse is [B, Hq, T] f32 in either layout. So the NIF checks
+//     the ranks of q and k itself; everything else about shapes and dtypes
+//     (GQA, head width, ...) is the library's.
 //   * Under outputs:, the forward needs o (lse is optional: not written if
 //     absent), and the backward any of grad_q, grad_k, grad_v (at least one).
 //     Without outputs:, the NIF makes every output.
@@ -140,25 +141,11 @@ AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, D
   return options;
 }
 
-// --- Outputs
-
-// The shapes of the op's tensors, from q and k. The rank checks they rest
-// on are made with or without outputs:, so that a call gets the same
-// message either way.
-struct Shapes {
-  std::vector<int64_t> query, key, lse;
-};
-
-Shapes shapes_of(const Inputs& in, AttentionLayout layout) {
-  const bool bhtd = layout == AttentionLayout::bhtd;
-  if (in.q.shape.size() != 4)
-    throw ArgumentError{std::string("argument 'q': expected rank 4 ") + (bhtd ? "[B, Hq, T, d]" : "[B, T, Hq, d]") +
-                        ", got shape " + shape_text(in.q.shape)};
-  if (in.k.shape.size() != 4)
-    throw ArgumentError{std::string("argument 'k': expected rank 4 ") +
-                        (bhtd ? "[B, Hkv, S, d]" : "[B, S, Hkv, d]") + ", got shape " + shape_text(in.k.shape)};
-  const std::vector<int64_t>& q = in.q.shape;
-  return {q, in.k.shape, {q[0], bhtd ? q[1] : q[2], bhtd ? q[2] : q[1]}};
+// The outputs' plan, from the description and q, k (lse is f32 [B, Hq, T]
+// in either layout; o and the gradients have q's dtype).
+std::vector<OutputPlan> outputs_of(const char* direction, const Inputs& in, AttentionLayout layout) {
+  return plan_outputs(description_of("attention", direction), {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}},
+                      in.q.dtype, DType::f32, layout == AttentionLayout::bthd);
 }
 
 }  // namespace
@@ -166,25 +153,21 @@ Shapes shapes_of(const Inputs& in, AttentionLayout layout) {
 ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     using Args = AttentionForwardArgs;
-    const Atoms& a = atoms();
     const Options opts = decode_options(env, argv[3]);
     const Inputs in = decode_inputs(env, argv);
     const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
-    const Shapes shapes = shapes_of(in, options.layout);
-    Args args;
-    args.in = in.view();
-    args.options = options;
-    // name, key, slot, dtype, shape, required, exists
-    const Outputs<Args> outputs = resolve_outputs<Args>(
-        env, opts,
-        {
-            {"o", a.o, &Args::o, in.q.dtype, shapes.query, true, true},
-            {"lse", a.lse, &Args::lse, DType::f32, shapes.lse, false, true},
-        },
-        in.device, args);
-    outputs.bind(args);
+    Outputs outputs = resolve_outputs(env, opts, outputs_of("forward", in, options.layout), in.device);
+    auto make_args = [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      args.o = outputs.get("o");
+      args.lse = outputs.get("lse");
+      return args;
+    };
+    const Args args = bind_outputs(env, outputs, in.device, make_args);
     return finish_call(env, argc, argv, in.device, stream, sync, outputs, {&in.q, &in.k, &in.v},
                        [&] { return exphil::attention_forward(args, stream); });
   });
@@ -193,7 +176,6 @@ ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM 
 ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     using Args = AttentionBackwardArgs;
-    const Atoms& a = atoms();
     const Options opts = decode_options(env, argv[6]);
     const Inputs in = decode_inputs(env, argv);
     const TensorArg o = decode_tensor(env, argv[3], "o", in.device);
@@ -202,24 +184,20 @@ ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM
     const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
-    const Shapes shapes = shapes_of(in, options.layout);
-    const DType dtype = in.q.dtype;
-    Args args;
-    args.in = in.view();
-    args.options = options;
-    args.o = &o.desc;
-    args.lse = &lse.desc;
-    args.grad_o = &grad_o.desc;
-    // name, key, slot, dtype, shape, required, exists
-    const Outputs<Args> outputs = resolve_outputs<Args>(
-        env, opts,
-        {
-            {"grad_q", a.grad_q, &Args::grad_q, dtype, shapes.query, false, true},
-            {"grad_k", a.grad_k, &Args::grad_k, dtype, shapes.key, false, true},
-            {"grad_v", a.grad_v, &Args::grad_v, dtype, shapes.key, false, true},
-        },
-        in.device, args);
-    outputs.bind(args);
+    Outputs outputs = resolve_outputs(env, opts, outputs_of("backward", in, options.layout), in.device);
+    auto make_args = [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      args.o = &o.desc;
+      args.lse = &lse.desc;
+      args.grad_o = &grad_o.desc;
+      args.grad_q = outputs.get("grad_q");
+      args.grad_k = outputs.get("grad_k");
+      args.grad_v = outputs.get("grad_v");
+      return args;
+    };
+    const Args args = bind_outputs(env, outputs, in.device, make_args);
     const std::vector<const TensorArg*> inputs = {&in.q, &in.k, &in.v, &o, &lse, &grad_o};
     return finish_call(env, argc, argv, in.device, stream, sync, outputs, inputs,
                        [&] { return exphil::attention_backward(args, stream); });

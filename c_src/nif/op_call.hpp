@@ -23,9 +23,9 @@ ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], in
 
 // Runs call() -> Status, then answers {:ok, %{name => tensor}} as
 // answer_call does.
-template <class Args, class Call>
+template <class Call>
 ERL_NIF_TERM finish_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], int device, Stream stream, bool sync,
-                         const Outputs<Args>& outputs, const std::vector<const TensorArg*>& inputs, Call&& call) {
+                         const Outputs& outputs, const std::vector<const TensorArg*>& inputs, Call&& call) {
   check(call());
   std::vector<const TensorArg*> tensors = inputs;
   for (const TensorArg& t : outputs.tensors()) tensors.push_back(&t);

@@ -1,74 +1,93 @@
-// The outputs of an op NIF. Each direction of an op lists its outputs as
-// OutputSpecs, with the dtype and shape it computed from its inputs. Under
-// outputs: the caller gives the tensors to write (destination passing);
-// without it the NIF allocates every output that exists as a fresh
-// ExPhil.Native.Buffer. Either way the tensors are bound to the library's
-// arguments (Args) and the call answers %{name => tensor}: the tensors given,
-// or the Buffers made.
+// The outputs of an op NIF, derived from the op's description
+// (exphil/op_descriptions.hpp): their names, dtypes, shapes, which must be
+// given under destination passing, and which exist (an optional gradient
+// of an absent input does not). Under outputs: the caller gives the tensors
+// to write; without it the NIF allocates every output that exists as a
+// fresh ExPhil.Native.Buffer, after the library's can_implement has passed
+// the call with the outputs described but without memory, so bad input gets
+// its message before any device memory is asked for (on a machine without
+// a GPU too). Either way the call answers %{name => tensor}: the tensors
+// given, or the Buffers made.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
-#include <optional>
-#include <utility>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <erl_nif.h>
 
+#include "exphil/op_descriptions.hpp"
 #include "exphil/tensor.hpp"
 #include "tensor_args.hpp"
 #include "terms.hpp"
 
 namespace exphil::nif {
 
-// One output of a direction of an op; Args is the library's argument struct.
-template <class Args>
-struct OutputSpec {
-  const char* name;            // its key under outputs: and in the result map
-  ERL_NIF_TERM key;            // `name` as an atom (made at load)
-  const Tensor* Args::*slot;   // the field of Args that takes it
-  DType dtype;                 // of the Buffer the NIF allocates for it
-  std::vector<int64_t> shape;  // likewise
-  bool required;               // must be given under outputs:
-  bool exists;                 // allocated without outputs: (false: the gradient of an absent input)
+// One output of a call, planned from its description and inputs.
+struct OutputPlan {
+  std::string name;  // the description's and the library's ("grad_A")
+  std::string key;   // the NIF's, lower-cased ("grad_a"): under outputs: and in the result
+  DType dtype = DType::f32;
+  std::vector<int64_t> shape;
+  bool required = true;  // must be given under outputs:
+  bool exists = true;    // allocated without outputs:
 };
 
-// The outputs a call writes, in the order of their specs.
-template <class Args>
+// The outputs of `description` for a call with these inputs, by the
+// description's name (absent ones left out or null). Dimensions are bound
+// by the first input that names them; the rank of each such input is
+// checked here, with or without outputs:, so that a call gets the same
+// message either way ("argument 'q': expected rank 4 [B, Hq, T, d], got
+// shape {2, 3}"). seq and state are the dtypes of the description's seq
+// and state tensors; bthd swaps the middle dimensions of 4-dimensional
+// tensors (attention's layout).
+std::vector<OutputPlan> plan_outputs(const OpDescription& description,
+                                     const std::map<std::string, const TensorArg*>& inputs, DType seq,
+                                     DType state, bool bthd = false);
+
+// The description of `op` in `direction`; raises an internal error for
+// one the header does not have (a build of mismatched files).
+const OpDescription& description_of(const char* op, const char* direction);
+
 class Outputs {
  public:
-  // `term` is what the result map answers for it.
-  void add(const OutputSpec<Args>& spec, TensorArg tensor, ERL_NIF_TERM term) {
-    tensors_.push_back(std::move(tensor));
-    slots_.push_back(spec.slot);
-    keys_.push_back(spec.key);
-    terms_.push_back(term);
-  }
+  // The output `name` (the description's) as the library takes it: null
+  // when absent.
+  const Tensor* get(const std::string& name) const;
+  // Whether the caller gave the outputs (destination passing).
+  bool given() const noexcept { return given_; }
+  // After can_implement passed on the described outputs: their memory.
+  void allocate(ErlNifEnv* env, int device);
 
-  bool empty() const { return tensors_.empty(); }
-  const std::vector<TensorArg>& tensors() const { return tensors_; }
-
-  // Outputs not written stay NULL in `args`.
-  void bind(Args& args) const {
-    for (std::size_t i = 0; i < slots_.size(); ++i) args.*slots_[i] = &tensors_[i].desc;
-  }
-
-  // %{name => tensor}.
-  ERL_NIF_TERM result_map(ErlNifEnv* env) const { return make_map(env, keys_, terms_); }
+  const std::vector<TensorArg>& tensors() const noexcept { return tensors_; }
+  // %{key => tensor}.
+  ERL_NIF_TERM result_map(ErlNifEnv* env) const;
 
  private:
+  friend Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, std::vector<OutputPlan> plans, int device);
+  std::vector<OutputPlan> plans_;  // those present, in order
   std::vector<TensorArg> tensors_;
-  std::vector<const Tensor* Args::*> slots_;
-  std::vector<ERL_NIF_TERM> keys_, terms_;
+  std::vector<ERL_NIF_TERM> terms_;
+  bool given_ = false;
 };
 
-// The tensor given for an output under outputs:, or none; raises
-// ArgumentError for a required output not given.
-std::optional<ERL_NIF_TERM> given_output(const Options& outputs, const char* name, bool required);
+// The outputs given under outputs: (checked and imported on `device`), or
+// else every output that exists, described without memory until
+// allocate().
+Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, std::vector<OutputPlan> plans, int device);
 
-// Raises ArgumentError for an outputs: that names none of `names`: a call
-// that writes nothing is a mistake in the caller, not a request.
-[[noreturn]] void no_output_given(const std::vector<const char*>& names, ERL_NIF_TERM outputs);
+// The call's args from make_args() (which binds `outputs` by name): when
+// the NIF allocates the outputs, the library's can_implement passes the
+// call with them described first, then they get their memory.
+template <class MakeArgs>
+auto bind_outputs(ErlNifEnv* env, Outputs& outputs, int device, MakeArgs&& make_args) {
+  if (!outputs.given()) {
+    check(can_implement(make_args()));
+    outputs.allocate(env, device);
+  }
+  return make_args();
+}
 
 // A fresh device Buffer for output `name`, and its ExPhil.Native.Buffer term.
 struct AllocatedOutput {
@@ -77,44 +96,5 @@ struct AllocatedOutput {
 };
 AllocatedOutput allocate_output(ErlNifEnv* env, const char* name, DType dtype, const std::vector<int64_t>& shape,
                                 int device);
-
-// A descriptor of dtype and shape without memory, for can_implement.
-Tensor unallocated(DType dtype, const std::vector<int64_t>& shape);
-
-// The outputs of a call: those given under outputs: (checked and imported
-// on `device`), else every output that exists, allocated on `device` once
-// the library's can_implement has passed `args` (the inputs bound) with
-// those outputs described but without memory: bad input gets its message
-// before any device memory is asked for, on a machine without a GPU too.
-template <class Args>
-Outputs<Args> resolve_outputs(ErlNifEnv* env, const Options& opts, const std::vector<OutputSpec<Args>>& specs,
-                              int device, const Args& args) {
-  Outputs<Args> out;
-  if (auto given = opts.get("outputs")) {
-    std::vector<const char*> names;
-    for (const OutputSpec<Args>& s : specs) names.push_back(s.name);
-    const Options outputs(env, *given, names, "outputs", "output");
-    for (const OutputSpec<Args>& s : specs)
-      if (auto term = given_output(outputs, s.name, s.required))
-        out.add(s, decode_tensor(env, *term, s.name, device), *term);
-    if (out.empty()) no_output_given(names, *given);
-    return out;
-  }
-  Args planned = args;
-  std::vector<Tensor> described;
-  described.reserve(specs.size());  // stable addresses for `planned`
-  for (const OutputSpec<Args>& s : specs) {
-    if (!s.exists) continue;
-    described.push_back(unallocated(s.dtype, s.shape));
-    planned.*s.slot = &described.back();
-  }
-  check(can_implement(planned));
-  for (const OutputSpec<Args>& s : specs) {
-    if (!s.exists) continue;
-    AllocatedOutput allocated = allocate_output(env, s.name, s.dtype, s.shape, device);
-    out.add(s, std::move(allocated.tensor), allocated.buffer);
-  }
-  return out;
-}
 
 }  // namespace exphil::nif

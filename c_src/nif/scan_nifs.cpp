@@ -1,7 +1,10 @@
 // <op>_forward and <op>_backward for the four linear-recurrence scans:
-// decode, run through the C++ API on the managed stream (or the caller's),
-// then wait (sync: true, the default) or return an Event (sync: false).
-#include <limits>
+// decode, plan the outputs from the op's description (op_outputs.hpp), run
+// through the C++ API on the managed stream (or the caller's), then wait
+// (sync: true, the default) or return an Event (sync: false).
+#include <initializer_list>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,86 +23,42 @@ namespace exphil::nif {
 
 namespace {
 
-struct ScanOutputSpec {
-  std::string name;
-  bool required;
-  bool sequence;  // [B, T, H] of the sequence dtype, else [B, H] of the state type
-};
+// An optional tensor. Absence is recorded as such, not as a null address,
+// so that a given tensor with a null address reaches the library's checks.
+using Optional = std::optional<TensorArg>;
 
-struct ScanOutputs {
-  std::vector<TensorArg> tensors;  // in spec order; absent optional ones have no data
-  std::vector<ERL_NIF_TERM> keys, values;
-};
+const Tensor* present(const Optional& t) { return t ? &t->desc : nullptr; }
 
-// Without outputs:, `check(described)` (the library's can_implement on the
-// outputs described without memory, in spec order) runs before any is
-// allocated, so bad input gets its message without a device.
-template <class Check>
-ScanOutputs resolve_scan_outputs(ErlNifEnv* env, const Options& opts, const std::vector<ScanOutputSpec>& specs,
-                                 const TensorArg& reference, const std::string& reference_name, int device,
-                                 Check&& check_described) {
-  ScanOutputs out;
-  if (reference.shape.size() != 3)
-    throw ArgumentError{"argument '" + reference_name + "': expected rank 3 [B, T, H], got shape " +
-                        shape_text(reference.shape)};
-  if (auto given = opts.get("outputs")) {
-    std::vector<const char*> names;
-    for (const ScanOutputSpec& s : specs) names.push_back(s.name.c_str());
-    const Options outputs(env, *given, names, "outputs", "output");
-    for (const ScanOutputSpec& s : specs) {
-      auto term = given_output(outputs, s.name.c_str(), s.required);
-      if (!term) {
-        out.tensors.emplace_back();
-        continue;
-      }
-      out.tensors.push_back(decode_tensor(env, *term, s.name, device));
-      out.keys.push_back(atom(env, s.name.c_str()));
-      out.values.push_back(*term);
-    }
-    return out;
-  }
-  DType state_dtype = DType::f32;
-  if (auto t = opts.get("state_type")) state_dtype = get_type(env, *t, "state_type");
-  const std::vector<int64_t> state_shape = {reference.shape[0], reference.shape[2]};
-  std::vector<Tensor> described;
-  for (const ScanOutputSpec& s : specs)
-    described.push_back(unallocated(s.sequence ? reference.dtype : state_dtype, s.sequence ? reference.shape : state_shape));
-  std::vector<const Tensor*> views;
-  for (const Tensor& t : described) views.push_back(&t);
-  check(check_described(views));
-  for (const ScanOutputSpec& s : specs) {
-    AllocatedOutput allocated = allocate_output(env, s.name.c_str(), s.sequence ? reference.dtype : state_dtype,
-                                                s.sequence ? reference.shape : state_shape, device);
-    out.keys.push_back(atom(env, s.name.c_str()));
-    out.values.push_back(allocated.buffer);
-    out.tensors.push_back(std::move(allocated.tensor));
-  }
-  return out;
+// A tensor option: absent or nil means not given.
+Optional optional_tensor(ErlNifEnv* env, const Options& opts, const char* name, int device) {
+  auto term = opts.get(name);
+  if (!term || enif_is_identical(*term, atoms().nil)) return std::nullopt;
+  return decode_tensor(env, *term, name, device);
 }
 
-const Tensor* present(const TensorArg& t) { return t.desc.data ? &t.desc : nullptr; }
-
-// The outputs' descriptors in spec order, NULL for an absent optional one.
-std::vector<const Tensor*> views(const ScanOutputs& outputs, const std::vector<ScanOutputSpec>& specs) {
-  std::vector<const Tensor*> out;
-  for (std::size_t i = 0; i < specs.size(); ++i)
-    out.push_back(specs[i].required ? &outputs.tensors[i].desc : present(outputs.tensors[i]));
-  return out;
+// The inputs by the description's names, for the outputs' plan.
+std::map<std::string, const TensorArg*> by_name(ScanOp op, const std::vector<Optional>& inputs, const Optional& h0) {
+  std::map<std::string, const TensorArg*> named;
+  for (int i = 0; i < scan_input_count(op); ++i) {
+    const Optional& t = inputs[static_cast<std::size_t>(i)];
+    named[scan_input_name(op, i)] = t ? &*t : nullptr;
+  }
+  named["h0"] = h0 ? &*h0 : nullptr;
+  return named;
 }
 
-// Runs the call, then answers as every op NIF does (op_call.hpp).
-template <class Call>
-ERL_NIF_TERM finish(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], bool sync, int device,
-                    Stream stream, ScanOutputs& outputs, const std::vector<TensorArg>& inputs, Call&& call) {
-  check(call());
-  ERL_NIF_TERM map;
-  if (!enif_make_map_from_arrays(env, outputs.keys.data(), outputs.values.data(),
-                                 static_cast<unsigned>(outputs.keys.size()), &map))
-    throw std::bad_alloc();
+DType state_type(ErlNifEnv* env, const Options& opts) {
+  auto t = opts.get("state_type");
+  return t ? get_type(env, *t, "state_type") : DType::f32;
+}
+
+// Every tensor given, for an event to keep alive.
+std::vector<const TensorArg*> given(std::initializer_list<const std::vector<Optional>*> lists) {
   std::vector<const TensorArg*> tensors;
-  for (const TensorArg& t : inputs) tensors.push_back(&t);
-  for (const TensorArg& t : outputs.tensors) tensors.push_back(&t);
-  return answer_call(env, argc, argv, device, stream, sync, map, tensors);
+  for (const auto* list : lists)
+    for (const Optional& t : *list)
+      if (t) tensors.push_back(&*t);
+  return tensors;
 }
 
 }  // namespace
@@ -107,77 +66,74 @@ ERL_NIF_TERM finish(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], bool sy
 ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
   const int n = scan_input_count(op);
   const Options opts(env, argv[n], {"h0", "outputs", "sync", "stream", "state_type"});
-  std::vector<TensorArg> inputs;
-  for (int i = 0; i < n; ++i) inputs.push_back(decode_tensor(env, argv[i], scan_input_name(op, i)));
-  const int device = call_device(inputs[0]);
-  TensorArg h0;
-  if (auto t = opts.get("h0"); t && !enif_is_identical(*t, atoms().nil))
-    h0 = decode_tensor(env, *t, "h0", device);
+  std::vector<Optional> inputs;
+  inputs.push_back(decode_tensor(env, argv[0], scan_input_name(op, 0)));
+  const int device = call_device(*inputs[0]);
+  for (int i = 1; i < n; ++i) inputs.push_back(decode_tensor(env, argv[i], scan_input_name(op, i), device));
+  const Optional h0 = optional_tensor(env, opts, "h0", device);
   const Stream stream = decode_stream(env, opts);
   const bool sync = decode_sync(opts);
-  // `out`: y and h_final.
-  auto make_args = [&](const std::vector<const Tensor*>& out) {
+  Outputs outputs = resolve_outputs(
+      env, opts,
+      plan_outputs(description_of(scan_op_name(op), "forward"), by_name(op, inputs, h0), inputs[0]->dtype,
+                   state_type(env, opts)),
+      device);
+  auto make_args = [&] {
     ScanForwardArgs args;
     args.op = op;
-    for (int i = 0; i < n; ++i) args.inputs[i] = &inputs[static_cast<std::size_t>(i)].desc;
+    for (int i = 0; i < n; ++i) args.inputs[i] = present(inputs[static_cast<std::size_t>(i)]);
     args.h0 = present(h0);
-    args.y = out[0];
-    args.h_final = out[1];
+    args.y = outputs.get("y");
+    args.h_final = outputs.get("h_final");
     return args;
   };
-  const std::vector<ScanOutputSpec> specs = {{"y", true, true}, {"h_final", false, false}};
-  ScanOutputs outputs =
-      resolve_scan_outputs(env, opts, specs, inputs[0], scan_input_name(op, 0), device,
-                           [&](const std::vector<const Tensor*>& out) { return can_implement(make_args(out)); });
-  inputs.push_back(h0);  // `inputs` moves: args come after
-  const ScanForwardArgs args = make_args(views(outputs, specs));
-  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] { return scan_forward(args, stream); });
+  const ScanForwardArgs args = bind_outputs(env, outputs, device, make_args);
+  const std::vector<Optional> states = {h0};
+  return finish_call(env, argc, argv, device, stream, sync, outputs, given({&inputs, &states}),
+                     [&] { return scan_forward(args, stream); });
 }
 
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
   const int n = scan_input_count(op);
   const Options opts(env, argv[n + 2], {"h0", "grad_h_final", "outputs", "sync", "stream", "state_type"});
-  std::vector<TensorArg> inputs;
   // linear_scan's b may be nil: the backward then reads the states from y
   // (exphil/scan.hpp).
   const bool b_absent = op == ScanOp::linear_scan && enif_is_identical(argv[1], atoms().nil);
-  for (int i = 0; i < n; ++i)
-    inputs.push_back(b_absent && i == 1 ? TensorArg{} : decode_tensor(env, argv[i], scan_input_name(op, i)));
-  const int device = call_device(inputs[0]);
-  inputs.push_back(decode_tensor(env, argv[n], "y", device));
-  inputs.push_back(decode_tensor(env, argv[n + 1], "grad_y", device));
-  TensorArg h0, grad_h_final;
-  if (auto t = opts.get("h0"); t && !enif_is_identical(*t, atoms().nil))
-    h0 = decode_tensor(env, *t, "h0", device);
-  if (auto t = opts.get("grad_h_final"); t && !enif_is_identical(*t, atoms().nil))
-    grad_h_final = decode_tensor(env, *t, "grad_h_final", device);
+  std::vector<Optional> inputs;
+  inputs.push_back(decode_tensor(env, argv[0], scan_input_name(op, 0)));
+  const int device = call_device(*inputs[0]);
+  for (int i = 1; i < n; ++i)
+    inputs.push_back(b_absent && i == 1 ? Optional{}
+                                        : Optional{decode_tensor(env, argv[i], scan_input_name(op, i), device)});
+  const std::vector<Optional> sequences = {decode_tensor(env, argv[n], "y", device),
+                                           decode_tensor(env, argv[n + 1], "grad_y", device)};
+  const Optional h0 = optional_tensor(env, opts, "h0", device);
+  const Optional grad_h_final = optional_tensor(env, opts, "grad_h_final", device);
   const Stream stream = decode_stream(env, opts);
   const bool sync = decode_sync(opts);
-  std::vector<ScanOutputSpec> specs;
-  for (int i = 0; i < n; ++i) specs.push_back({scan_grad_input_name(op, i), true, true});
-  specs.push_back({"grad_h0", false, false});
-  // `out`: the inputs' gradients, then grad_h0.
-  auto make_args = [&](const std::vector<const Tensor*>& out) {
+  Outputs outputs = resolve_outputs(
+      env, opts,
+      plan_outputs(description_of(scan_op_name(op), "backward"), by_name(op, inputs, h0), inputs[0]->dtype,
+                   state_type(env, opts)),
+      device);
+  auto make_args = [&] {
     ScanBackwardArgs args;
     args.op = op;
     for (int i = 0; i < n; ++i) {
-      args.inputs[i] = b_absent && i == 1 ? nullptr : &inputs[static_cast<std::size_t>(i)].desc;
-      args.grad_inputs[i] = out[static_cast<std::size_t>(i)];
+      args.inputs[i] = present(inputs[static_cast<std::size_t>(i)]);
+      args.grad_inputs[i] = outputs.get(scan_grad_input_name(op, i));
     }
-    args.y = &inputs[static_cast<std::size_t>(n)].desc;
-    args.grad_y = &inputs[static_cast<std::size_t>(n + 1)].desc;
+    args.y = present(sequences[0]);
+    args.grad_y = present(sequences[1]);
     args.h0 = present(h0);
     args.grad_h_final = present(grad_h_final);
-    args.grad_h0 = out[static_cast<std::size_t>(n)];
+    args.grad_h0 = outputs.get("grad_h0");
     return args;
   };
-  ScanOutputs outputs =
-      resolve_scan_outputs(env, opts, specs, inputs[0], scan_input_name(op, 0), device,
-                           [&](const std::vector<const Tensor*>& out) { return can_implement(make_args(out)); });
-  inputs.push_back(h0);  // `inputs` moves: args come after
-  inputs.push_back(grad_h_final);
-  const ScanBackwardArgs args = make_args(views(outputs, specs));
-  return finish(env, argc, argv, sync, device, stream, outputs, inputs, [&] { return scan_backward(args, stream); });
+  const ScanBackwardArgs args = bind_outputs(env, outputs, device, make_args);
+  const std::vector<Optional> states = {h0, grad_h_final};
+  return finish_call(env, argc, argv, device, stream, sync, outputs, given({&inputs, &sequences, &states}),
+                     [&] { return scan_backward(args, stream); });
 }
 
 }  // namespace exphil::nif

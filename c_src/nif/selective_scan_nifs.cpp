@@ -7,9 +7,9 @@
 //   * Elixir spells the math's A, B, C and D as a, b, c and d, since its
 //     variables and option keys are lowercase; the NIF's own messages use
 //     those names, the library's use exphil.h's.
-//   * The tensors come in five shapes (Shapes below), so outputs the NIF
-//     allocates take theirs from x [B, T, D] and a [D, N]. The state tensors
-//     are f32 by the op's definition: there is no state_type:.
+//   * Outputs the NIF allocates take their shapes from x [B, T, D] and
+//     a [D, N], as the op's description says (op_outputs.hpp). The state
+//     tensors are f32 by the op's definition: there is no state_type:.
 //   * Every backward output is optional in the library, so under outputs:
 //     the caller asks for exactly the gradients it needs (at least one).
 //     Without outputs:, the NIF makes every gradient the call has: those of
@@ -115,27 +115,21 @@ SelectiveScanOptions decode_scan_options(ErlNifEnv* env, const Options& opts) {
   return options;
 }
 
-// --- Outputs
-
-// The shapes the op's tensors come in, from x [B, T, D] and a [D, N]. The
-// rank checks they rest on are made with or without outputs:, so that a
-// call gets the same message either way. Everything else about shapes (D of
-// x against D of a, N of b and c, ...) is the library's.
-struct Shapes {
-  std::vector<int64_t> sequence;    // [B, T, D], x's dtype
-  std::vector<int64_t> projection;  // [B, T, N], x's dtype
-  std::vector<int64_t> state;       // [B, D, N], f32
-  std::vector<int64_t> weights;     // [D, N], f32
-  std::vector<int64_t> channels;    // [D], f32
-};
-
-Shapes shapes_of(const Inputs& in) {
-  if (in.x.shape.size() != 3)
-    throw ArgumentError{"argument 'x': expected rank 3 [B, T, D], got shape " + shape_text(in.x.shape)};
-  if (in.a.shape.size() != 2)
-    throw ArgumentError{"argument 'a': expected rank 2 [D, N], got shape " + shape_text(in.a.shape)};
-  const int64_t batch = in.x.shape[0], steps = in.x.shape[1], channels = in.x.shape[2], states = in.a.shape[1];
-  return {{batch, steps, channels}, {batch, steps, states}, {batch, channels, states}, {channels, states}, {channels}};
+// The outputs' plan, from the description and the inputs (x's dtype for
+// the sequence tensors, f32 for the rest).
+std::vector<OutputPlan> outputs_of(const char* direction, const Inputs& in) {
+  auto given = [](const Optional& t) { return t ? &*t : nullptr; };
+  return plan_outputs(description_of("selective_scan", direction),
+                      {{"x", &in.x},
+                       {"dt", &in.dt},
+                       {"A", &in.a},
+                       {"B", &in.b},
+                       {"C", &in.c},
+                       {"dt_bias", given(in.dt_bias)},
+                       {"D", given(in.d)},
+                       {"z", given(in.z)},
+                       {"h0", given(in.h0)}},
+                      in.x.dtype, DType::f32);
 }
 
 }  // namespace
@@ -143,26 +137,22 @@ Shapes shapes_of(const Inputs& in) {
 ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     using Args = SelectiveScanForwardArgs;
-    const Atoms& a = atoms();
     const Options opts(env, argv[5], {"dt_bias", "d", "z", "h0", "softplus", "clamp", "outputs", "sync", "stream"});
     int device = 0;
     const Inputs in = decode_inputs(env, argv, opts, device);
     const SelectiveScanOptions options = decode_scan_options(env, opts);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
-    const Shapes shapes = shapes_of(in);
-    Args args;
-    args.in = in.view();
-    args.options = options;
-    // name, key, slot, dtype, shape, required, exists
-    const Outputs<Args> outputs = resolve_outputs<Args>(
-        env, opts,
-        {
-            {"y", a.y, &Args::y, in.x.dtype, shapes.sequence, true, true},
-            {"h_final", a.h_final, &Args::h_final, DType::f32, shapes.state, false, true},
-        },
-        device, args);
-    outputs.bind(args);
+    Outputs outputs = resolve_outputs(env, opts, outputs_of("forward", in), device);
+    auto make_args = [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      args.y = outputs.get("y");
+      args.h_final = outputs.get("h_final");
+      return args;
+    };
+    const Args args = bind_outputs(env, outputs, device, make_args);
     return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(),
                        [&] { return exphil::selective_scan_forward(args, stream); });
   });
@@ -171,7 +161,6 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
 ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     using Args = SelectiveScanBackwardArgs;
-    const Atoms& a = atoms();
     const Options opts(env, argv[6],
                        {"dt_bias", "d", "z", "h0", "grad_h_final", "softplus", "clamp", "outputs", "sync", "stream"});
     int device = 0;
@@ -181,29 +170,26 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
     const SelectiveScanOptions options = decode_scan_options(env, opts);
     const Stream stream = decode_stream(env, opts);
     const bool sync = decode_sync(opts);
-    const Shapes shapes = shapes_of(in);
-    const DType x_dtype = in.x.dtype, f32 = DType::f32;
-    Args args;
-    args.in = in.view();
-    args.options = options;
-    args.grad_y = &grad_y.desc;
-    args.grad_h_final = present(grad_h_final);
-    // name, key, slot, dtype, shape, required, exists
-    const Outputs<Args> outputs = resolve_outputs<Args>(
-        env, opts,
-        {
-            {"grad_x", a.grad_x, &Args::grad_x, x_dtype, shapes.sequence, false, true},
-            {"grad_dt", a.grad_dt, &Args::grad_dt, x_dtype, shapes.sequence, false, true},
-            {"grad_a", a.grad_a, &Args::grad_A, f32, shapes.weights, false, true},
-            {"grad_b", a.grad_b, &Args::grad_B, x_dtype, shapes.projection, false, true},
-            {"grad_c", a.grad_c, &Args::grad_C, x_dtype, shapes.projection, false, true},
-            {"grad_dt_bias", a.grad_dt_bias, &Args::grad_dt_bias, f32, shapes.channels, false, in.dt_bias.has_value()},
-            {"grad_d", a.grad_d, &Args::grad_D, f32, shapes.channels, false, in.d.has_value()},
-            {"grad_z", a.grad_z, &Args::grad_z, x_dtype, shapes.sequence, false, in.z.has_value()},
-            {"grad_h0", a.grad_h0, &Args::grad_h0, f32, shapes.state, false, in.h0.has_value()},
-        },
-        device, args);
-    outputs.bind(args);
+    Outputs outputs = resolve_outputs(env, opts, outputs_of("backward", in), device);
+    auto make_args = [&] {
+      Args args;
+      args.in = in.view();
+      args.options = options;
+      args.grad_y = &grad_y.desc;
+      args.grad_h_final = present(grad_h_final);
+      for (auto [slot, name] : {std::pair{&args.grad_x, "grad_x"},
+                                {&args.grad_dt, "grad_dt"},
+                                {&args.grad_A, "grad_A"},
+                                {&args.grad_B, "grad_B"},
+                                {&args.grad_C, "grad_C"},
+                                {&args.grad_dt_bias, "grad_dt_bias"},
+                                {&args.grad_D, "grad_D"},
+                                {&args.grad_z, "grad_z"},
+                                {&args.grad_h0, "grad_h0"}})
+        *slot = outputs.get(name);
+      return args;
+    };
+    const Args args = bind_outputs(env, outputs, device, make_args);
     std::vector<const TensorArg*> inputs = in.all();
     inputs.push_back(&grad_y);
     if (grad_h_final) inputs.push_back(&*grad_h_final);

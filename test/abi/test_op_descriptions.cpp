@@ -10,12 +10,14 @@
 
 #include <cstdint>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "exphil/attention.hpp"
 #include "exphil/op_descriptions.h"
+#include "exphil/op_descriptions.hpp"
 #include "exphil/scan.hpp"
 #include "exphil/selective_scan.hpp"
 
@@ -26,54 +28,25 @@ using exphil::Tensor;
 
 namespace {
 
-struct Row {
-  std::string op, direction, tensors, options, bindings;
+// The raw rows, for the grammar; the checks below take the library's parse
+// (exphil/op_descriptions.hpp), which the NIF uses too.
+struct RawRow {
+  const char *op, *direction, *tensors, *options, *bindings;
 };
-
 #define EXPHIL_OP_ROW(op, direction, tensors, options, bindings) \
-  Row{#op, #direction, tensors, options, bindings},
-const std::vector<Row> kRows = {EXPHIL_OP_DESCRIPTIONS(EXPHIL_OP_ROW)};
+  RawRow{#op, #direction, tensors, options, bindings},
+const std::vector<RawRow> kRawRows = {EXPHIL_OP_DESCRIPTIONS(EXPHIL_OP_ROW)};
 #undef EXPHIL_OP_ROW
 
-std::vector<std::string> split(const std::string& text, char separator) {
+using Row = exphil::OpDescription;
+using Slot = exphil::TensorDescription;
+using Rule = exphil::TensorDescription::DTypeRule;
+
+std::vector<std::string> words(const std::string& text) {
   std::vector<std::string> parts;
-  std::string part;
   std::istringstream in(text);
-  while (std::getline(in, part, separator))
-    if (!part.empty()) parts.push_back(part);
+  for (std::string w; in >> w;) parts.push_back(w);
   return parts;
-}
-
-// One tensor word of a row.
-struct Slot {
-  std::string name;
-  bool optional = false;
-  bool output = false;
-  std::string dtype;  // seq, state or f32
-  std::vector<std::string> dims;
-  std::string only_with;  // the optional input this optional output needs
-};
-
-std::vector<Slot> slots_of(const Row& row) {
-  std::vector<Slot> slots;
-  for (const std::string& word : split(row.tensors, ' ')) {
-    const std::vector<std::string> f = split(word, ':');
-    REQUIRE((f.size() == 4 || f.size() == 5));
-    Slot s;
-    s.optional = f[0].back() == '?';
-    s.name = s.optional ? f[0].substr(0, f[0].size() - 1) : f[0];
-    REQUIRE((f[1] == "in" || f[1] == "out"));
-    s.output = f[1] == "out";
-    REQUIRE((f[2] == "seq" || f[2] == "state" || f[2] == "f32"));
-    s.dtype = f[2];
-    s.dims = split(f[3], ',');
-    if (f.size() == 5) {
-      s.only_with = f[4];
-      REQUIRE((s.optional && s.output));
-    }
-    slots.push_back(s);
-  }
-  return slots;
 }
 
 // Extents for the dimensions rows name: distinct where they may differ,
@@ -95,7 +68,7 @@ class Call {
       Tensor t{};
       t.data = reinterpret_cast<void*>(next);
       next += uintptr_t{1} << 20;
-      t.dtype = static_cast<int32_t>(s.dtype == "seq" ? seq : DType::f32);
+      t.dtype = static_cast<int32_t>(s.dtype == Rule::seq ? seq : DType::f32);
       t.rank = static_cast<int32_t>(shape.size());
       for (std::size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
       tensors_[s.name] = t;
@@ -255,19 +228,42 @@ bool sets_a_dimension(const std::vector<Slot>& slots, std::size_t index) {
 
 }  // namespace
 
+TEST_CASE("every row keeps the grammar, and the library's parse takes all of it", "[op_descriptions]") {
+  const std::regex tensor(R"(\w+\??:(in|out):(seq|state|f32):\w+(,\w+)*(:\w+)?)");
+  const std::regex option(R"(\w+:(bool|i32|f32|enum\(\w+(\|\w+)*\))=\w+)");
+  const std::regex binding("cpp|c|nif|xla");
+  REQUIRE(kRawRows.size() == exphil::op_descriptions().size());
+  for (std::size_t r = 0; r < kRawRows.size(); ++r) {
+    const RawRow& raw = kRawRows[r];
+    const Row& parsed = exphil::op_descriptions()[r];
+    INFO(raw.op << " " << raw.direction);
+    CHECK(parsed.op == raw.op);
+    CHECK((parsed.direction == "forward" || parsed.direction == "backward"));
+    for (const std::string& w : words(raw.tensors)) CHECK(std::regex_match(w, tensor));
+    for (const std::string& w : words(raw.options)) CHECK(std::regex_match(w, option));
+    for (const std::string& w : words(raw.bindings)) CHECK(std::regex_match(w, binding));
+    CHECK(parsed.tensors.size() == words(raw.tensors).size());
+    CHECK(parsed.options.size() == words(raw.options).size());
+    CHECK(parsed.bindings.size() == words(raw.bindings).size());
+    for (const Slot& t : parsed.tensors)
+      if (!t.only_with.empty()) CHECK((t.optional && t.output));
+  }
+}
+
 TEST_CASE("every op direction is described, once", "[op_descriptions]") {
   std::map<std::string, int> seen;
-  for (const Row& row : kRows) ++seen[row.op + " " + row.direction];
+  for (const Row& row : exphil::op_descriptions()) ++seen[row.op + " " + row.direction];
   for (exphil::ScanOp op : exphil::kAllScanOps)
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(exphil::scan_op_name(op)) + " " + d] == 1);
   for (const char* op : {"selective_scan", "attention"})
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(op) + " " + d] == 1);
-  CHECK(kRows.size() == seen.size());
+  CHECK(exphil::op_descriptions().size() == seen.size());
+  CHECK(exphil::op_descriptions().size() == kRawRows.size());
 }
 
 TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]") {
-  for (const Row& row : kRows) {
-    const std::vector<Slot> slots = slots_of(row);
+  for (const Row& row : exphil::op_descriptions()) {
+    const std::vector<Slot>& slots = row.tensors;
     for (DType seq : {DType::f32, DType::bf16}) {
       INFO(row.op << " " << row.direction << ", seq tensors " << exphil::dtype_name(seq));
 
@@ -316,15 +312,15 @@ TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]")
         // A dtype the rule refuses: for seq, another float than the first
         // seq tensor's (that one sets it); for f32, bf16; for state, f16
         // when the seq tensors are f32.
-        const bool sets_dtype = s.dtype == "seq" && [&] {
+        const bool sets_dtype = s.dtype == Rule::seq && [&] {
           for (std::size_t j = 0; j < i; ++j)
-            if (slots[j].dtype == "seq") return false;
+            if (slots[j].dtype == Rule::seq) return false;
           return true;
         }();
         if (!sets_dtype) {
           Call retyped(row, slots, seq);
-          const DType wrong = s.dtype == "seq" ? (seq == DType::f32 ? DType::f16 : DType::f32)
-                              : s.dtype == "f32" ? DType::bf16
+          const DType wrong = s.dtype == Rule::seq ? (seq == DType::f32 ? DType::f16 : DType::f32)
+                              : s.dtype == Rule::f32 ? DType::bf16
                                                  : DType::f16;  // state: neither f32 nor seq
           retyped[s.name].dtype = static_cast<int32_t>(wrong);
           const Status refused = retyped.check();
@@ -332,7 +328,7 @@ TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]")
           CHECK_THAT(refused.message(), Catch::Matchers::Contains(named(s.name)));
         }
         // A state tensor may also have the seq dtype.
-        if (s.dtype == "state") {
+        if (s.dtype == Rule::state) {
           Call as_seq(row, slots, seq);
           as_seq[s.name].dtype = static_cast<int32_t>(seq);
           CHECK(as_seq.check().ok());

@@ -1,0 +1,39 @@
+// op_descriptions.h's rows, parsed: for bindings that derive what they can
+// from the one description of each op direction (the NIF derives its
+// outputs' names, dtypes, shapes and presence from it).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace exphil {
+
+struct TensorDescription {
+  enum class DTypeRule { seq, state, f32 };
+  std::string name;
+  bool optional = false;
+  bool output = false;
+  DTypeRule dtype = DTypeRule::seq;
+  std::vector<std::string> dims;  // named dimensions, bhtd for attention
+  std::string only_with;          // an optional output: the optional input it needs
+};
+
+struct OptionDescription {
+  std::string name, type, default_value;
+};
+
+struct OpDescription {
+  std::string op, direction;
+  std::vector<TensorDescription> tensors;
+  std::vector<OptionDescription> options;
+  std::vector<std::string> bindings;
+};
+
+// Every row, in the header's order.
+const std::vector<OpDescription>& op_descriptions() noexcept;
+
+// The row of `op` in `direction` ("forward" or "backward"), or null.
+const OpDescription* find_op_description(std::string_view op, std::string_view direction) noexcept;
+
+}  // namespace exphil
