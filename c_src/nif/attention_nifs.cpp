@@ -19,7 +19,6 @@
 //   * Under outputs:, the forward needs o (lse is optional: not written if
 //     absent), and the backward any of grad_q, grad_k, grad_v (at least one).
 //     Without outputs:, the NIF makes every output.
-#include <cstdint>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -31,6 +30,7 @@
 #include "call_options.hpp"
 #include "exphil/attention.hpp"
 #include "op_call.hpp"
+#include "op_inputs.hpp"
 #include "op_outputs.hpp"
 #include "tensor_args.hpp"
 #include "terms.hpp"
@@ -39,36 +39,15 @@ namespace exphil::nif {
 
 namespace {
 
-// --- Inputs
+const std::vector<const char*> kOpOptions = {"mask", "window", "layout", "scale", "precision"};
+const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
-struct Inputs {
-  TensorArg q, k, v;
-  int device = 0;  // q's: the call runs there
-
-  AttentionInputs view() const {
-    AttentionInputs in;
-    in.q = &q.desc;
-    in.k = &k.desc;
-    in.v = &v.desc;
-    return in;
-  }
-};
-
-// q first: the call runs on q's device, and IPC handles among the other
-// tensors are opened there.
-Inputs decode_inputs(ErlNifEnv* env, const ERL_NIF_TERM argv[]) {
-  Inputs in;
-  in.q = decode_tensor(env, argv[0], "q");
-  in.device = call_device(in.q);
-  in.k = decode_tensor(env, argv[1], "k", in.device);
-  in.v = decode_tensor(env, argv[2], "v", in.device);
-  return in;
-}
-
-// The options of both directions.
-Options decode_options(ErlNifEnv* env, ERL_NIF_TERM term) {
-  return Options(env, term,
-                 {"mask", "window", "layout", "scale", "precision", "outputs", "sync", "stream"});
+AttentionInputs inputs_of(const OpArguments& in) {
+  AttentionInputs v;
+  v.q = in.get("q");
+  v.k = in.get("k");
+  v.v = in.get("v");
+  return v;
 }
 
 bool given(const std::optional<ERL_NIF_TERM>& term) {
@@ -143,63 +122,57 @@ AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, D
 
 // The outputs' plan, from the description and q, k (lse is f32 [B, Hq, T]
 // in either layout; o and the gradients have q's dtype).
-std::vector<OutputPlan> outputs_of(const char* direction, const Inputs& in, AttentionLayout layout) {
-  return plan_outputs(description_of("attention", direction), {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}},
-                      in.q.dtype, DType::f32, layout == AttentionLayout::bthd);
+std::vector<OutputPlan> outputs_of(const OpDescription& description, const OpArguments& in,
+                                   AttentionLayout layout) {
+  return plan_outputs(description, in.by_name(), in.arg("q")->dtype, DType::f32, layout == AttentionLayout::bthd);
 }
 
 }  // namespace
 
 ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    using Args = AttentionForwardArgs;
-    const Options opts = decode_options(env, argv[3]);
-    const Inputs in = decode_inputs(env, argv);
-    const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
-    const Stream stream = decode_stream(env, opts);
-    const bool sync = decode_sync(opts);
-    Outputs outputs = resolve_outputs(env, opts, outputs_of("forward", in, options.layout), in.device);
+    const OpDescription& description = description_of("attention", "forward");
+    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
+    const AttentionOptions options = decode_attention_options(env, in.opts(), in.arg("q")->dtype);
+    const Stream stream = decode_stream(env, in.opts());
+    const bool sync = decode_sync(in.opts());
+    Outputs outputs = resolve_outputs(env, in.opts(), outputs_of(description, in, options.layout), in.device());
     auto make_args = [&] {
-      Args args;
-      args.in = in.view();
+      AttentionForwardArgs args;
+      args.in = inputs_of(in);
       args.options = options;
       args.o = outputs.get("o");
       args.lse = outputs.get("lse");
       return args;
     };
-    const Args args = bind_outputs(env, outputs, in.device, make_args);
-    return finish_call(env, argc, argv, in.device, stream, sync, outputs, {&in.q, &in.k, &in.v},
+    const AttentionForwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
+    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
                        [&] { return exphil::attention_forward(args, stream); });
   });
 }
 
 ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    using Args = AttentionBackwardArgs;
-    const Options opts = decode_options(env, argv[6]);
-    const Inputs in = decode_inputs(env, argv);
-    const TensorArg o = decode_tensor(env, argv[3], "o", in.device);
-    const TensorArg lse = decode_tensor(env, argv[4], "lse", in.device);
-    const TensorArg grad_o = decode_tensor(env, argv[5], "grad_o", in.device);
-    const AttentionOptions options = decode_attention_options(env, opts, in.q.dtype);
-    const Stream stream = decode_stream(env, opts);
-    const bool sync = decode_sync(opts);
-    Outputs outputs = resolve_outputs(env, opts, outputs_of("backward", in, options.layout), in.device);
+    const OpDescription& description = description_of("attention", "backward");
+    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
+    const AttentionOptions options = decode_attention_options(env, in.opts(), in.arg("q")->dtype);
+    const Stream stream = decode_stream(env, in.opts());
+    const bool sync = decode_sync(in.opts());
+    Outputs outputs = resolve_outputs(env, in.opts(), outputs_of(description, in, options.layout), in.device());
     auto make_args = [&] {
-      Args args;
-      args.in = in.view();
+      AttentionBackwardArgs args;
+      args.in = inputs_of(in);
       args.options = options;
-      args.o = &o.desc;
-      args.lse = &lse.desc;
-      args.grad_o = &grad_o.desc;
+      args.o = in.get("o");
+      args.lse = in.get("lse");
+      args.grad_o = in.get("grad_o");
       args.grad_q = outputs.get("grad_q");
       args.grad_k = outputs.get("grad_k");
       args.grad_v = outputs.get("grad_v");
       return args;
     };
-    const Args args = bind_outputs(env, outputs, in.device, make_args);
-    const std::vector<const TensorArg*> inputs = {&in.q, &in.k, &in.v, &o, &lse, &grad_o};
-    return finish_call(env, argc, argv, in.device, stream, sync, outputs, inputs,
+    const AttentionBackwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
+    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
                        [&] { return exphil::attention_backward(args, stream); });
   });
 }

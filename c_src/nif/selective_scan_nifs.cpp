@@ -14,15 +14,14 @@
 //     the caller asks for exactly the gradients it needs (at least one).
 //     Without outputs:, the NIF makes every gradient the call has: those of
 //     x, dt, a, b, c, and of each optional input that was given.
-#include <cstdint>
-#include <optional>
-#include <string>
+#include <utility>
 #include <vector>
 
 #include "atoms.hpp"
 #include "call_options.hpp"
 #include "exphil/selective_scan.hpp"
 #include "op_call.hpp"
+#include "op_inputs.hpp"
 #include "op_outputs.hpp"
 #include "selective_scan_nifs.hpp"
 #include "tensor_args.hpp"
@@ -31,65 +30,6 @@
 namespace exphil::nif {
 
 namespace {
-
-// --- Inputs
-
-// An optional tensor. Absence is recorded as such, not as a null address,
-// so that a given tensor with a null address reaches the library's checks.
-using Optional = std::optional<TensorArg>;
-
-const Tensor* present(const Optional& t) { return t ? &t->desc : nullptr; }
-
-struct Inputs {
-  TensorArg x, dt, a, b, c;
-  Optional dt_bias, d, z, h0;
-
-  SelectiveScanInputs view() const {
-    SelectiveScanInputs in;
-    in.x = &x.desc;
-    in.dt = &dt.desc;
-    in.A = &a.desc;
-    in.B = &b.desc;
-    in.C = &c.desc;
-    in.dt_bias = present(dt_bias);
-    in.D = present(d);
-    in.z = present(z);
-    in.h0 = present(h0);
-    return in;
-  }
-
-  // Every tensor given, for an event to keep alive.
-  std::vector<const TensorArg*> all() const {
-    std::vector<const TensorArg*> tensors = {&x, &dt, &a, &b, &c};
-    for (const Optional* t : {&dt_bias, &d, &z, &h0})
-      if (*t) tensors.push_back(&**t);
-    return tensors;
-  }
-};
-
-// A tensor option: absent or nil means not given.
-Optional optional_tensor(ErlNifEnv* env, const Options& opts, const char* name, int device) {
-  auto term = opts.get(name);
-  if (!term || enif_is_identical(*term, atoms().nil)) return std::nullopt;
-  return decode_tensor(env, *term, name, device);
-}
-
-// x first: the call runs on x's device, and IPC handles among the other
-// tensors are opened there.
-Inputs decode_inputs(ErlNifEnv* env, const ERL_NIF_TERM argv[], const Options& opts, int& device) {
-  Inputs in;
-  in.x = decode_tensor(env, argv[0], "x");
-  device = call_device(in.x);
-  in.dt = decode_tensor(env, argv[1], "dt", device);
-  in.a = decode_tensor(env, argv[2], "a", device);
-  in.b = decode_tensor(env, argv[3], "b", device);
-  in.c = decode_tensor(env, argv[4], "c", device);
-  in.dt_bias = optional_tensor(env, opts, "dt_bias", device);
-  in.d = optional_tensor(env, opts, "d", device);
-  in.z = optional_tensor(env, opts, "z", device);
-  in.h0 = optional_tensor(env, opts, "h0", device);
-  return in;
-}
 
 // softplus: and clamp:. The library checks the clamp's bounds too, but
 // under the name of the C argument, 'options'; this message names the
@@ -115,68 +55,65 @@ SelectiveScanOptions decode_scan_options(ErlNifEnv* env, const Options& opts) {
   return options;
 }
 
-// The outputs' plan, from the description and the inputs (x's dtype for
-// the sequence tensors, f32 for the rest).
-std::vector<OutputPlan> outputs_of(const char* direction, const Inputs& in) {
-  auto given = [](const Optional& t) { return t ? &*t : nullptr; };
-  return plan_outputs(description_of("selective_scan", direction),
-                      {{"x", &in.x},
-                       {"dt", &in.dt},
-                       {"A", &in.a},
-                       {"B", &in.b},
-                       {"C", &in.c},
-                       {"dt_bias", given(in.dt_bias)},
-                       {"D", given(in.d)},
-                       {"z", given(in.z)},
-                       {"h0", given(in.h0)}},
-                      in.x.dtype, DType::f32);
+// The library's inputs from the decoded arguments.
+SelectiveScanInputs inputs_of(const OpArguments& in) {
+  SelectiveScanInputs v;
+  v.x = in.get("x");
+  v.dt = in.get("dt");
+  v.A = in.get("A");
+  v.B = in.get("B");
+  v.C = in.get("C");
+  v.dt_bias = in.get("dt_bias");
+  v.D = in.get("D");
+  v.z = in.get("z");
+  v.h0 = in.get("h0");
+  return v;
 }
+
+const std::vector<const char*> kOpOptions = {"softplus", "clamp"};
+const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
 }  // namespace
 
 ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    using Args = SelectiveScanForwardArgs;
-    const Options opts(env, argv[5], {"dt_bias", "d", "z", "h0", "softplus", "clamp", "outputs", "sync", "stream"});
-    int device = 0;
-    const Inputs in = decode_inputs(env, argv, opts, device);
-    const SelectiveScanOptions options = decode_scan_options(env, opts);
-    const Stream stream = decode_stream(env, opts);
-    const bool sync = decode_sync(opts);
-    Outputs outputs = resolve_outputs(env, opts, outputs_of("forward", in), device);
+    const OpDescription& description = description_of("selective_scan", "forward");
+    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
+    const SelectiveScanOptions options = decode_scan_options(env, in.opts());
+    const Stream stream = decode_stream(env, in.opts());
+    const bool sync = decode_sync(in.opts());
+    // x's dtype for the sequence tensors, f32 for the rest
+    Outputs outputs = resolve_outputs(
+        env, in.opts(), plan_outputs(description, in.by_name(), in.arg("x")->dtype, DType::f32), in.device());
     auto make_args = [&] {
-      Args args;
-      args.in = in.view();
+      SelectiveScanForwardArgs args;
+      args.in = inputs_of(in);
       args.options = options;
       args.y = outputs.get("y");
       args.h_final = outputs.get("h_final");
       return args;
     };
-    const Args args = bind_outputs(env, outputs, device, make_args);
-    return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(),
+    const SelectiveScanForwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
+    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
                        [&] { return exphil::selective_scan_forward(args, stream); });
   });
 }
 
 ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    using Args = SelectiveScanBackwardArgs;
-    const Options opts(env, argv[6],
-                       {"dt_bias", "d", "z", "h0", "grad_h_final", "softplus", "clamp", "outputs", "sync", "stream"});
-    int device = 0;
-    const Inputs in = decode_inputs(env, argv, opts, device);
-    const TensorArg grad_y = decode_tensor(env, argv[5], "grad_y", device);
-    const Optional grad_h_final = optional_tensor(env, opts, "grad_h_final", device);
-    const SelectiveScanOptions options = decode_scan_options(env, opts);
-    const Stream stream = decode_stream(env, opts);
-    const bool sync = decode_sync(opts);
-    Outputs outputs = resolve_outputs(env, opts, outputs_of("backward", in), device);
+    const OpDescription& description = description_of("selective_scan", "backward");
+    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
+    const SelectiveScanOptions options = decode_scan_options(env, in.opts());
+    const Stream stream = decode_stream(env, in.opts());
+    const bool sync = decode_sync(in.opts());
+    Outputs outputs = resolve_outputs(
+        env, in.opts(), plan_outputs(description, in.by_name(), in.arg("x")->dtype, DType::f32), in.device());
     auto make_args = [&] {
-      Args args;
-      args.in = in.view();
+      SelectiveScanBackwardArgs args;
+      args.in = inputs_of(in);
       args.options = options;
-      args.grad_y = &grad_y.desc;
-      args.grad_h_final = present(grad_h_final);
+      args.grad_y = in.get("grad_y");
+      args.grad_h_final = in.get("grad_h_final");
       for (auto [slot, name] : {std::pair{&args.grad_x, "grad_x"},
                                 {&args.grad_dt, "grad_dt"},
                                 {&args.grad_A, "grad_A"},
@@ -189,11 +126,8 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
         *slot = outputs.get(name);
       return args;
     };
-    const Args args = bind_outputs(env, outputs, device, make_args);
-    std::vector<const TensorArg*> inputs = in.all();
-    inputs.push_back(&grad_y);
-    if (grad_h_final) inputs.push_back(&*grad_h_final);
-    return finish_call(env, argc, argv, device, stream, sync, outputs, inputs,
+    const SelectiveScanBackwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
+    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
                        [&] { return exphil::selective_scan_backward(args, stream); });
   });
 }
