@@ -1,9 +1,13 @@
 #include "atoms.hpp"
 
+#include <vector>
+
 namespace exphil::nif {
 
 namespace {
 Atoms g_atoms;
+// [description][tensor], parallel to op_descriptions().
+std::vector<std::vector<ERL_NIF_TERM>> g_key_atoms;
 }
 
 const Atoms& atoms() { return g_atoms; }
@@ -14,7 +18,23 @@ ERL_NIF_TERM atom(ErlNifEnv* env, const char* name) {
   return enif_make_atom(env, name);
 }
 
+ERL_NIF_TERM key_atom(const TensorDescription& tensor) {
+  const std::vector<OpDescription>& all = op_descriptions();
+  for (std::size_t d = 0; d < all.size() && d < g_key_atoms.size(); ++d) {
+    const std::vector<TensorDescription>& tensors = all[d].tensors;
+    if (&tensor >= tensors.data() && &tensor < tensors.data() + tensors.size())
+      return g_key_atoms[d][static_cast<std::size_t>(&tensor - tensors.data())];
+  }
+  return g_atoms.nil;  // not a description's tensor: a caller's bug, seen as :nil
+}
+
 void make_atoms(ErlNifEnv* env) {
+  g_key_atoms.clear();
+  for (const OpDescription& d : op_descriptions()) {
+    std::vector<ERL_NIF_TERM> keys;
+    for (const TensorDescription& t : d.tensors) keys.push_back(enif_make_atom(env, t.key.c_str()));
+    g_key_atoms.push_back(std::move(keys));
+  }
   Atoms& a = g_atoms;
   auto mk = [env](const char* n) { return enif_make_atom(env, n); };
   a.ok = mk("ok");

@@ -4,6 +4,8 @@
 
 #include <erl_nif.h>
 
+#include "exphil/op_descriptions.hpp"
+
 namespace exphil::nif {
 
 struct Atoms {
@@ -34,5 +36,9 @@ void make_atoms(ErlNifEnv* env);
 
 // An atom for a name that is not in Atoms (per-op argument names).
 ERL_NIF_TERM atom(ErlNifEnv* env, const char* name);
+
+// The atom of a tensor's key (exphil/op_descriptions.hpp), made at load
+// for every tensor of every description.
+ERL_NIF_TERM key_atom(const TensorDescription& tensor);
 
 }  // namespace exphil::nif

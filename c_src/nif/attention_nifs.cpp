@@ -124,7 +124,7 @@ AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, D
 // in either layout; o and the gradients have q's dtype).
 std::vector<OutputPlan> outputs_of(const OpDescription& description, const OpArguments& in,
                                    AttentionLayout layout) {
-  return plan_outputs(description, in.by_name(), in.arg("q")->dtype, DType::f32, layout == AttentionLayout::bthd);
+  return plan_outputs(description, in, in.arg("q")->dtype, DType::f32, layout == AttentionLayout::bthd);
 }
 
 }  // namespace

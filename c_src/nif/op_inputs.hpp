@@ -7,7 +7,6 @@
 // device; IPC handles among the other tensors are opened there.
 #pragma once
 
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,8 +29,6 @@ class OpArguments {
   const TensorArg* arg(const std::string& name) const;
   // Every input given, for an event to keep alive.
   std::vector<const TensorArg*> all() const;
-  // The inputs by the description's names (null: absent), for plan_outputs.
-  std::map<std::string, const TensorArg*> by_name() const;
 
   const Options& opts() const { return *opts_; }
   int device() const noexcept { return device_; }
@@ -39,7 +36,11 @@ class OpArguments {
  private:
   friend OpArguments decode_arguments(ErlNifEnv*, const OpDescription&, const ERL_NIF_TERM[],
                                       const std::vector<const char*>&, const std::vector<const char*>&);
-  std::vector<std::pair<std::string, std::optional<TensorArg>>> inputs_;
+  struct Input {
+    const TensorDescription* description;
+    std::optional<TensorArg> tensor;
+  };
+  std::vector<Input> inputs_;  // the description's inputs, in order
   std::optional<Options> opts_;
   int device_ = 0;
 };

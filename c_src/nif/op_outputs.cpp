@@ -1,7 +1,7 @@
 #include "op_outputs.hpp"
 
-#include <cctype>
 #include <string>
+#include <utility>
 
 #include "atoms.hpp"
 #include "device_memory.hpp"
@@ -11,20 +11,16 @@ namespace exphil::nif {
 
 namespace {
 
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+// The dimension names of a tensor as laid out: bthd swaps the middle two of
+// a 4-dimensional one.
+const std::string& dimension(const TensorDescription& t, std::size_t i, bool bthd) {
+  if (bthd && t.dims.size() == 4 && (i == 1 || i == 2)) return t.dims[3 - i];
+  return t.dims[i];
 }
 
-// A 4-dimensional tensor's dimension names in layout bthd: the middle two swapped.
-std::vector<std::string> laid_out(std::vector<std::string> dims, bool bthd) {
-  if (bthd && dims.size() == 4) std::swap(dims[1], dims[2]);
-  return dims;
-}
-
-std::string layout_text(const std::vector<std::string>& dims) {
+std::string layout_text(const TensorDescription& t, bool bthd) {
   std::string s = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + dims[i];
+  for (std::size_t i = 0; i < t.dims.size(); ++i) s += (i ? ", " : "") + dimension(t, i, bthd);
   return s + "]";
 }
 
@@ -37,6 +33,22 @@ Tensor unallocated(DType dtype, const std::vector<int64_t>& shape) {
   return t;
 }
 
+// The extents bound so far, by dimension name: a handful per op.
+class Extents {
+ public:
+  const int64_t* find(const std::string& name) const {
+    for (const auto& [n, e] : bound_)
+      if (*n == name) return &e;
+    return nullptr;
+  }
+  void bind(const std::string& name, int64_t extent) {
+    if (!find(name)) bound_.emplace_back(&name, extent);
+  }
+
+ private:
+  std::vector<std::pair<const std::string*, int64_t>> bound_;
+};
+
 }  // namespace
 
 const OpDescription& description_of(const char* op, const char* direction) {
@@ -44,45 +56,39 @@ const OpDescription& description_of(const char* op, const char* direction) {
   throw Failure{Status(StatusCode::internal, std::string("no description of ") + op + " " + direction)};
 }
 
-std::vector<OutputPlan> plan_outputs(const OpDescription& description,
-                                     const std::map<std::string, const TensorArg*>& inputs, DType seq,
+std::vector<OutputPlan> plan_outputs(const OpDescription& description, const OpArguments& inputs, DType seq,
                                      DType state, bool bthd) {
-  std::map<std::string, int64_t> extents;
+  Extents extents;
   for (const TensorDescription& t : description.tensors) {
     if (t.output) continue;
-    auto it = inputs.find(t.name);
-    if (it == inputs.end() || !it->second) continue;
-    const std::vector<std::string> dims = laid_out(t.dims, bthd);
+    const TensorArg* arg = inputs.arg(t.name);
+    if (!arg) continue;
     bool sets_one = false;
-    for (const std::string& d : dims) sets_one = sets_one || extents.count(d) == 0;
+    for (std::size_t i = 0; i < t.dims.size(); ++i) sets_one = sets_one || !extents.find(dimension(t, i, bthd));
     if (!sets_one) continue;
-    const TensorArg& arg = *it->second;
-    if (arg.shape.size() != dims.size())
-      throw ArgumentError{"argument '" + lower(t.name) + "': expected rank " + std::to_string(dims.size()) + " " +
-                          layout_text(dims) + ", got shape " + shape_text(arg.shape)};
-    for (std::size_t i = 0; i < dims.size(); ++i) extents.emplace(dims[i], arg.shape[i]);
+    if (arg->shape.size() != t.dims.size())
+      throw ArgumentError{"argument '" + t.key + "': expected rank " + std::to_string(t.dims.size()) + " " +
+                          layout_text(t, bthd) + ", got shape " + shape_text(arg->shape)};
+    for (std::size_t i = 0; i < t.dims.size(); ++i) extents.bind(dimension(t, i, bthd), arg->shape[i]);
   }
 
   std::vector<OutputPlan> plans;
+  plans.reserve(description.tensors.size());
   for (const TensorDescription& t : description.tensors) {
     if (!t.output) continue;
     OutputPlan p;
-    p.name = t.name;
-    p.key = lower(t.name);
+    p.description = &t;
     p.dtype = t.dtype == TensorDescription::DTypeRule::seq     ? seq
               : t.dtype == TensorDescription::DTypeRule::state ? state
                                                                : DType::f32;
-    for (const std::string& d : laid_out(t.dims, bthd)) {
-      auto e = extents.find(d);
-      if (e == extents.end())
-        throw Failure{Status(StatusCode::internal, "output '" + t.name + "': no input sets dimension " + d)};
-      p.shape.push_back(e->second);
+    p.shape.reserve(t.dims.size());
+    for (std::size_t i = 0; i < t.dims.size(); ++i) {
+      const int64_t* e = extents.find(dimension(t, i, bthd));
+      if (!e)
+        throw Failure{Status(StatusCode::internal, "output '" + t.name + "': no input sets dimension " + t.dims[i])};
+      p.shape.push_back(*e);
     }
-    p.required = !t.optional;
-    if (!t.only_with.empty()) {
-      auto it = inputs.find(t.only_with);
-      p.exists = it != inputs.end() && it->second != nullptr;
-    }
+    p.exists = t.only_with.empty() || inputs.arg(t.only_with) != nullptr;
     plans.push_back(std::move(p));
   }
   return plans;
@@ -90,13 +96,14 @@ std::vector<OutputPlan> plan_outputs(const OpDescription& description,
 
 const Tensor* Outputs::get(const std::string& name) const {
   for (std::size_t i = 0; i < plans_.size(); ++i)
-    if (plans_[i].name == name) return &tensors_[i].desc;
+    if (plans_[i].description->name == name) return &tensors_[i].desc;
   return nullptr;
 }
 
 void Outputs::allocate(ErlNifEnv* env, int device) {
   for (std::size_t i = 0; i < plans_.size(); ++i) {
-    AllocatedOutput allocated = allocate_output(env, plans_[i].key.c_str(), plans_[i].dtype, plans_[i].shape, device);
+    AllocatedOutput allocated =
+        allocate_output(env, plans_[i].description->key.c_str(), plans_[i].dtype, plans_[i].shape, device);
     tensors_[i] = std::move(allocated.tensor);
     terms_[i] = allocated.buffer;
   }
@@ -104,26 +111,31 @@ void Outputs::allocate(ErlNifEnv* env, int device) {
 
 ERL_NIF_TERM Outputs::result_map(ErlNifEnv* env) const {
   std::vector<ERL_NIF_TERM> keys;
-  for (const OutputPlan& p : plans_) keys.push_back(atom(env, p.key.c_str()));
-  return make_map(env, keys, terms_);
+  keys.reserve(plans_.size());
+  for (const OutputPlan& p : plans_) keys.push_back(key_atom(*p.description));
+  return make_map(env, std::move(keys), terms_);
 }
 
 Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, std::vector<OutputPlan> plans, int device) {
   Outputs out;
+  out.plans_.reserve(plans.size());
+  out.tensors_.reserve(plans.size());
+  out.terms_.reserve(plans.size());
   if (auto given = opts.get("outputs")) {
     out.given_ = true;
     std::vector<const char*> names;
-    for (const OutputPlan& p : plans) names.push_back(p.key.c_str());
+    for (const OutputPlan& p : plans) names.push_back(p.description->key.c_str());
     const Options outputs(env, *given, names, "outputs", "output");
     for (OutputPlan& p : plans) {
-      auto term = outputs.get(p.key.c_str());
+      const std::string& key = p.description->key;
+      auto term = outputs.get(key.c_str());
       if (!term) {
-        if (p.required)
-          throw ArgumentError{"argument 'outputs': expected a tensor for :" + p.key +
+        if (!p.description->optional)
+          throw ArgumentError{"argument 'outputs': expected a tensor for :" + key +
                               " (destination passing gives every required output), got none"};
         continue;
       }
-      out.tensors_.push_back(decode_tensor(env, *term, p.key, device));
+      out.tensors_.push_back(decode_tensor(env, *term, key, device));
       out.terms_.push_back(*term);
       out.plans_.push_back(std::move(p));
     }
@@ -136,10 +148,8 @@ Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, std::vector<OutputP
   }
   for (OutputPlan& p : plans) {
     if (!p.exists) continue;
-    TensorArg described;
+    TensorArg described;  // its descriptor only, until allocate()
     described.desc = unallocated(p.dtype, p.shape);
-    described.dtype = p.dtype;
-    described.shape = p.shape;
     out.tensors_.push_back(std::move(described));
     out.terms_.push_back(0);
     out.plans_.push_back(std::move(p));

@@ -11,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +18,7 @@
 
 #include "exphil/op_descriptions.hpp"
 #include "exphil/tensor.hpp"
+#include "op_inputs.hpp"
 #include "tensor_args.hpp"
 #include "terms.hpp"
 
@@ -26,24 +26,20 @@ namespace exphil::nif {
 
 // One output of a call, planned from its description and inputs.
 struct OutputPlan {
-  std::string name;  // the description's and the library's ("grad_A")
-  std::string key;   // the NIF's, lower-cased ("grad_a"): under outputs: and in the result
+  const TensorDescription* description = nullptr;  // its name ("grad_A") and key ("grad_a")
   DType dtype = DType::f32;
   std::vector<int64_t> shape;
-  bool required = true;  // must be given under outputs:
-  bool exists = true;    // allocated without outputs:
+  bool exists = true;  // allocated without outputs:
 };
 
-// The outputs of `description` for a call with these inputs, by the
-// description's name (absent ones left out or null). Dimensions are bound
-// by the first input that names them; the rank of each such input is
-// checked here, with or without outputs:, so that a call gets the same
-// message either way ("argument 'q': expected rank 4 [B, Hq, T, d], got
-// shape {2, 3}"). seq and state are the dtypes of the description's seq
-// and state tensors; bthd swaps the middle dimensions of 4-dimensional
+// The outputs of `description` for a call with these inputs. Dimensions
+// are bound by the first input that names them; the rank of each such
+// input is checked here, with or without outputs:, so that a call gets the
+// same message either way ("argument 'q': expected rank 4 [B, Hq, T, d],
+// got shape {2, 3}"). seq and state are the dtypes of the description's
+// seq and state tensors; bthd swaps the middle dimensions of 4-dimensional
 // tensors (attention's layout).
-std::vector<OutputPlan> plan_outputs(const OpDescription& description,
-                                     const std::map<std::string, const TensorArg*>& inputs, DType seq,
+std::vector<OutputPlan> plan_outputs(const OpDescription& description, const OpArguments& inputs, DType seq,
                                      DType state, bool bthd = false);
 
 // The description of `op` in `direction`; raises an internal error for

@@ -39,7 +39,7 @@ ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF
   const bool sync = decode_sync(opts);
   Outputs outputs = resolve_outputs(
       env, opts,
-      plan_outputs(description, in.by_name(), in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
+      plan_outputs(description, in, in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
       device);
   auto make_args = [&] {
     ScanForwardArgs args;
@@ -66,7 +66,7 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
   const bool sync = decode_sync(opts);
   Outputs outputs = resolve_outputs(
       env, opts,
-      plan_outputs(description, in.by_name(), in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
+      plan_outputs(description, in, in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
       device);
   auto make_args = [&] {
     ScanBackwardArgs args;

@@ -84,7 +84,7 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
     const bool sync = decode_sync(in.opts());
     // x's dtype for the sequence tensors, f32 for the rest
     Outputs outputs = resolve_outputs(
-        env, in.opts(), plan_outputs(description, in.by_name(), in.arg("x")->dtype, DType::f32), in.device());
+        env, in.opts(), plan_outputs(description, in, in.arg("x")->dtype, DType::f32), in.device());
     auto make_args = [&] {
       SelectiveScanForwardArgs args;
       args.in = inputs_of(in);
@@ -107,7 +107,7 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
     const Stream stream = decode_stream(env, in.opts());
     const bool sync = decode_sync(in.opts());
     Outputs outputs = resolve_outputs(
-        env, in.opts(), plan_outputs(description, in.by_name(), in.arg("x")->dtype, DType::f32), in.device());
+        env, in.opts(), plan_outputs(description, in, in.arg("x")->dtype, DType::f32), in.device());
     auto make_args = [&] {
       SelectiveScanBackwardArgs args;
       args.in = inputs_of(in);

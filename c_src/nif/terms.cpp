@@ -179,8 +179,13 @@ std::optional<ERL_NIF_TERM> map_get(ErlNifEnv* env, ERL_NIF_TERM map, ERL_NIF_TE
 
 Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> accepted, const char* argument,
                  const char* kind) {
-  std::string names;
-  for (const char* n : accepted) names += (names.empty() ? ":" : ", :") + std::string(n);
+  // The accepted names as the message lists them, built only for a refusal.
+  auto listed = [&] {
+    std::string names;
+    for (const char* n : accepted) names += (names.empty() ? ":" : ", :") + std::string(n);
+    return names;
+  };
+  values_.reserve(accepted.size());
   auto add = [&](ERL_NIF_TERM key, ERL_NIF_TERM value) {
     char name[64];
     if (enif_get_atom(env, key, name, sizeof name, ERL_NIF_LATIN1) > 0) {
@@ -193,7 +198,7 @@ Options::Options(ErlNifEnv* env, ERL_NIF_TERM term, std::vector<const char*> acc
         }
       }
     }
-    bad_argument(argument, std::string(kind) + " names among " + names, key);
+    bad_argument(argument, std::string(kind) + " names among " + listed(), key);
   };
   if (enif_is_map(env, term)) {
     ErlNifMapIterator it;

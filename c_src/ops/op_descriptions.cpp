@@ -3,6 +3,7 @@
 // Elixir layer's parse), so a malformed word here is skipped, never thrown.
 #include "exphil/op_descriptions.hpp"
 
+#include <cctype>
 #include <new>
 #include <sstream>
 
@@ -40,6 +41,8 @@ OpDescription parse(const Row& row) {
     TensorDescription t;
     t.optional = f[0].back() == '?';
     t.name = t.optional ? f[0].substr(0, f[0].size() - 1) : f[0];
+    t.key = t.name;
+    for (char& c : t.key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     t.output = f[1] == "out";
     t.dtype = f[2] == "state" ? TensorDescription::DTypeRule::state
               : f[2] == "f32" ? TensorDescription::DTypeRule::f32
@@ -55,6 +58,12 @@ OpDescription parse(const Row& row) {
         {word.substr(0, colon), word.substr(colon + 1, equals - colon - 1), word.substr(equals + 1)});
   }
   d.bindings = split(row.bindings, ' ');
+  std::size_t index = 0;
+  for (const TensorDescription& t : d.tensors) {
+    if (t.output) continue;
+    ++index;
+    if (!t.optional) d.leading_inputs = index;
+  }
   return d;
 }
 

@@ -3,6 +3,7 @@
 // outputs' names, dtypes, shapes and presence from it).
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@ namespace exphil {
 struct TensorDescription {
   enum class DTypeRule { seq, state, f32 };
   std::string name;
+  std::string key;  // the name lower-cased, as the NIF and Elixir spell it ("grad_a")
   bool optional = false;
   bool output = false;
   DTypeRule dtype = DTypeRule::seq;
@@ -28,6 +30,9 @@ struct OpDescription {
   std::vector<TensorDescription> tensors;
   std::vector<OptionDescription> options;
   std::vector<std::string> bindings;
+  // How many inputs, in order, come before the optional ones that end the
+  // list: up to the last required input (the NIF's arguments).
+  std::size_t leading_inputs = 0;
 };
 
 // Every row, in the header's order.
