@@ -165,6 +165,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
   const auto channels = static_cast<std::size_t>(p.channels);
   SelectiveScanBackwardResult grad;
   grad.x.assign(sequence_size, 0.0);
+  grad.x_terms.assign(sequence_size, 0.0);
   grad.dt.assign(sequence_size, 0.0);
   grad.dt_terms.assign(sequence_size, 0.0);
   grad.A.assign(channels * n_states, 0.0);
@@ -203,6 +204,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
           grad.D[channel] += grad_ungated * x;
           grad.D_terms[channel] += std::fabs(grad_ungated * x);
           grad.x[i] += grad_ungated * p.D[channel];
+          grad.x_terms[i] += std::fabs(grad_ungated * p.D[channel]);
         }
 
         const Delta delta = delta_with_slope(p, p.dt[i], d);
@@ -220,6 +222,7 @@ SelectiveScanBackwardResult selective_scan_backward(const SelectiveScanProblem& 
           grad.A_terms[at.transition(d, n)] += std::fabs(g * delta.value * decay * h_prev[n]);
           grad.B[k] += g * delta.value * x;
           grad.x[i] += g * delta.value * p.B[k];
+          grad.x_terms[i] += std::fabs(g * delta.value * p.B[k]);
           g *= decay;
         }
         grad.dt[i] = grad_delta * delta.slope;

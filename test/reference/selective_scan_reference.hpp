@@ -41,14 +41,14 @@ struct SelectiveScanForwardResult {
 };
 
 // Gradients of every input; those of absent optional inputs are empty.
-// The gradients whose terms can cancel (dt, a sum over the N states; A,
-// dt_bias and D, sums over batch and time) also come with the sums of the
+// The gradients whose terms can cancel (x and dt, sums over the N states;
+// A, dt_bias and D, sums over batch and time) also come with the sums of the
 // absolute values of their terms: the scale of the rounding error a float
 // sum of those terms makes, however much they cancel.
 struct SelectiveScanBackwardResult {
   std::vector<double> x, dt, A, B, C, dt_bias, D, z, h0;
-  // sum |term|, shaped as dt, A, dt_bias, D
-  std::vector<double> dt_terms, A_terms, dt_bias_terms, D_terms;
+  // sum |term|, shaped as x, dt, A, dt_bias, D
+  std::vector<double> x_terms, dt_terms, A_terms, dt_bias_terms, D_terms;
 };
 
 // delta of one channel and step from its raw dt (the definition in exphil.h).
