@@ -120,60 +120,54 @@ AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, D
   return options;
 }
 
-// The outputs' plan, from the description and q, k (lse is f32 [B, Hq, T]
-// in either layout; o and the gradients have q's dtype).
-std::vector<OutputPlan> outputs_of(const OpDescription& description, const OpArguments& in,
-                                   AttentionLayout layout) {
-  return plan_outputs(description, in, in.arg("q")->dtype, DType::f32, layout == AttentionLayout::bthd);
+// Both directions: the op options, then the outputs (lse is f32
+// [B, Hq, T] in either layout; o and the gradients have q's dtype).
+AttentionOptions plan_call(ErlNifEnv* env, OpCall& call) {
+  const DType q_dtype = call.in().arg("q")->dtype;
+  const AttentionOptions options = decode_attention_options(env, call.opts(), q_dtype);
+  call.plan_outputs(q_dtype, DType::f32, options.layout == AttentionLayout::bthd);
+  return options;
 }
 
 }  // namespace
 
 ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    const OpDescription& description = description_of("attention", "forward");
-    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
-    const AttentionOptions options = decode_attention_options(env, in.opts(), in.arg("q")->dtype);
-    const Stream stream = decode_stream(env, in.opts());
-    const bool sync = decode_sync(in.opts());
-    Outputs outputs = resolve_outputs(env, in.opts(), outputs_of(description, in, options.layout), in.device());
-    auto make_args = [&] {
-      AttentionForwardArgs args;
-      args.in = inputs_of(in);
-      args.options = options;
-      args.o = outputs.get("o");
-      args.lse = outputs.get("lse");
-      return args;
-    };
-    const AttentionForwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
-    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
-                       [&] { return exphil::attention_forward(args, stream); });
+    OpCall call(env, "attention", "forward", argv, kOpOptions, kCallOptions);
+    const AttentionOptions options = plan_call(env, call);
+    return call.run(
+        argc, argv,
+        [&] {
+          AttentionForwardArgs args;
+          args.in = inputs_of(call.in());
+          args.options = options;
+          args.o = call.outputs().get("o");
+          args.lse = call.outputs().get("lse");
+          return args;
+        },
+        [](const AttentionForwardArgs& args, Stream stream) { return exphil::attention_forward(args, stream); });
   });
 }
 
 ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    const OpDescription& description = description_of("attention", "backward");
-    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
-    const AttentionOptions options = decode_attention_options(env, in.opts(), in.arg("q")->dtype);
-    const Stream stream = decode_stream(env, in.opts());
-    const bool sync = decode_sync(in.opts());
-    Outputs outputs = resolve_outputs(env, in.opts(), outputs_of(description, in, options.layout), in.device());
-    auto make_args = [&] {
-      AttentionBackwardArgs args;
-      args.in = inputs_of(in);
-      args.options = options;
-      args.o = in.get("o");
-      args.lse = in.get("lse");
-      args.grad_o = in.get("grad_o");
-      args.grad_q = outputs.get("grad_q");
-      args.grad_k = outputs.get("grad_k");
-      args.grad_v = outputs.get("grad_v");
-      return args;
-    };
-    const AttentionBackwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
-    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
-                       [&] { return exphil::attention_backward(args, stream); });
+    OpCall call(env, "attention", "backward", argv, kOpOptions, kCallOptions);
+    const AttentionOptions options = plan_call(env, call);
+    return call.run(
+        argc, argv,
+        [&] {
+          AttentionBackwardArgs args;
+          args.in = inputs_of(call.in());
+          args.options = options;
+          args.o = call.in().get("o");
+          args.lse = call.in().get("lse");
+          args.grad_o = call.in().get("grad_o");
+          args.grad_q = call.outputs().get("grad_q");
+          args.grad_k = call.outputs().get("grad_k");
+          args.grad_v = call.outputs().get("grad_v");
+          return args;
+        },
+        [](const AttentionBackwardArgs& args, Stream stream) { return exphil::attention_backward(args, stream); });
   });
 }
 

@@ -1,13 +1,17 @@
-// The end of an op NIF: run the library call on the managed stream (or the
-// caller's), then wait for it (sync: true) or return an Event (sync: false).
+// An op NIF's call: decode it from the op's description, run the library
+// call on the managed stream (or the caller's), then wait for it (sync:
+// true) or return an Event (sync: false).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include <erl_nif.h>
 
 #include "exphil/runtime.hpp"
+#include "call_options.hpp"
 #include "exphil/tensor.hpp"
+#include "op_inputs.hpp"
 #include "op_outputs.hpp"
 #include "tensor_args.hpp"
 #include "terms.hpp"
@@ -21,15 +25,57 @@ namespace exphil::nif {
 ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], int device, Stream stream, bool sync,
                          ERL_NIF_TERM map, const std::vector<const TensorArg*>& tensors);
 
-// Runs call() -> Status, then answers {:ok, %{name => tensor}} as
-// answer_call does.
-template <class Call>
-ERL_NIF_TERM finish_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], int device, Stream stream, bool sync,
-                         const Outputs& outputs, const std::vector<const TensorArg*>& inputs, Call&& call) {
-  check(call());
-  std::vector<const TensorArg*> tensors = inputs;
-  for (const TensorArg& t : outputs.tensors()) tensors.push_back(&t);
-  return answer_call(env, argc, argv, device, stream, sync, outputs.result_map(env), tensors);
-}
+// One op NIF call, from the op's description: its arguments (op_inputs.hpp),
+// then, after the NIF has decoded its op options, the stream:, sync: and the
+// outputs (op_outputs.hpp), then the library call and its answer. An op's
+// NIF adds only its op options and the binding of names to the library's
+// args.
+class OpCall {
+ public:
+  OpCall(ErlNifEnv* env, const char* op, const char* direction, const ERL_NIF_TERM argv[],
+         const std::vector<const char*>& op_options, const std::vector<const char*>& call_options)
+      : env_(env),
+        description_(description_of(op, direction)),
+        in_(decode_arguments(env, description_, argv, op_options, call_options)) {}
+
+  const OpArguments& in() const noexcept { return in_; }
+  const Options& opts() const { return in_.opts(); }
+  // Valid after plan_outputs().
+  const Outputs& outputs() const { return *outputs_; }
+
+  // stream: and sync:, then the outputs: given, or planned (seq and state
+  // are the dtypes of the description's seq and state tensors; bthd:
+  // attention's layout).
+  void plan_outputs(DType seq, DType state, bool bthd = false) {
+    stream_ = decode_stream(env_, opts());
+    sync_ = decode_sync(opts());
+    outputs_.emplace(resolve_outputs(env_, opts(), nif::plan_outputs(description_, in_, seq, state, bthd), in_.device()));
+  }
+
+  // make_args() binds inputs and outputs by name into the library's args;
+  // when the NIF allocates the outputs, can_implement passes the call with
+  // them described first, then they get their memory. Then
+  // call(args, stream) -> Status runs it, and the NIF answers
+  // {:ok, %{name => tensor}} as answer_call does.
+  template <class MakeArgs, class Call>
+  ERL_NIF_TERM run(int argc, const ERL_NIF_TERM argv[], MakeArgs&& make_args, Call&& call) {
+    if (!outputs_->given()) {
+      check(can_implement(make_args()));
+      outputs_->allocate(env_, in_.device());
+    }
+    check(call(make_args(), stream_));
+    std::vector<const TensorArg*> tensors = in_.all();
+    for (const TensorArg& t : outputs_->tensors()) tensors.push_back(&t);
+    return answer_call(env_, argc, argv, in_.device(), stream_, sync_, outputs_->result_map(env_), tensors);
+  }
+
+ private:
+  ErlNifEnv* env_;
+  const OpDescription& description_;
+  OpArguments in_;
+  Stream stream_ = nullptr;
+  bool sync_ = true;
+  std::optional<Outputs> outputs_;
+};
 
 }  // namespace exphil::nif

@@ -73,18 +73,6 @@ class Outputs {
 // allocate().
 Outputs resolve_outputs(ErlNifEnv* env, const Options& opts, std::vector<OutputPlan> plans, int device);
 
-// The call's args from make_args() (which binds `outputs` by name): when
-// the NIF allocates the outputs, the library's can_implement passes the
-// call with them described first, then they get their memory.
-template <class MakeArgs>
-auto bind_outputs(ErlNifEnv* env, Outputs& outputs, int device, MakeArgs&& make_args) {
-  if (!outputs.given()) {
-    check(can_implement(make_args()));
-    outputs.allocate(env, device);
-  }
-  return make_args();
-}
-
 // A fresh device Buffer for output `name`, and its ExPhil.Native.Buffer term.
 struct AllocatedOutput {
   TensorArg tensor;

@@ -31,60 +31,44 @@ const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream", "sta
 }  // namespace
 
 ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
-  const OpDescription& description = description_of(scan_op_name(op), "forward");
-  const OpArguments in = decode_arguments(env, description, argv, {}, kCallOptions);
-  const Options& opts = in.opts();
-  const int device = in.device();
-  const Stream stream = decode_stream(env, opts);
-  const bool sync = decode_sync(opts);
-  Outputs outputs = resolve_outputs(
-      env, opts,
-      plan_outputs(description, in, in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
-      device);
-  auto make_args = [&] {
-    ScanForwardArgs args;
-    args.op = op;
-    for (int i = 0; i < scan_input_count(op); ++i) args.inputs[i] = in.get(scan_input_name(op, i));
-    args.h0 = in.get("h0");
-    args.y = outputs.get("y");
-    args.h_final = outputs.get("h_final");
-    return args;
-  };
-  const ScanForwardArgs args = bind_outputs(env, outputs, device, make_args);
-  return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(),
-                     [&] { return scan_forward(args, stream); });
+  OpCall call(env, scan_op_name(op), "forward", argv, {}, kCallOptions);
+  call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
+  return call.run(
+      argc, argv,
+      [&] {
+        ScanForwardArgs args;
+        args.op = op;
+        for (int i = 0; i < scan_input_count(op); ++i) args.inputs[i] = call.in().get(scan_input_name(op, i));
+        args.h0 = call.in().get("h0");
+        args.y = call.outputs().get("y");
+        args.h_final = call.outputs().get("h_final");
+        return args;
+      },
+      [](const ScanForwardArgs& args, Stream stream) { return scan_forward(args, stream); });
 }
 
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
-  const OpDescription& description = description_of(scan_op_name(op), "backward");
   // linear_scan's b may be nil (its description's b?): the backward then
   // reads the states from y (exphil/scan.hpp).
-  const OpArguments in = decode_arguments(env, description, argv, {}, kCallOptions);
-  const Options& opts = in.opts();
-  const int device = in.device();
-  const Stream stream = decode_stream(env, opts);
-  const bool sync = decode_sync(opts);
-  Outputs outputs = resolve_outputs(
-      env, opts,
-      plan_outputs(description, in, in.arg(scan_input_name(op, 0))->dtype, state_type(env, opts)),
-      device);
-  auto make_args = [&] {
-    ScanBackwardArgs args;
-    args.op = op;
-    for (int i = 0; i < scan_input_count(op); ++i) {
-      args.inputs[i] = in.get(scan_input_name(op, i));
-      args.grad_inputs[i] = outputs.get(scan_grad_input_name(op, i));
-    }
-    args.y = in.get("y");
-    args.grad_y = in.get("grad_y");
-    args.h0 = in.get("h0");
-    args.grad_h_final = in.get("grad_h_final");
-    args.grad_h0 = outputs.get("grad_h0");
-    return args;
-  };
-  const ScanBackwardArgs args = bind_outputs(env, outputs, device, make_args);
-  return finish_call(env, argc, argv, device, stream, sync, outputs, in.all(),
-                     [&] { return scan_backward(args, stream); });
+  OpCall call(env, scan_op_name(op), "backward", argv, {}, kCallOptions);
+  call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
+  return call.run(
+      argc, argv,
+      [&] {
+        ScanBackwardArgs args;
+        args.op = op;
+        for (int i = 0; i < scan_input_count(op); ++i) {
+          args.inputs[i] = call.in().get(scan_input_name(op, i));
+          args.grad_inputs[i] = call.outputs().get(scan_grad_input_name(op, i));
+        }
+        args.y = call.in().get("y");
+        args.grad_y = call.in().get("grad_y");
+        args.h0 = call.in().get("h0");
+        args.grad_h_final = call.in().get("grad_h_final");
+        args.grad_h0 = call.outputs().get("grad_h0");
+        return args;
+      },
+      [](const ScanBackwardArgs& args, Stream stream) { return scan_backward(args, stream); });
 }
 
 }  // namespace exphil::nif

@@ -77,58 +77,54 @@ const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
 ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    const OpDescription& description = description_of("selective_scan", "forward");
-    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
-    const SelectiveScanOptions options = decode_scan_options(env, in.opts());
-    const Stream stream = decode_stream(env, in.opts());
-    const bool sync = decode_sync(in.opts());
+    OpCall call(env, "selective_scan", "forward", argv, kOpOptions, kCallOptions);
+    const SelectiveScanOptions options = decode_scan_options(env, call.opts());
     // x's dtype for the sequence tensors, f32 for the rest
-    Outputs outputs = resolve_outputs(
-        env, in.opts(), plan_outputs(description, in, in.arg("x")->dtype, DType::f32), in.device());
-    auto make_args = [&] {
-      SelectiveScanForwardArgs args;
-      args.in = inputs_of(in);
-      args.options = options;
-      args.y = outputs.get("y");
-      args.h_final = outputs.get("h_final");
-      return args;
-    };
-    const SelectiveScanForwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
-    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
-                       [&] { return exphil::selective_scan_forward(args, stream); });
+    call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
+    return call.run(
+        argc, argv,
+        [&] {
+          SelectiveScanForwardArgs args;
+          args.in = inputs_of(call.in());
+          args.options = options;
+          args.y = call.outputs().get("y");
+          args.h_final = call.outputs().get("h_final");
+          return args;
+        },
+        [](const SelectiveScanForwardArgs& args, Stream stream) {
+          return exphil::selective_scan_forward(args, stream);
+        });
   });
 }
 
 ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    const OpDescription& description = description_of("selective_scan", "backward");
-    const OpArguments in = decode_arguments(env, description, argv, kOpOptions, kCallOptions);
-    const SelectiveScanOptions options = decode_scan_options(env, in.opts());
-    const Stream stream = decode_stream(env, in.opts());
-    const bool sync = decode_sync(in.opts());
-    Outputs outputs = resolve_outputs(
-        env, in.opts(), plan_outputs(description, in, in.arg("x")->dtype, DType::f32), in.device());
-    auto make_args = [&] {
-      SelectiveScanBackwardArgs args;
-      args.in = inputs_of(in);
-      args.options = options;
-      args.grad_y = in.get("grad_y");
-      args.grad_h_final = in.get("grad_h_final");
-      for (auto [slot, name] : {std::pair{&args.grad_x, "grad_x"},
-                                {&args.grad_dt, "grad_dt"},
-                                {&args.grad_A, "grad_A"},
-                                {&args.grad_B, "grad_B"},
-                                {&args.grad_C, "grad_C"},
-                                {&args.grad_dt_bias, "grad_dt_bias"},
-                                {&args.grad_D, "grad_D"},
-                                {&args.grad_z, "grad_z"},
-                                {&args.grad_h0, "grad_h0"}})
-        *slot = outputs.get(name);
-      return args;
-    };
-    const SelectiveScanBackwardArgs args = bind_outputs(env, outputs, in.device(), make_args);
-    return finish_call(env, argc, argv, in.device(), stream, sync, outputs, in.all(),
-                       [&] { return exphil::selective_scan_backward(args, stream); });
+    OpCall call(env, "selective_scan", "backward", argv, kOpOptions, kCallOptions);
+    const SelectiveScanOptions options = decode_scan_options(env, call.opts());
+    call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
+    return call.run(
+        argc, argv,
+        [&] {
+          SelectiveScanBackwardArgs args;
+          args.in = inputs_of(call.in());
+          args.options = options;
+          args.grad_y = call.in().get("grad_y");
+          args.grad_h_final = call.in().get("grad_h_final");
+          for (auto [slot, name] : {std::pair{&args.grad_x, "grad_x"},
+                                    {&args.grad_dt, "grad_dt"},
+                                    {&args.grad_A, "grad_A"},
+                                    {&args.grad_B, "grad_B"},
+                                    {&args.grad_C, "grad_C"},
+                                    {&args.grad_dt_bias, "grad_dt_bias"},
+                                    {&args.grad_D, "grad_D"},
+                                    {&args.grad_z, "grad_z"},
+                                    {&args.grad_h0, "grad_h0"}})
+            *slot = call.outputs().get(name);
+          return args;
+        },
+        [](const SelectiveScanBackwardArgs& args, Stream stream) {
+          return exphil::selective_scan_backward(args, stream);
+        });
   });
 }
 
