@@ -42,14 +42,6 @@ namespace {
 const std::vector<const char*> kOpOptions = {"mask", "window", "layout", "scale", "precision"};
 const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
-AttentionInputs inputs_of(const OpArguments& in) {
-  AttentionInputs v;
-  v.q = in.get("q");
-  v.k = in.get("k");
-  v.v = in.get("v");
-  return v;
-}
-
 bool given(const std::optional<ERL_NIF_TERM>& term) {
   return term && !enif_is_identical(*term, atoms().nil);
 }
@@ -134,40 +126,22 @@ AttentionOptions plan_call(ErlNifEnv* env, OpCall& call) {
 ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     OpCall call(env, "attention", "forward", argv, kOpOptions, kCallOptions);
-    const AttentionOptions options = plan_call(env, call);
-    return call.run(
-        argc, argv,
-        [&] {
-          AttentionForwardArgs args;
-          args.in = inputs_of(call.in());
-          args.options = options;
-          args.o = call.outputs().get("o");
-          args.lse = call.outputs().get("lse");
-          return args;
-        },
-        [](const AttentionForwardArgs& args, Stream stream) { return exphil::attention_forward(args, stream); });
+    AttentionForwardArgs args;
+    args.options = plan_call(env, call);
+    return call.run(argc, argv, args, [](const AttentionForwardArgs& a, Stream stream) {
+      return exphil::attention_forward(a, stream);
+    });
   });
 }
 
 ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
     OpCall call(env, "attention", "backward", argv, kOpOptions, kCallOptions);
-    const AttentionOptions options = plan_call(env, call);
-    return call.run(
-        argc, argv,
-        [&] {
-          AttentionBackwardArgs args;
-          args.in = inputs_of(call.in());
-          args.options = options;
-          args.o = call.in().get("o");
-          args.lse = call.in().get("lse");
-          args.grad_o = call.in().get("grad_o");
-          args.grad_q = call.outputs().get("grad_q");
-          args.grad_k = call.outputs().get("grad_k");
-          args.grad_v = call.outputs().get("grad_v");
-          return args;
-        },
-        [](const AttentionBackwardArgs& args, Stream stream) { return exphil::attention_backward(args, stream); });
+    AttentionBackwardArgs args;
+    args.options = plan_call(env, call);
+    return call.run(argc, argv, args, [](const AttentionBackwardArgs& a, Stream stream) {
+      return exphil::attention_backward(a, stream);
+    });
   });
 }
 

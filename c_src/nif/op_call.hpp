@@ -27,9 +27,9 @@ ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], in
 
 // One op NIF call, from the op's description: its arguments (op_inputs.hpp),
 // then, after the NIF has decoded its op options, the stream:, sync: and the
-// outputs (op_outputs.hpp), then the library call and its answer. An op's
-// NIF adds only its op options and the binding of names to the library's
-// args.
+// outputs (op_outputs.hpp), then the tensors bound into the library's args
+// by their names, the library call and its answer. An op's NIF adds only
+// its op options (the NIF's own spellings) and which library function runs.
 class OpCall {
  public:
   OpCall(ErlNifEnv* env, const char* op, const char* direction, const ERL_NIF_TERM argv[],
@@ -52,18 +52,27 @@ class OpCall {
     outputs_.emplace(resolve_outputs(env_, opts(), nif::plan_outputs(description_, in_, seq, state, bthd), in_.device()));
   }
 
-  // make_args() binds inputs and outputs by name into the library's args;
-  // when the NIF allocates the outputs, can_implement passes the call with
-  // them described first, then they get their memory. Then
+  // The library's args, given with their op options (and a scan's op),
+  // get every described tensor by its name (exphil::tensor_slot): the
+  // inputs, and the outputs, whose descriptors stay where they are when
+  // allocate() gives them memory. When the NIF allocates the outputs,
+  // can_implement passes the call with them described first. Then
   // call(args, stream) -> Status runs it, and the NIF answers
   // {:ok, %{name => tensor}} as answer_call does.
-  template <class MakeArgs, class Call>
-  ERL_NIF_TERM run(int argc, const ERL_NIF_TERM argv[], MakeArgs&& make_args, Call&& call) {
+  template <class Args, class Call>
+  ERL_NIF_TERM run(int argc, const ERL_NIF_TERM argv[], Args args, Call&& call) {
+    for (const TensorDescription& t : description_.tensors) {
+      const Tensor** slot = tensor_slot(args, t.name);
+      if (!slot)
+        throw Failure{Status(StatusCode::internal, "the args of " + description_.op + " " +
+                                                       description_.direction + " have no tensor '" + t.name + "'")};
+      *slot = t.output ? outputs_->get(t.name) : in_.get(t.name);
+    }
     if (!outputs_->given()) {
-      check(can_implement(make_args()));
+      check(can_implement(args));
       outputs_->allocate(env_, in_.device());
     }
-    check(call(make_args(), stream_));
+    check(call(args, stream_));
     std::vector<const TensorArg*> tensors = in_.all();
     for (const TensorArg& t : outputs_->tensors()) tensors.push_back(&t);
     return answer_call(env_, argc, argv, in_.device(), stream_, sync_, outputs_->result_map(env_), tensors);

@@ -33,18 +33,9 @@ const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream", "sta
 ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
   OpCall call(env, scan_op_name(op), "forward", argv, {}, kCallOptions);
   call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
-  return call.run(
-      argc, argv,
-      [&] {
-        ScanForwardArgs args;
-        args.op = op;
-        for (int i = 0; i < scan_input_count(op); ++i) args.inputs[i] = call.in().get(scan_input_name(op, i));
-        args.h0 = call.in().get("h0");
-        args.y = call.outputs().get("y");
-        args.h_final = call.outputs().get("h_final");
-        return args;
-      },
-      [](const ScanForwardArgs& args, Stream stream) { return scan_forward(args, stream); });
+  ScanForwardArgs args;
+  args.op = op;
+  return call.run(argc, argv, args, [](const ScanForwardArgs& a, Stream stream) { return scan_forward(a, stream); });
 }
 
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
@@ -52,23 +43,10 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
   // reads the states from y (exphil/scan.hpp).
   OpCall call(env, scan_op_name(op), "backward", argv, {}, kCallOptions);
   call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
-  return call.run(
-      argc, argv,
-      [&] {
-        ScanBackwardArgs args;
-        args.op = op;
-        for (int i = 0; i < scan_input_count(op); ++i) {
-          args.inputs[i] = call.in().get(scan_input_name(op, i));
-          args.grad_inputs[i] = call.outputs().get(scan_grad_input_name(op, i));
-        }
-        args.y = call.in().get("y");
-        args.grad_y = call.in().get("grad_y");
-        args.h0 = call.in().get("h0");
-        args.grad_h_final = call.in().get("grad_h_final");
-        args.grad_h0 = call.outputs().get("grad_h0");
-        return args;
-      },
-      [](const ScanBackwardArgs& args, Stream stream) { return scan_backward(args, stream); });
+  ScanBackwardArgs args;
+  args.op = op;
+  return call.run(argc, argv, args,
+                  [](const ScanBackwardArgs& a, Stream stream) { return scan_backward(a, stream); });
 }
 
 }  // namespace exphil::nif

@@ -55,21 +55,6 @@ SelectiveScanOptions decode_scan_options(ErlNifEnv* env, const Options& opts) {
   return options;
 }
 
-// The library's inputs from the decoded arguments.
-SelectiveScanInputs inputs_of(const OpArguments& in) {
-  SelectiveScanInputs v;
-  v.x = in.get("x");
-  v.dt = in.get("dt");
-  v.A = in.get("A");
-  v.B = in.get("B");
-  v.C = in.get("C");
-  v.dt_bias = in.get("dt_bias");
-  v.D = in.get("D");
-  v.z = in.get("z");
-  v.h0 = in.get("h0");
-  return v;
-}
-
 const std::vector<const char*> kOpOptions = {"softplus", "clamp"};
 const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
@@ -81,19 +66,11 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
     const SelectiveScanOptions options = decode_scan_options(env, call.opts());
     // x's dtype for the sequence tensors, f32 for the rest
     call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
-    return call.run(
-        argc, argv,
-        [&] {
-          SelectiveScanForwardArgs args;
-          args.in = inputs_of(call.in());
-          args.options = options;
-          args.y = call.outputs().get("y");
-          args.h_final = call.outputs().get("h_final");
-          return args;
-        },
-        [](const SelectiveScanForwardArgs& args, Stream stream) {
-          return exphil::selective_scan_forward(args, stream);
-        });
+    SelectiveScanForwardArgs args;
+    args.options = options;
+    return call.run(argc, argv, args, [](const SelectiveScanForwardArgs& a, Stream stream) {
+      return exphil::selective_scan_forward(a, stream);
+    });
   });
 }
 
@@ -102,29 +79,11 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
     OpCall call(env, "selective_scan", "backward", argv, kOpOptions, kCallOptions);
     const SelectiveScanOptions options = decode_scan_options(env, call.opts());
     call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
-    return call.run(
-        argc, argv,
-        [&] {
-          SelectiveScanBackwardArgs args;
-          args.in = inputs_of(call.in());
-          args.options = options;
-          args.grad_y = call.in().get("grad_y");
-          args.grad_h_final = call.in().get("grad_h_final");
-          for (auto [slot, name] : {std::pair{&args.grad_x, "grad_x"},
-                                    {&args.grad_dt, "grad_dt"},
-                                    {&args.grad_A, "grad_A"},
-                                    {&args.grad_B, "grad_B"},
-                                    {&args.grad_C, "grad_C"},
-                                    {&args.grad_dt_bias, "grad_dt_bias"},
-                                    {&args.grad_D, "grad_D"},
-                                    {&args.grad_z, "grad_z"},
-                                    {&args.grad_h0, "grad_h0"}})
-            *slot = call.outputs().get(name);
-          return args;
-        },
-        [](const SelectiveScanBackwardArgs& args, Stream stream) {
-          return exphil::selective_scan_backward(args, stream);
-        });
+    SelectiveScanBackwardArgs args;
+    args.options = options;
+    return call.run(argc, argv, args, [](const SelectiveScanBackwardArgs& a, Stream stream) {
+      return exphil::selective_scan_backward(a, stream);
+    });
   });
 }
 

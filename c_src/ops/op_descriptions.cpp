@@ -52,10 +52,25 @@ OpDescription parse(const Row& row) {
     d.tensors.push_back(std::move(t));
   }
   for (const std::string& word : split(row.options, ' ')) {
+    // name:type=default[:range][:if(cond)]
     const std::size_t colon = word.find(':'), equals = word.find('=');
     if (colon == std::string::npos || equals == std::string::npos || equals < colon) continue;
-    d.options.push_back(
-        {word.substr(0, colon), word.substr(colon + 1, equals - colon - 1), word.substr(equals + 1)});
+    OptionDescription o;
+    o.name = word.substr(0, colon);
+    o.type = word.substr(colon + 1, equals - colon - 1);
+    const std::vector<std::string> rest = split(word.substr(equals + 1), ':');
+    if (rest.empty()) continue;
+    o.default_value = rest[0];
+    for (std::size_t i = 1; i < rest.size(); ++i) {
+      const std::string& f = rest[i];
+      if (f.size() > 4 && f.compare(0, 3, "if(") == 0 && f.back() == ')')
+        o.only_if = f.substr(3, f.size() - 4);
+      else
+        o.range = f;
+    }
+    if (o.type.size() > 6 && o.type.compare(0, 5, "enum(") == 0 && o.type.back() == ')')
+      o.values = split(o.type.substr(5, o.type.size() - 6), '|');
+    d.options.push_back(std::move(o));
   }
   d.bindings = split(row.bindings, ' ');
   std::size_t index = 0;

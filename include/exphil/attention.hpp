@@ -4,6 +4,8 @@
 // structs.
 #pragma once
 
+#include <string_view>
+
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
 
@@ -108,5 +110,11 @@ Status attention_backward(const AttentionBackwardArgs& args, Stream stream = nul
 // can_implement says.
 Status can_implement(const AttentionForwardArgs& args) noexcept;
 Status can_implement(const AttentionBackwardArgs& args) noexcept;
+
+// The member of `args` that holds the tensor the op's description
+// (op_descriptions.h) names `name`, or null for a name it does not have: a
+// binding fills any op's args by the description's names.
+const Tensor** tensor_slot(AttentionForwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(AttentionBackwardArgs& args, std::string_view name) noexcept;
 
 }  // namespace exphil

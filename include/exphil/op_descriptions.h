@@ -1,7 +1,7 @@
 /*
  * Every op direction of the library as data: its tensors (name, input or
  * output, optional or not, dtype rule, shape in named dimensions) and its
- * scalar options (name, type, default). This is the one description of
+ * scalar options (name, type, default, the values accepted). This is the one description of
  * each op that the bindings are checked against: the C++ API's validation
  * (test/abi/test_op_descriptions.cpp runs every row through
  * exphil::can_implement), and the NIF's functions, options and outputs, the
@@ -36,9 +36,19 @@
  *               input  an optional output that may be given only with this
  *                      optional input (the gradient of an input the call
  *                      does not have is refused, not ignored).
- * options     space-separated words "name:type=default"; type bool, i32,
- *             f32 or enum(a|b|...), whose values are the C++ enumerators in
- *             order (0, 1, ...).
+ * options     space-separated words "name:type=default[:range][:if(cond)]":
+ *               type     bool, i32, f32 or enum(a|b|...), whose values are
+ *                        the C++ enumerators in order (0, 1, ...); an enum
+ *                        takes those values only.
+ *               range    the values the call accepts: "lo..hi" (i32,
+ *                        inclusive) or "finite" (f32: no NaN or infinity).
+ *                        Without one, every value of the type.
+ *               if(cond) the range holds only while cond does: "clamp" (that
+ *                        bool option true) or "mask=window" (that enum
+ *                        option at that value); otherwise the option is
+ *                        not read. Rules between options (the selective
+ *                        scan's dt_min <= dt_max; attention's tf32x3 for f32
+ *                        inputs only) are the C++ headers'.
  * bindings    the ways in: cpp (exphil::<...>_forward/_backward with the
  *             op's args), c (exphil_<op>_<direction> in exphil.h), nif
  *             (ExPhil.Native.<op>_<direction>), xla (the XLA FFI targets
@@ -75,10 +85,10 @@
   EXPHIL_OP_DIRECTION(diag_linear, backward, "a:in:seq:B,T,H b:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_a:out:seq:B,T,H grad_b:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
   EXPHIL_OP_DIRECTION(elu_gru, forward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H h0?:in:state:B,H y:out:seq:B,T,H h_final?:out:state:B,H", "", "cpp") \
   EXPHIL_OP_DIRECTION(elu_gru, backward, "gate:in:seq:B,T,H candidate:in:seq:B,T,H y:in:seq:B,T,H grad_y:in:seq:B,T,H h0?:in:state:B,H grad_h_final?:in:state:B,H grad_gate:out:seq:B,T,H grad_candidate:out:seq:B,T,H grad_h0?:out:state:B,H", "", "cpp") \
-  EXPHIL_OP_DIRECTION(selective_scan, forward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N y:out:seq:B,T,D h_final?:out:f32:B,D,N", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0 input_scale:enum(delta|channel_mean)=delta", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0 dt_max:f32=0", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0 layout:enum(bhtd|bthd)=bhtd scale:f32=0 precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla")
+  EXPHIL_OP_DIRECTION(selective_scan, forward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N y:out:seq:B,T,D h_final?:out:f32:B,D,N", "softplus:bool=false clamp:bool=false dt_min:f32=0:finite:if(clamp) dt_max:f32=0:finite:if(clamp) input_scale:enum(delta|channel_mean)=delta", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0:finite:if(clamp) dt_max:f32=0:finite:if(clamp)", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla")
 /* clang-format on */
 
 #endif /* EXPHIL_OP_DESCRIPTIONS_H */

@@ -22,7 +22,12 @@ struct TensorDescription {
 };
 
 struct OptionDescription {
-  std::string name, type, default_value;
+  std::string name;
+  std::string type;  // "bool", "i32", "f32" or "enum(a|b|...)"
+  std::string default_value;
+  std::vector<std::string> values;  // an enum's, in enumerator order
+  std::string range;                // "", "finite" or "lo..hi" (op_descriptions.h)
+  std::string only_if;              // "", "clamp" or "mask=window": when the range holds
 };
 
 struct OpDescription {

@@ -4,6 +4,8 @@
 // as a parameter, for callers that treat the ops alike.
 #pragma once
 
+#include <string_view>
+
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
 
@@ -106,5 +108,12 @@ Status scan_backward(const ScanBackwardArgs& args, Stream stream = nullptr,
 // launch plan takes. Messages are the call's own.
 Status can_implement(const ScanForwardArgs& args) noexcept;
 Status can_implement(const ScanBackwardArgs& args) noexcept;
+
+// The member of `args` that holds the tensor the op's description
+// (op_descriptions.h) names `name`, or null for a name it does not have: a
+// binding fills any op's args by the description's names. A scan's
+// input names are those of args.op.
+const Tensor** tensor_slot(ScanForwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(ScanBackwardArgs& args, std::string_view name) noexcept;
 
 }  // namespace exphil

@@ -3,6 +3,8 @@
 // this is the same API with the arguments gathered into structs.
 #pragma once
 
+#include <string_view>
+
 #include "exphil/status.hpp"
 #include "exphil/tensor.hpp"
 
@@ -98,5 +100,11 @@ Status selective_scan_backward(const SelectiveScanBackwardArgs& args, Stream str
 // can_implement says.
 Status can_implement(const SelectiveScanForwardArgs& args) noexcept;
 Status can_implement(const SelectiveScanBackwardArgs& args) noexcept;
+
+// The member of `args` that holds the tensor the op's description
+// (op_descriptions.h) names `name`, or null for a name it does not have: a
+// binding fills any op's args by the description's names.
+const Tensor** tensor_slot(SelectiveScanForwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(SelectiveScanBackwardArgs& args, std::string_view name) noexcept;
 
 }  // namespace exphil

@@ -4,11 +4,14 @@
 // exphil::can_implement, and each departure from the row must fail naming
 // the tensor: a required tensor left out, an extent changed, a dtype its
 // rule refuses. An optional tensor left out must pass, a dtype its rule
-// allows too. So a row that misdescribes its op, or a validation that
-// drifts from the row, fails here. Runs without a GPU.
+// allows too. The call's tensors reach its args by their names
+// (exphil::tensor_slot, as the NIF binds them), so every name must have its
+// member. So a row that misdescribes its op, or a validation or binding
+// that drifts from the row, fails here. Runs without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -79,29 +82,42 @@ class Call {
   Tensor& operator[](const std::string& name) { return tensors_.at(name); }
   void leave_out(const std::string& name) { present_.at(name) = false; }
 
+  // An option by its row's name: a number, the enumerator's index for an
+  // enum, 0 or 1 for a bool. Layout bthd swaps the middle dimensions of the
+  // 4-D tensors, which the row gives as bhtd.
+  void set_option(const std::string& name, double value) {
+    bool described = false;
+    for (const exphil::OptionDescription& o : row_.options) described = described || o.name == name;
+    REQUIRE(described);
+    options_[name] = value;
+    if (name == "layout" && value == 1)
+      for (auto& [n, t] : tensors_)
+        if (t.rank == 4) std::swap(t.shape[1], t.shape[2]);
+  }
+
   Status check() {
     if (row_.op == "selective_scan") return selective_scan();
     if (row_.op == "attention") return attention();
     return scan();
   }
 
-  // Names the call's binding did not take: a row's tensor the args have no
-  // field for.
+  // The row's tensors the op's args have no member for (exphil::tensor_slot).
   std::vector<std::string> unbound;
 
  private:
-  const Tensor* get(const std::string& name) {
-    taken_.push_back(name);
-    auto it = tensors_.find(name);
-    return it != tensors_.end() && present_.at(name) ? &it->second : nullptr;
-  }
-
-  void note_unbound() {
-    for (const auto& [name, t] : tensors_) {
-      bool taken = false;
-      for (const std::string& n : taken_) taken = taken || n == name;
-      if (!taken) unbound.push_back(name);
+  // The call through can_implement, its tensors bound by their names.
+  template <class Args>
+  Status bound(Args a) {
+    unbound.clear();
+    for (auto& [name, t] : tensors_) {
+      const Tensor** slot = exphil::tensor_slot(a, name);
+      if (!slot) {
+        unbound.push_back(name);
+        continue;
+      }
+      *slot = present_.at(name) ? &t : nullptr;
     }
+    return exphil::can_implement(a);
   }
 
   Status scan() {
@@ -110,108 +126,70 @@ class Call {
     for (exphil::ScanOp o : exphil::kAllScanOps)
       if (row_.op == exphil::scan_op_name(o)) op = o, found = true;
     REQUIRE(found);
-    const int n = exphil::scan_input_count(op);
-    Status s;
     if (row_.direction == "forward") {
       exphil::ScanForwardArgs a;
       a.op = op;
-      for (int i = 0; i < n; ++i) a.inputs[i] = get(exphil::scan_input_name(op, i));
-      a.h0 = get("h0");
-      a.y = get("y");
-      a.h_final = get("h_final");
-      s = exphil::can_implement(a);
-    } else {
-      exphil::ScanBackwardArgs a;
-      a.op = op;
-      for (int i = 0; i < n; ++i) {
-        a.inputs[i] = get(exphil::scan_input_name(op, i));
-        a.grad_inputs[i] = get(exphil::scan_grad_input_name(op, i));
-      }
-      a.h0 = get("h0");
-      a.y = get("y");
-      a.grad_y = get("grad_y");
-      a.grad_h_final = get("grad_h_final");
-      a.grad_h0 = get("grad_h0");
-      s = exphil::can_implement(a);
+      return bound(a);
     }
-    note_unbound();
-    return s;
-  }
-
-  exphil::SelectiveScanInputs selective_inputs() {
-    exphil::SelectiveScanInputs in;
-    in.x = get("x");
-    in.dt = get("dt");
-    in.A = get("A");
-    in.B = get("B");
-    in.C = get("C");
-    in.dt_bias = get("dt_bias");
-    in.D = get("D");
-    in.z = get("z");
-    in.h0 = get("h0");
-    return in;
+    exphil::ScanBackwardArgs a;
+    a.op = op;
+    return bound(a);
   }
 
   Status selective_scan() {
-    Status s;
     if (row_.direction == "forward") {
       exphil::SelectiveScanForwardArgs a;
-      a.in = selective_inputs();
-      a.y = get("y");
-      a.h_final = get("h_final");
-      s = exphil::can_implement(a);
-    } else {
-      exphil::SelectiveScanBackwardArgs a;
-      a.in = selective_inputs();
-      a.grad_y = get("grad_y");
-      a.grad_h_final = get("grad_h_final");
-      a.grad_x = get("grad_x");
-      a.grad_dt = get("grad_dt");
-      a.grad_A = get("grad_A");
-      a.grad_B = get("grad_B");
-      a.grad_C = get("grad_C");
-      a.grad_dt_bias = get("grad_dt_bias");
-      a.grad_D = get("grad_D");
-      a.grad_z = get("grad_z");
-      a.grad_h0 = get("grad_h0");
-      s = exphil::can_implement(a);
+      apply(a.options);
+      return bound(a);
     }
-    note_unbound();
-    return s;
+    exphil::SelectiveScanBackwardArgs a;
+    apply(a.options);
+    return bound(a);
   }
 
   Status attention() {
-    exphil::AttentionInputs in;
-    in.q = get("q");
-    in.k = get("k");
-    in.v = get("v");
-    Status s;
     if (row_.direction == "forward") {
       exphil::AttentionForwardArgs a;
-      a.in = in;
-      a.o = get("o");
-      a.lse = get("lse");
-      s = exphil::can_implement(a);
-    } else {
-      exphil::AttentionBackwardArgs a;
-      a.in = in;
-      a.o = get("o");
-      a.lse = get("lse");
-      a.grad_o = get("grad_o");
-      a.grad_q = get("grad_q");
-      a.grad_k = get("grad_k");
-      a.grad_v = get("grad_v");
-      s = exphil::can_implement(a);
+      apply(a.options);
+      return bound(a);
     }
-    note_unbound();
-    return s;
+    exphil::AttentionBackwardArgs a;
+    apply(a.options);
+    return bound(a);
   }
 
+  // The options set, on the args' option structs; a name the op's args have
+  // no field for fails the test.
+  void apply(exphil::SelectiveScanOptions& o);
+  void apply(exphil::AttentionOptions& o);
+
   Row row_;
+  std::map<std::string, double> options_;
   std::map<std::string, Tensor> tensors_;
   std::map<std::string, bool> present_;
-  std::vector<std::string> taken_;
 };
+
+void Call::apply(exphil::SelectiveScanOptions& o) {
+  for (const auto& [name, v] : options_) {
+    if (name == "softplus") o.softplus = v != 0;
+    else if (name == "clamp") o.clamp = v != 0;
+    else if (name == "dt_min") o.dt_min = static_cast<float>(v);
+    else if (name == "dt_max") o.dt_max = static_cast<float>(v);
+    else if (name == "input_scale") o.input_scale = static_cast<exphil::SelectiveScanInputScale>(v);
+    else FAIL("SelectiveScanOptions has no field for option " << name);
+  }
+}
+
+void Call::apply(exphil::AttentionOptions& o) {
+  for (const auto& [name, v] : options_) {
+    if (name == "mask") o.mask = static_cast<exphil::AttentionMask>(v);
+    else if (name == "window") o.window = static_cast<int>(v);
+    else if (name == "layout") o.layout = static_cast<exphil::AttentionLayout>(v);
+    else if (name == "scale") o.scale = static_cast<float>(v);
+    else if (name == "precision") o.precision = static_cast<exphil::AttentionPrecision>(v);
+    else FAIL("AttentionOptions has no field for option " << name);
+  }
+}
 
 std::string named(const std::string& name) { return "argument '" + name + "'"; }
 
@@ -230,7 +208,8 @@ bool sets_a_dimension(const std::vector<Slot>& slots, std::size_t index) {
 
 TEST_CASE("every row keeps the grammar, and the library's parse takes all of it", "[op_descriptions]") {
   const std::regex tensor(R"(\w+\??:(in|out):(seq|state|f32):\w+(,\w+)*(:\w+)?)");
-  const std::regex option(R"(\w+:(bool|i32|f32|enum\(\w+(\|\w+)*\))=\w+)");
+  const std::regex option(
+      R"(\w+:(bool|i32|f32|enum\(\w+(\|\w+)*\))=\w+(:(finite|-?\d+\.\.-?\d+))?(:if\(\w+(=\w+)?\))?)");
   const std::regex binding("cpp|c|nif|xla");
   REQUIRE(kRawRows.size() == exphil::op_descriptions().size());
   for (std::size_t r = 0; r < kRawRows.size(); ++r) {
@@ -336,4 +315,98 @@ TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]")
       }
     }
   }
+}
+
+// The options' values as the rows give them: each enum value and each
+// range's ends are accepted; just outside a range (or past an enum's last
+// value) is refused as invalid, naming 'options' and the option; outside
+// its condition an option is not read. The seq tensors are f32 here, the
+// one dtype every enum value takes (tf32x3 is for f32 inputs).
+TEST_CASE("every option's values are the C++ API's", "[op_descriptions]") {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  int ranged = 0;
+  for (const Row& row : exphil::op_descriptions()) {
+    for (const exphil::OptionDescription& o : row.options) {
+      INFO(row.op << " " << row.direction << ", option " << o.name);
+      // Its condition made true on a call as the row describes it.
+      const auto call = [&](bool condition) {
+        Call c(row, row.tensors, DType::f32);
+        if (condition && !o.only_if.empty()) {
+          const std::size_t eq = o.only_if.find('=');
+          if (eq == std::string::npos) {
+            c.set_option(o.only_if, 1);
+          } else {
+            const std::string other = o.only_if.substr(0, eq), value = o.only_if.substr(eq + 1);
+            bool found = false;
+            for (const exphil::OptionDescription& p : row.options)
+              for (std::size_t i = 0; i < p.values.size(); ++i)
+                if (p.name == other && p.values[i] == value) c.set_option(other, double(i)), found = true;
+            REQUIRE(found);
+          }
+        }
+        return c;
+      };
+      const auto accepted = [&](double v, bool condition = true) {
+        INFO("value " << v << (condition ? "" : ", condition off"));
+        Call c = call(condition);
+        c.set_option(o.name, v);
+        const Status s = c.check();
+        INFO(s.message());
+        CHECK(s.ok());
+      };
+      const auto refused = [&](double v) {
+        INFO("value " << v);
+        Call c = call(true);
+        c.set_option(o.name, v);
+        const Status s = c.check();
+        CHECK(s.code() == StatusCode::invalid_argument);
+        CHECK_THAT(s.message(), Catch::Matchers::Contains("argument 'options'") &&
+                                    Catch::Matchers::Contains(o.name));
+      };
+
+      if (!o.values.empty()) {
+        ++ranged;
+        for (std::size_t i = 0; i < o.values.size(); ++i) {
+          // A value that brings in another option (mask window, window)
+          // with that one at its range's low end.
+          INFO("value " << o.values[i]);
+          Call c = call(true);
+          c.set_option(o.name, double(i));
+          for (const exphil::OptionDescription& p : row.options)
+            if (p.only_if == o.name + "=" + o.values[i] && p.range.find("..") != std::string::npos)
+              c.set_option(p.name, std::stod(p.range.substr(0, p.range.find(".."))));
+          const Status st = c.check();
+          INFO(st.message());
+          CHECK(st.ok());
+        }
+        refused(double(o.values.size()));
+        refused(-1);
+      }
+      if (o.range == "finite") {
+        ++ranged;
+        REQUIRE(o.type == "f32");
+        // dt_min and dt_max are also ordered (selective_scan.hpp), the other
+        // staying at its default 0.
+        accepted(o.name == "dt_min" ? -0.5 : 0.5);
+        refused(nan);
+        refused(inf);
+        refused(-inf);
+        if (!o.only_if.empty()) accepted(nan, false);
+      } else if (!o.range.empty()) {
+        ++ranged;
+        REQUIRE(o.type == "i32");
+        const std::size_t dots = o.range.find("..");
+        REQUIRE(dots != std::string::npos);
+        const double lo = std::stod(o.range.substr(0, dots)), hi = std::stod(o.range.substr(dots + 2));
+        CHECK(hi <= std::numeric_limits<int32_t>::max());
+        accepted(lo);
+        accepted(hi);
+        if (lo > std::numeric_limits<int32_t>::min()) refused(lo - 1);
+        if (hi < std::numeric_limits<int32_t>::max()) refused(hi + 1);
+        if (!o.only_if.empty()) accepted(lo - 1, false);
+      }
+    }
+  }
+  CHECK(ranged == 15);  // the enums and ranges of the rows (a row losing one fails here)
 }

@@ -12,7 +12,8 @@ defmodule ExPhil.Native.OpDescriptions do
     * `:tensors` - in the header's order, each
       `%{name: "gate", optional: false, role: :input | :output,
          dtype: :seq | :state | :f32, dims: ["B", "T", "H"], only_with: nil | "h0"}`
-    * `:options` - `[%{name: "mask", type: "enum(none|causal|window)", default: "none"}]`
+    * `:options` - each `%{name: "window", type: "i32", default: "0",
+      range: nil | "finite" | "1..2147483647", only_if: nil | "mask=window"}`
     * `:bindings` - the ways in, among `:cpp`, `:c`, `:nif` and `:xla`
   """
 
@@ -53,9 +54,27 @@ defmodule ExPhil.Native.OpDescriptions do
 
       options =
         for word <- String.split(options, " ", trim: true) do
+          # name:type=default[:range][:if(cond)]
           [name, rest] = String.split(word, ":", parts: 2)
-          [type, default] = String.split(rest, "=")
-          %{name: name, type: type, default: default}
+          [type, rest] = String.split(rest, "=", parts: 2)
+          [default | qualifiers] = String.split(rest, ":")
+
+          {conditions, ranges} =
+            Enum.split_with(qualifiers, &String.match?(&1, ~r/^if\(.+\)$/))
+
+          unless length(conditions) <= 1 and length(ranges) <= 1,
+            do:
+              raise(
+                "#{@header}: #{op}: option #{inspect(word)} is not name:type=default[:range][:if(cond)]"
+              )
+
+          only_if =
+            case conditions do
+              [condition] -> condition |> String.trim_leading("if(") |> String.trim_trailing(")")
+              [] -> nil
+            end
+
+          %{name: name, type: type, default: default, range: List.first(ranges), only_if: only_if}
         end
 
       %{

@@ -1,0 +1,43 @@
+defmodule ExPhil.Native.DescribedTensors do
+  @moduledoc false
+  # Fake device tensors for a description's slots (ExPhil.Native.OpDescriptions),
+  # for the tests that call the NIF as a row describes it without a GPU: the
+  # NIF checks them, and fails only where it needs the device.
+
+  # Extents for the dimensions the rows name: distinct where they may
+  # differ, and what the kernels take (head width 32, Hq a multiple of Hkv).
+  @extents %{
+    "B" => 2,
+    "T" => 5,
+    "H" => 4,
+    "D" => 3,
+    "N" => 4,
+    "Hq" => 2,
+    "Hkv" => 1,
+    "S" => 6,
+    "d" => 32
+  }
+
+  @doc "The extent the tests give dimension `name`."
+  def extent(name), do: Map.fetch!(@extents, name)
+
+  @doc """
+  A fake f32 device tensor of `slot`'s shape at a distinct address per
+  `index`; `swap_middle: true` swaps the middle dimensions of a 4-D one
+  (attention's layout :bthd, where the rows give bhtd).
+  """
+  def fake(%{dims: dims}, index, opts \\ []) do
+    shape = Enum.map(dims, &extent/1)
+
+    shape =
+      case {shape, Keyword.get(opts, :swap_middle, false)} do
+        {[b, x, y, d], true} -> [b, y, x, d]
+        _ -> shape
+      end
+
+    bytes = Enum.product(shape) * 4
+
+    {%{kind: :local, address: (index + 1) * 1_048_576, data_size: bytes}, {:f, 32},
+     List.to_tuple(shape)}
+  end
+end
