@@ -128,9 +128,7 @@ ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM 
     OpCall call(env, "attention", "forward", argv, kOpOptions, kCallOptions);
     AttentionForwardArgs args;
     args.options = plan_call(env, call);
-    return call.run(argc, argv, args, [](const AttentionForwardArgs& a, Stream stream) {
-      return exphil::attention_forward(a, stream);
-    });
+    return call.run(argc, argv, args);
   });
 }
 
@@ -139,9 +137,7 @@ ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM
     OpCall call(env, "attention", "backward", argv, kOpOptions, kCallOptions);
     AttentionBackwardArgs args;
     args.options = plan_call(env, call);
-    return call.run(argc, argv, args, [](const AttentionBackwardArgs& a, Stream stream) {
-      return exphil::attention_backward(a, stream);
-    });
+    return call.run(argc, argv, args);
   });
 }
 

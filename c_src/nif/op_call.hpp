@@ -25,11 +25,18 @@ namespace exphil::nif {
 ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], int device, Stream stream, bool sync,
                          ERL_NIF_TERM map, const std::vector<const TensorArg*>& tensors);
 
+// exphil::run for any op's args, found by their type (the op's header,
+// included by the NIF that instantiates OpCall::run, declares it).
+template <class Args>
+Status run_op(const Args& args, Stream stream) {
+  return run(args, stream);
+}
+
 // One op NIF call, from the op's description: its arguments (op_inputs.hpp),
 // then, after the NIF has decoded its op options, the stream:, sync: and the
 // outputs (op_outputs.hpp), then the tensors bound into the library's args
 // by their names, the library call and its answer. An op's NIF adds only
-// its op options (the NIF's own spellings) and which library function runs.
+// its op options (the NIF's own spellings).
 class OpCall {
  public:
   OpCall(ErlNifEnv* env, const char* op, const char* direction, const ERL_NIF_TERM argv[],
@@ -57,10 +64,10 @@ class OpCall {
   // inputs, and the outputs, whose descriptors stay where they are when
   // allocate() gives them memory. When the NIF allocates the outputs,
   // can_implement passes the call with them described first. Then
-  // call(args, stream) -> Status runs it, and the NIF answers
-  // {:ok, %{name => tensor}} as answer_call does.
-  template <class Args, class Call>
-  ERL_NIF_TERM run(int argc, const ERL_NIF_TERM argv[], Args args, Call&& call) {
+  // exphil::run runs it, and the NIF answers {:ok, %{name => tensor}} as
+  // answer_call does.
+  template <class Args>
+  ERL_NIF_TERM run(int argc, const ERL_NIF_TERM argv[], Args args) {
     for (const TensorDescription& t : description_.tensors) {
       const Tensor** slot = tensor_slot(args, t.name);
       if (!slot)
@@ -72,7 +79,7 @@ class OpCall {
       check(can_implement(args));
       outputs_->allocate(env_, in_.device());
     }
-    check(call(args, stream_));
+    check(run_op(args, stream_));
     std::vector<const TensorArg*> tensors = in_.all();
     for (const TensorArg& t : outputs_->tensors()) tensors.push_back(&t);
     return answer_call(env_, argc, argv, in_.device(), stream_, sync_, outputs_->result_map(env_), tensors);

@@ -35,7 +35,7 @@ ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF
   call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
   ScanForwardArgs args;
   args.op = op;
-  return call.run(argc, argv, args, [](const ScanForwardArgs& a, Stream stream) { return scan_forward(a, stream); });
+  return call.run(argc, argv, args);
 }
 
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
@@ -45,8 +45,7 @@ ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NI
   call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
   ScanBackwardArgs args;
   args.op = op;
-  return call.run(argc, argv, args,
-                  [](const ScanBackwardArgs& a, Stream stream) { return scan_backward(a, stream); });
+  return call.run(argc, argv, args);
 }
 
 }  // namespace exphil::nif

@@ -68,9 +68,7 @@ ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_
     call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
     SelectiveScanForwardArgs args;
     args.options = options;
-    return call.run(argc, argv, args, [](const SelectiveScanForwardArgs& a, Stream stream) {
-      return exphil::selective_scan_forward(a, stream);
-    });
+    return call.run(argc, argv, args);
   });
 }
 
@@ -81,9 +79,7 @@ ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF
     call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
     SelectiveScanBackwardArgs args;
     args.options = options;
-    return call.run(argc, argv, args, [](const SelectiveScanBackwardArgs& a, Stream stream) {
-      return exphil::selective_scan_backward(a, stream);
-    });
+    return call.run(argc, argv, args);
   });
 }
 

@@ -11,7 +11,6 @@
 #include <initializer_list>
 #include <utility>
 
-#include "guarded_call.hpp"
 #include "target_rows.hpp"
 #include "xla/ffi/api/ffi.h"
 
@@ -59,26 +58,8 @@ auto stream_attributes_and_buffers() {
   return with_buffers<operands, results>(ffi::Ffi::Bind().Ctx<CudaStream>().Attrs());
 }
 
-// The exported handler of the target in row `index` of the table: `fn`
-// (cudaStream_t, const ffi::Dictionary&, the row's buffers...) bound to
-// XLA's stream, the call's attributes and the row's operands and results,
-// built on first use and kept for the life of the process, as XLA's own
-// handler macros do; every exception comes back as an XLA error naming the
-// target.
-template <int index, auto fn>
-XLA_FFI_Error* row_handler(XLA_FFI_CallFrame* frame) noexcept {
-  constexpr const TargetRow& row = kTargetRows[index];
-  return guarded_call(row.name, frame, [](XLA_FFI_CallFrame* f) {
-    static const auto* const handler =
-        stream_attributes_and_buffers<operand_count(row), result_count(row)>()
-            .To(fn, kHandlerTraits)
-            .release();
-    return handler->Call(f);
-  });
-}
-
 // The buffer behind an operand or a result, for handlers that take their
-// buffers as one pack.
+// buffers as one pack (described_call.hpp).
 inline ffi::AnyBuffer buffer_of(ffi::AnyBuffer operand) { return operand; }
 inline ffi::AnyBuffer buffer_of(ffi::Result<ffi::AnyBuffer> result) { return *result; }
 

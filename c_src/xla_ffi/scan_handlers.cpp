@@ -1,121 +1,68 @@
-// The scan handlers of the full form, exphil_<op>_fwd and exphil_<op>_bwd
-// for the ops of exphil.h, and the calls every scan handler makes
-// (scan_calls.hpp): one function per direction, which reads the buffer
-// layout from the target's row (the ops differ only in their number of
-// inputs and their names, which the library provides).
-#include "scan_calls.hpp"
-
-#include <cstddef>
-#include <string>
-
-#include "attributes.hpp"
-#include "buffer_views.hpp"
-#include "error_mapping.hpp"
+// The scan handlers: the full form of the ops of exphil.h, exphil_<op>_fwd
+// and exphil_<op>_bwd, and the y-only form of Edifice's fused scan ops
+// (mix_stub/EDIFICE.md), exphil_<op>_y_fwd and _y_bwd, in which h0 is always
+// an operand, y the forward's only result and the backward has no
+// grad_h_final operand. The activated ops (gates after the sigmoid),
+// diag_linear and elu_gru have this form only. Their buffers are bound by
+// name (described_call.hpp); the ops differ only in their ScanOp.
+//
+// linear_scan's y-only backward takes no b (Edifice's
+// :fused_linear_scan_backward passes a, h0, y, grad_y): the library then
+// reads each state h_{t-1} from y instead of rebuilding it from (a, b)
+// (cuda/scan/scan_backward.cuh, kStatesFromY). It also serves Edifice's
+// diagonal linear backward, which passes sigmoid(a) as a.
+#include "described_call.hpp"
+#include "exphil/scan.hpp"
 #include "exphil/xla_ffi.h"
 
 namespace exphil::xla_ffi {
 
-ffi::Error scan_forward_call(const TargetRow& row, ScanOp op, cudaStream_t stream,
-                             const ffi::Dictionary& attributes,
-                             std::initializer_list<ffi::AnyBuffer> buffers) {
-  const char* target = row.name;
-  const int n = scan_input_count(op);
-  const int operands = operand_count(row);
-  if (n != scan_inputs(op) ||
-      buffers.size() != static_cast<std::size_t>(operands + result_count(row)))
-    return ffi::Error::Internal(std::string(target) + ": binding and op disagree on the inputs");
-  const bool h0_optional = is_optional(word(row.operands, n));
-  const bool h_final = result_count(row) == 2;
-  CallAttributes attrs(row, attributes);
-  const Presence h0 = h0_optional ? attrs.presence("h0") : Presence::present;
-  if (!attrs.ok()) return attrs.error();
-  const ffi::AnyBuffer* b = buffers.begin();
-  BufferViews views(target);
-  ScanForwardArgs args;
-  args.op = op;
-  for (int i = 0; i < n; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
-  args.h0 = h0_optional ? views.optional_operand("h0", b[n], h0) : views.operand("h0", b[n]);
-  args.y = views.result("y", b[operands]);
-  // The y-only form has no h_final: the library's optional output, not written.
-  args.h_final = h_final ? views.result("h_final", b[operands + 1]) : nullptr;
-  if (!views.ok()) return views.error();
-  return to_ffi_error(target, scan_forward(args, stream));
+namespace {
+
+// The args of a scan row: its op; scans have no attributes but presence flags.
+template <class Args, ScanOp op>
+Args scan_args(CallAttributes&) {
+  Args a;
+  a.op = op;
+  return a;
 }
 
-ffi::Error scan_backward_call(const TargetRow& row, ScanOp op, cudaStream_t stream,
-                              const ffi::Dictionary& attributes,
-                              std::initializer_list<ffi::AnyBuffer> buffers) {
-  const char* target = row.name;
-  const int n = scan_input_count(op);
-  const int m = backward_row_inputs(row, op);  // the inputs among the operands
-  const int operands = operand_count(row);
-  if (n != scan_inputs(op) ||
-      buffers.size() != static_cast<std::size_t>(operands + result_count(row)))
-    return ffi::Error::Internal(std::string(target) + ": binding and op disagree on the inputs");
-  const bool h0_optional = is_optional(word(row.operands, m));
-  const bool grad_h_final_operand = operands == m + 4;
-  CallAttributes attrs(row, attributes);
-  const Presence h0 = h0_optional ? attrs.presence("h0") : Presence::present;
-  const Presence grad_h_final =
-      grad_h_final_operand ? attrs.presence("grad_h_final") : Presence::absent;
-  if (!attrs.ok()) return attrs.error();
-  const ffi::AnyBuffer* b = buffers.begin();
-  BufferViews views(target);
-  ScanBackwardArgs args;
-  args.op = op;
-  // An input the row leaves out stays null (linear_scan's b: the library
-  // reads the states from y).
-  for (int i = 0; i < m; ++i) args.inputs[i] = views.operand(scan_input_name(op, i), b[i]);
-  args.h0 = h0_optional ? views.optional_operand("h0", b[m], h0) : views.operand("h0", b[m]);
-  args.y = views.operand("y", b[m + 1]);
-  args.grad_y = views.operand("grad_y", b[m + 2]);
-  // The y-only form has no grad_h_final operand: no gradient into the final state.
-  args.grad_h_final = grad_h_final_operand
-                          ? views.optional_operand("grad_h_final", b[m + 3], grad_h_final)
-                          : nullptr;
-  for (int i = 0; i < n; ++i)
-    args.grad_inputs[i] = views.result(scan_grad_input_name(op, i), b[operands + i]);
-  args.grad_h0 = h0_optional
-                     ? views.optional_gradient("grad_h0", b[operands + n], "h0", args.h0, h0)
-                     : views.result("grad_h0", b[operands + n]);
-  if (!views.ok()) return views.error();
-  return to_ffi_error(target, scan_backward(args, stream));
-}
+}  // namespace
 
 }  // namespace exphil::xla_ffi
 
+namespace xf = exphil::xla_ffi;
 using exphil::ScanOp;
-using exphil::xla_ffi::scan_backward_handler;
-using exphil::xla_ffi::scan_forward_handler;
-using exphil::xla_ffi::target_index;
+
+// The handler of target `name`, a scan of `op` in `direction` (Forward or
+// Backward).
+#define EXPHIL_SCAN_HANDLER(name, op, direction)                                                        \
+  XLA_FFI_Error* name(XLA_FFI_CallFrame* call_frame) {                                                  \
+    return xf::described_handler<xf::target_index(#name),                                               \
+                                 &xf::scan_args<exphil::Scan##direction##Args, ScanOp::op>>(call_frame); \
+  }
 
 extern "C" {
 
-XLA_FFI_Error* exphil_linear_scan_fwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_forward_handler<ScanOp::linear_scan, target_index("exphil_linear_scan_fwd")>(
-      call_frame);
-}
-XLA_FFI_Error* exphil_linear_scan_bwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_backward_handler<ScanOp::linear_scan, target_index("exphil_linear_scan_bwd")>(
-      call_frame);
-}
-XLA_FFI_Error* exphil_min_gru_fwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_forward_handler<ScanOp::min_gru, target_index("exphil_min_gru_fwd")>(call_frame);
-}
-XLA_FFI_Error* exphil_min_gru_bwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_backward_handler<ScanOp::min_gru, target_index("exphil_min_gru_bwd")>(call_frame);
-}
-XLA_FFI_Error* exphil_min_lstm_fwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_forward_handler<ScanOp::min_lstm, target_index("exphil_min_lstm_fwd")>(call_frame);
-}
-XLA_FFI_Error* exphil_min_lstm_bwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_backward_handler<ScanOp::min_lstm, target_index("exphil_min_lstm_bwd")>(call_frame);
-}
-XLA_FFI_Error* exphil_liquid_fwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_forward_handler<ScanOp::liquid, target_index("exphil_liquid_fwd")>(call_frame);
-}
-XLA_FFI_Error* exphil_liquid_bwd(XLA_FFI_CallFrame* call_frame) {
-  return scan_backward_handler<ScanOp::liquid, target_index("exphil_liquid_bwd")>(call_frame);
-}
+EXPHIL_SCAN_HANDLER(exphil_linear_scan_fwd, linear_scan, Forward)
+EXPHIL_SCAN_HANDLER(exphil_linear_scan_bwd, linear_scan, Backward)
+EXPHIL_SCAN_HANDLER(exphil_min_gru_fwd, min_gru, Forward)
+EXPHIL_SCAN_HANDLER(exphil_min_gru_bwd, min_gru, Backward)
+EXPHIL_SCAN_HANDLER(exphil_min_lstm_fwd, min_lstm, Forward)
+EXPHIL_SCAN_HANDLER(exphil_min_lstm_bwd, min_lstm, Backward)
+EXPHIL_SCAN_HANDLER(exphil_liquid_fwd, liquid, Forward)
+EXPHIL_SCAN_HANDLER(exphil_liquid_bwd, liquid, Backward)
+
+EXPHIL_SCAN_HANDLER(exphil_linear_scan_y_fwd, linear_scan, Forward)
+EXPHIL_SCAN_HANDLER(exphil_linear_scan_y_bwd, linear_scan, Backward)
+EXPHIL_SCAN_HANDLER(exphil_min_gru_y_fwd, min_gru, Forward)
+EXPHIL_SCAN_HANDLER(exphil_liquid_y_fwd, liquid, Forward)
+EXPHIL_SCAN_HANDLER(exphil_liquid_y_bwd, liquid, Backward)
+EXPHIL_SCAN_HANDLER(exphil_min_gru_activated_fwd, min_gru_activated, Forward)
+EXPHIL_SCAN_HANDLER(exphil_min_gru_activated_bwd, min_gru_activated, Backward)
+EXPHIL_SCAN_HANDLER(exphil_min_lstm_activated_fwd, min_lstm_activated, Forward)
+EXPHIL_SCAN_HANDLER(exphil_min_lstm_activated_bwd, min_lstm_activated, Backward)
+EXPHIL_SCAN_HANDLER(exphil_diag_linear_y_fwd, diag_linear, Forward)
+EXPHIL_SCAN_HANDLER(exphil_elu_gru_y_fwd, elu_gru, Forward)
 
 }  // extern "C"

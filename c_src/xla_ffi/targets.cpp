@@ -17,10 +17,9 @@ namespace {
 const exphil_xla_ffi_target kTargets[] = {EXPHIL_XLA_FFI_TARGETS(EXPHIL_XLA_FFI_TARGET_ENTRY)};
 #undef EXPHIL_XLA_FFI_TARGET_ENTRY
 
-// Each handler binds the operand and result counts of its own row and
-// checks its buffer order against the row's names (scan_handlers.cpp,
-// selective_scan_handlers.cpp, attention_handlers.cpp); target_rows.hpp
-// checks the rows themselves.
+// Each handler binds the operand and result counts of its own row and its
+// buffers by the row's names (described_call.hpp); target_rows.hpp checks
+// the rows themselves.
 static_assert(std::size(kTargets) == std::size(exphil::xla_ffi::kTargetRows));
 
 }  // namespace

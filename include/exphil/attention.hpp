@@ -117,4 +117,9 @@ Status can_implement(const AttentionBackwardArgs& args) noexcept;
 const Tensor** tensor_slot(AttentionForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(AttentionBackwardArgs& args, std::string_view name) noexcept;
 
+// The op direction of these args, chosen by their type, as can_implement is:
+// for bindings that serve every op alike.
+inline Status run(const AttentionForwardArgs& args, Stream stream = nullptr) noexcept { return attention_forward(args, stream); }
+inline Status run(const AttentionBackwardArgs& args, Stream stream = nullptr) noexcept { return attention_backward(args, stream); }
+
 }  // namespace exphil

@@ -116,4 +116,9 @@ Status can_implement(const ScanBackwardArgs& args) noexcept;
 const Tensor** tensor_slot(ScanForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(ScanBackwardArgs& args, std::string_view name) noexcept;
 
+// The op direction of these args, chosen by their type, as can_implement is:
+// for bindings that serve every op alike.
+inline Status run(const ScanForwardArgs& args, Stream stream = nullptr) noexcept { return scan_forward(args, stream); }
+inline Status run(const ScanBackwardArgs& args, Stream stream = nullptr) noexcept { return scan_backward(args, stream); }
+
 }  // namespace exphil

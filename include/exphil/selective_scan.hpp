@@ -107,4 +107,9 @@ Status can_implement(const SelectiveScanBackwardArgs& args) noexcept;
 const Tensor** tensor_slot(SelectiveScanForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(SelectiveScanBackwardArgs& args, std::string_view name) noexcept;
 
+// The op direction of these args, chosen by their type, as can_implement is:
+// for bindings that serve every op alike.
+inline Status run(const SelectiveScanForwardArgs& args, Stream stream = nullptr) noexcept { return selective_scan_forward(args, stream); }
+inline Status run(const SelectiveScanBackwardArgs& args, Stream stream = nullptr) noexcept { return selective_scan_backward(args, stream); }
+
 }  // namespace exphil
