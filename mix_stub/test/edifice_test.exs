@@ -348,8 +348,9 @@ defmodule ExPhil.Native.EdificeTest do
 
     assert Enum.count(ops, &(&1.direction == :forward and &1.pair != nil)) == 18
 
+    # Their ops of ours: op_descriptions_test.exs holds them to the descriptions.
     for row <- ops, row.status != :no_kernel do
-      assert row.ours in [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention]
+      assert row.ours != nil
       assert Map.has_key?(NativeEdifice.variants(), row.variant)
     end
 

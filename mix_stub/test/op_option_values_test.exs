@@ -36,11 +36,6 @@ defmodule ExPhil.Native.OpOptionValuesTest do
       if message =~ "argument '#{option}'", do: message
   end
 
-  defp enum_values("enum(" <> values),
-    do: values |> String.trim_trailing(")") |> String.split("|")
-
-  defp enum_values(_), do: []
-
   # The options whose range or enum the NIF spells as the description does
   # (the selective scan's dt_min and dt_max are its clamp: tuple, and
   # input_scale is the C++ API's only: op_descriptions_test.exs).
@@ -67,7 +62,7 @@ defmodule ExPhil.Native.OpOptionValuesTest do
           text -> [text |> String.split("=") |> Enum.map(&String.to_atom/1) |> List.to_tuple()]
         end
 
-      case {enum_values(o.type), o.range} do
+      case {OpDescriptions.enum_values(o.type), o.range} do
         {[_ | _] = values, _} ->
           for value <- values do
             # a value that brings in another option (mask: :window) with it

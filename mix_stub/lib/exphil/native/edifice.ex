@@ -11,14 +11,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     template, default_fun)`: 47 ops, 29 forward and 18 backward
     (`ops/0`). EXLA turns a block into a custom call only when the target
     takes exactly the block's operands and returns exactly its template. The
-    scan targets of the y-only form (`exphil_<op>_y_fwd`,
-    `exphil_liquid_y_bwd`, `exphil_min_gru_activated_*`,
-    `exphil_min_lstm_activated_*`) do that for 10 of them (MinGRU, MinLSTM,
-    Real-GRU, liquid and linear scans, the ELU-GRU and Real-GRU backward
-    ops), `exphil_selective_scan_y_bwd` for Mamba's selective-scan backward
+    scan targets of the y-only form (`exphil_<op>_y_fwd` and `_y_bwd`,
+    `exphil_min_gru_activated_*`, `exphil_min_lstm_activated_*`) do that for
+    14 of them (the MinGRU, MinLSTM, ELU-GRU, Real-GRU, diagonal-linear,
+    liquid and linear scans and their backward ops),
+    `exphil_selective_scan_y_fwd` and `_y_bwd` for Mamba's selective scan
     (f32 operands only) and `exphil_attention_o_fwd` and `_o_bwd` for flash
     attention (its causal flag read as a constant of the expression; the
-    backward recomputes lse): the `:native` rows, 13. `native_block/3` gives
+    backward recomputes lse): the `:native` rows, 18. `native_block/3` gives
     their custom call;
     `call/4` answers with it only under an EXLA that pins layouts (see
     `call/4`), and `:skip` otherwise and for every other op (ours return
@@ -60,9 +60,10 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         `Edifice.CUDA.FusedScan` function that builds it)
       * `:operands`, `:results` - names, in Edifice's order (the lengths are
         the block's operand count and its template's leaf count)
-      * `:ours` - the op of this library that computes the same math
-        (`:linear_scan`, `:min_gru`, `:min_lstm`, `:liquid`,
-        `:selective_scan`, `:attention`), or `nil`
+      * `:ours` - the op of this library that computes the same math, one
+        that `ExPhil.Native.OpDescriptions` describes in the row's direction
+        (`:min_gru`, `:min_gru_activated`, `:attention`, ...; a `:native`
+        row's target is a form of that op's), or `nil`
       * `:status` - `:native` (a target of ours takes the block as it is),
         `:handler_variant` (our kernel computes this; a target with Edifice's
         operand and result lists would make it native, with no kernel
@@ -225,7 +226,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "mingru/2",
         operands: [:z, :candidates, :h0],
         results: [:y],
-        ours: :min_gru,
+        ours: :min_gru_activated,
         status: :native,
         variant: :k1,
         change: "exphil_min_gru_activated_fwd",
@@ -244,7 +245,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "minlstm/3",
         operands: [:f, :i, :candidates, :h0],
         results: [:y],
-        ours: :min_lstm,
+        ours: :min_lstm_activated,
         status: :native,
         variant: :k2,
         change: "exphil_min_lstm_activated_fwd",
@@ -263,7 +264,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "elu_gru/2",
         operands: [:gates, :candidates, :h0],
         results: [:y],
-        ours: :min_gru,
+        ours: :elu_gru,
         status: :native,
         variant: :k4,
         change: "exphil_elu_gru_y_fwd",
@@ -298,7 +299,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "diag_linear/2",
         operands: [:a_vals, :b_vals, :h0],
         results: [:y],
-        ours: :linear_scan,
+        ours: :diag_linear,
         status: :native,
         variant: :k3,
         change: "exphil_diag_linear_y_fwd",
@@ -635,7 +636,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "mingru/2",
         operands: [:z, :candidates, :h0, :fwd, :g],
         results: [:grad_z, :grad_cand, :grad_h0],
-        ours: :min_gru,
+        ours: :min_gru_activated,
         status: :native,
         variant: :k1,
         change: "exphil_min_gru_activated_bwd",
@@ -654,7 +655,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "minlstm/3",
         operands: [:f, :i, :candidates, :h0, :fwd, :g],
         results: [:grad_f, :grad_i, :grad_cand, :grad_h0],
-        ours: :min_lstm,
+        ours: :min_lstm_activated,
         status: :native,
         variant: :k2,
         change: "exphil_min_lstm_activated_bwd",
@@ -674,7 +675,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "elu_gru/2",
         operands: [:z, :c, :h0, :fwd, :g],
         results: [:grad_z, :grad_c, :grad_h0],
-        ours: :min_gru,
+        ours: :min_gru_activated,
         status: :native,
         variant: :k1,
         change: "exphil_min_gru_activated_bwd",
@@ -692,7 +693,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "real_gru/2",
         operands: [:z, :candidates, :h0, :fwd, :g],
         results: [:grad_z, :grad_cand, :grad_h0],
-        ours: :min_gru,
+        ours: :min_gru_activated,
         status: :native,
         variant: :k1,
         change: "exphil_min_gru_activated_bwd",

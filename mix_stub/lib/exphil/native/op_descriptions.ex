@@ -124,4 +124,12 @@ defmodule ExPhil.Native.OpDescriptions do
     {Enum.map(positional, &String.downcase(&1.name)),
      Enum.map(options, &String.downcase(&1.name)), outputs}
   end
+
+  @doc """
+  The values of an option's type in order, the C++ enumerators' (`"enum(none|causal|window)"`
+  gives `["none", "causal", "window"]`), or `[]` for a type that is not an enum.
+  """
+  @spec enum_values(String.t()) :: [String.t()]
+  def enum_values("enum(" <> values), do: values |> String.trim_trailing(")") |> String.split("|")
+  def enum_values(_type), do: []
 end
