@@ -1,14 +1,27 @@
 /*
  * Every op direction of the library as data: its tensors (name, input or
- * output, optional or not, dtype rule, shape in named dimensions) and its
- * scalar options (name, type, default, the values accepted). This is the one description of
- * each op that the bindings are checked against: the C++ API's validation
- * (test/abi/test_op_descriptions.cpp runs every row through
- * exphil::can_implement), and the NIF's functions, options and outputs, the
- * Elixir layer's ops and the README's tables (mix_stub's
- * op_descriptions_test.exs reads this file). include/exphil/exphil.h and the
- * C++ headers give each op's meaning; xla_ffi_targets.h its custom-call
- * targets.
+ * output, optional or not, dtype rule, shape in named dimensions), its
+ * scalar options (name, type, default, the values accepted) and its ways
+ * in. This is the one description of each op:
+ *
+ *   - its entry: the C++ API's args of the op direction, run by
+ *     exphil::run(args, stream) (checked by exphil::can_implement(args)),
+ *     whose traits in c_src/ops/ launch the kernels through the one op
+ *     pipeline; exphil::tensor_slot(args, name) reaches each tensor by the
+ *     name given here;
+ *   - the bindings that take their shape from it: the NIF decodes each op's
+ *     tensor arguments, plans its outputs and binds them by these names;
+ *     the XLA FFI handlers bind their buffers by the names of their target
+ *     rows (xla_ffi_targets.h), which are these;
+ *   - and everything checked against it: the C++ API's validation
+ *     (test/abi/test_op_descriptions.cpp runs every row, and every option's
+ *     values, through exphil::can_implement), the NIF's functions, options
+ *     and outputs, the C ABI's functions and option structs, the XLA FFI
+ *     targets, the Elixir layer's ops and Edifice table, and the README's
+ *     tables (mix_stub's op_descriptions_test.exs and
+ *     op_option_values_test.exs read this file).
+ *
+ * include/exphil/exphil.h and the C++ headers give each op's meaning.
  *
  *   EXPHIL_OP_DIRECTION(op, direction, tensors, options, bindings)
  *
