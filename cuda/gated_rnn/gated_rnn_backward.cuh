@@ -1,0 +1,472 @@
+/*
+ * Fused GRU and LSTM sequences, backward (gated_rnn_forward.cuh gives the
+ * math). From grad_y [B, T, H] (the gradient of every h_t) and optionally
+ * grad_h_final and grad_c_final: grad_wx, grad_R, grad_bias, grad_h0,
+ * grad_c0 and Edifice's grad_rh, each only when asked for.
+ *
+ * Per step, with dh the total gradient of h_t (and dc of c_t, LSTM):
+ *   GRU   dn = dh (1 - z), dz = dh (h_{t-1} - n)
+ *         da_n = dn (1 - n^2), da_z = dz z (1 - z), da_r = da_n rh_n r (1 - r)
+ *         grad_wx_t = [da_r, da_z, da_n],  grad_rh_t = [da_r, da_z, da_n r]
+ *         dh_{t-1} = dh z + grad_rh_t R^T
+ *   LSTM  dc += dh o (1 - tanh^2 c_t)
+ *         da_i = dc g i (1 - i), da_f = dc c_{t-1} f (1 - f),
+ *         da_g = dc i (1 - g^2), da_o = dh tanh(c_t) o (1 - o)
+ *         grad_wx_t = grad_rh_t = [da_i, da_f, da_g, da_o]
+ *         dh_{t-1} = grad_rh_t R^T,  dc_{t-1} = dc f
+ *   grad_R = sum_{b,t} h_{t-1}^T grad_rh_t,  grad_bias = sum_{b,t} grad_rh_t
+ *
+ * Floors. B1 T32 H256: as the forward, a chain of T dependent steps (~1 us
+ * each) plus four launches. B64 T256 H512 LSTM f32: the recomputed product
+ * and grad_R are 34 GFLOP each and the carried product another 34, ~1.7 ms
+ * of f32 CUDA-core arithmetic; bytes (wx, y, grad_y, grad_wx and the f32
+ * workspace) are ~1 GB, ~0.35 ms. Measured (H200, bench/RESULTS.md, issue
+ * 30 first part): B1 T32 H256 GRU f32 111.7 us; B64 T256 H512 18.0 ms.
+ *
+ * Algorithm: four launches, none with atomics, every sum in a fixed order
+ * (bitwise reproducible).
+ *   1. rh = h_{t-1} R + b for all t at once (the forward's y gives every
+ *      h_{t-1}): a tiled f32 product [B*T, H] x [H, G*H] into the
+ *      workspace (gated_rnn_gemm_kernel).
+ *   2. the gates from rh and wx (gated_rnn_gates_kernel): GRU r, z, n, rh_n
+ *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t, a
+ *      thread per (b, unit) walking t (c_t needs c_{t-1}) in chunks of 8
+ *      steps whose loads are issued together.
+ *   3. one cooperative launch walks t from T-1 down to 0 (and to -1 for
+ *      grad_h0 and grad_c0), the forward's mirror: block j owns units
+ *      [jU, jU + U) and R's rows for them (U x G*H, resident in shared
+ *      memory or streamed from the workspace). Per step and tile of up to
+ *      32 rows it loads what the update needs besides the product (grad_y,
+ *      the gates, h_{t-1} or the c's, the carries), stages grad_rh_{t+1}
+ *      [rows, G*H] from the exchange (gated_rnn_common.cuh: each word
+ *      carries its step, so waiting for it is the synchronisation), forms
+ *      (grad_rh_{t+1} R^T) for its units by the same slice product as the
+ *      forward, adds grad_y_t and the carried direct term (GRU dh z; the
+ *      LSTM's dc stays with its unit), publishes grad_rh_t for the next
+ *      step and writes it (f32) for step 4, with grad_wx_t and grad_rh_t
+ *      in the dtype when asked.
+ *   4. grad_R and grad_bias: the product [H+1, B*T] x [B*T, G*H] of
+ *      [h_{t-1}; 1]^T and grad_rh, each output summed over b, t in order by
+ *      one thread (the same tiled kernel as step 1).
+ *
+ * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
+ * forward's f32 state is not kept); for f32 this is exact.
+ *
+ * Layout. As the forward. Workspace (GatedRnnPlan): rh / grad_rh [B, T,
+ * G*H], gates [B, T, 4, H], c [B, T, H] (LSTM), carries [B, H] (dh; dc),
+ * the exchange [2, B, G*H] of 64-bit words, streamed slices.
+ *
+ * Limits. As the forward, with U <= 256 columns per block. B*T*G*H and
+ * every offset are 64-bit.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cooperative_groups.h>
+
+#include "gated_rnn/gated_rnn_common.cuh"
+
+namespace exphil::kernels {
+
+// ---------------------------------------------------------------------------
+// Tiled f32 product C[m, n] = sum_k A(m, k) B(k, n) for m < M, n < N, with
+// loaders for A and B and a store for C: 64 x 64 tiles, k in steps of 64
+// (few steps at small B*T, where each step costs a trip to memory), 256
+// threads of 4 x 4 outputs. Each output is summed by one thread in
+// increasing k: deterministic.
+inline constexpr int kGatedRnnGemmTile = 64;
+inline constexpr int kGatedRnnGemmDepth = 64;
+
+template <class ALoad, class BLoad, class CStore>
+__global__ void __launch_bounds__(kGatedRnnThreads)
+    gated_rnn_gemm_kernel(int64_t M, int64_t N, int64_t K, const ALoad a, const BLoad b,
+                          const CStore store) {
+  constexpr int TM = kGatedRnnGemmTile, TK = kGatedRnnGemmDepth;
+  __shared__ float As[TK][TM + 4];
+  __shared__ float Bs[TK][TM + 4];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid & 15, ty = tid >> 4;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * TM;
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < K; k0 += TK) {
+#pragma unroll
+    for (int q = 0; q < TM * TK / kGatedRnnThreads; ++q) {
+      const int e = tid + q * kGatedRnnThreads;
+      int mm, kk;
+      if constexpr (ALoad::kContiguousK) {
+        kk = e % TK;
+        mm = e / TK;
+      } else {
+        mm = e % TM;
+        kk = e / TM;
+      }
+      const int64_t m = m0 + mm, k = k0 + kk;
+      As[kk][mm] = (m < M && k < K) ? a(m, k) : 0.0f;
+      const int nn = e % TM, kb = e / TM;
+      const int64_t n = n0 + nn, k2 = k0 + kb;
+      Bs[kb][nn] = (n < N && k2 < K) ? b(k2, n) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < TK; ++kk) {
+      float av[4], bv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) av[i] = As[kk][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
+      if (m < M && n < N) store(m, n, acc[i][j]);
+    }
+}
+
+// h_{t-1} of row m = b*T + t, unit k: y_{t-1}, or h0 (zeros) at t = 0.
+template <class Elem>
+struct GatedRnnPrevState {
+  const Elem* y;
+  const void* h0;
+  DType h0_dtype;
+  int64_t T, H;
+  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const {
+    if (m % T != 0) return to_float(y[(m - 1) * H + k]);
+    return h0 ? load_state(h0, h0_dtype, (m / T) * H + k) : 0.0f;
+  }
+};
+
+// Step 1's operands: A = h_{t-1} [B*T, H], B = R, C = rh (+ bias).
+template <class Elem>
+struct GatedRnnRecomputeA {
+  static constexpr bool kContiguousK = true;
+  GatedRnnPrevState<Elem> h;
+  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const { return h(m, k); }
+};
+struct GatedRnnWeightB {
+  const void* R;
+  DType dtype;
+  int64_t N;
+  __device__ __forceinline__ float operator()(int64_t k, int64_t n) const {
+    return load_state(R, dtype, k * N + n);
+  }
+};
+struct GatedRnnRecomputeStore {
+  float* rh;
+  const void* bias;
+  DType bias_dtype;
+  int64_t N;
+  __device__ __forceinline__ void operator()(int64_t m, int64_t n, float v) const {
+    rh[m * N + n] = v + (bias ? load_state(bias, bias_dtype, n) : 0.0f);
+  }
+};
+
+// Step 4's operands: A = [h_{t-1}; 1]^T [H+1, B*T] from row `first` on, B =
+// grad_rh [B*T, G*H], C = grad_R (rows < H) and grad_bias (row H).
+template <class Elem>
+struct GatedRnnWeightGradA {
+  static constexpr bool kContiguousK = false;
+  GatedRnnPrevState<Elem> h;
+  int64_t first;
+  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const {
+    const int64_t row = m + first;
+    return row < h.H ? h(k, row) : 1.0f;
+  }
+};
+struct GatedRnnGradRhB {
+  const float* grad_rh;
+  int64_t N;
+  __device__ __forceinline__ float operator()(int64_t k, int64_t n) const {
+    return grad_rh[k * N + n];
+  }
+};
+struct GatedRnnWeightGradStore {
+  void* grad_R;
+  void* grad_bias;
+  DType dtype;
+  int64_t H, N, first;
+  __device__ __forceinline__ void operator()(int64_t m, int64_t n, float v) const {
+    const int64_t row = m + first;
+    if (row < H) {
+      store_state(grad_R, dtype, row * N + n, v);
+    } else {
+      store_state(grad_bias, dtype, n, v);
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Step 2: the gates. GRU: a thread per (b, t, unit); LSTM: a thread per
+// (b, unit) walking t.
+template <class Elem, GatedRnnCell kCell>
+__global__ void __launch_bounds__(kGatedRnnThreads)
+    gated_rnn_gates_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
+                           float* __restrict__ ws) {
+  constexpr int G = kGatedRnnGates<kCell>;
+  const GatedRnnForwardParams& f = p.fwd;
+  const int64_t B = f.shape.batch, T = f.shape.steps, H = f.shape.hidden;
+  const int64_t GH = G * H;
+  const Elem* __restrict__ wx = static_cast<const Elem*>(f.d_wx);
+  const float* __restrict__ rh = ws + plan.ws_rh;
+  float* __restrict__ gates = ws + plan.ws_gates;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if constexpr (kCell == GatedRnnCell::gru) {
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * T * H;
+         i += stride) {
+      const int64_t m = i / H, u = i - m * H;
+      const float* a = rh + m * GH + u;
+      const Elem* w = wx + m * GH + u;
+      const float r = gated_rnn_sigmoid(to_float(w[0]) + a[0]);
+      const float z = gated_rnn_sigmoid(to_float(w[H]) + a[H]);
+      const float rhn = a[2 * H];
+      const float n = tanhf(to_float(w[2 * H]) + r * rhn);
+      float* o = gates + m * 4 * H + u;
+      o[0] = r;
+      o[H] = z;
+      o[2 * H] = n;
+      o[3 * H] = rhn;
+    }
+  } else {
+    // The gates do not depend on c: every load of a chunk of steps is issued
+    // before the chunk's recurrence, so the walk costs a memory trip per
+    // chunk, not per step.
+    constexpr int kChunk = 8;
+    float* __restrict__ cs = ws + plan.ws_c;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * H;
+         i += stride) {
+      const int64_t row = i / H, u = i - row * H;
+      float c = f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f;
+      for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
+        float a[kChunk][4];
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (t0 + j < T) {
+            const int64_t m = row * T + t0 + j;
+#pragma unroll
+            for (int g = 0; g < 4; ++g)
+              a[j][g] = to_float(wx[m * GH + g * H + u]) + rh[m * GH + g * H + u];
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j) {
+          if (t0 + j < T) {
+            const int64_t m = row * T + t0 + j;
+            const float ig = gated_rnn_sigmoid(a[j][0]);
+            const float fg = gated_rnn_sigmoid(a[j][1]);
+            const float gg = tanhf(a[j][2]);
+            const float og = gated_rnn_sigmoid(a[j][3]);
+            c = fmaf(fg, c, ig * gg);
+            float* o = gates + m * 4 * H + u;
+            o[0] = ig;
+            o[H] = fg;
+            o[2 * H] = gg;
+            o[3 * H] = og;
+            cs[m * H + u] = c;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Step 3: the persistent reverse-time walk.
+
+// What a (row, unit) update needs besides the product, loaded before the
+// block waits for grad_rh_{s+1}.
+template <class Elem, GatedRnnCell kCell>
+struct GatedRnnBackwardInputs {
+  float gy;         // grad_y_s
+  float gate[4];    // GRU r, z, n, rh_n; LSTM i, f, g, o
+  float prev;       // GRU h_{s-1}; LSTM c_{s-1}
+  float c;          // LSTM c_s
+  float carry_h;    // the direct term into dh_s (grad_h_final at s = T-1)
+  float carry_c;    // LSTM dc carried into step s (grad_c_final at s = T-1)
+
+  __device__ __forceinline__ void load(const GatedRnnBackwardParams& p, const GatedRnnPlan& plan,
+                                       const float* ws, int64_t row, int hu, int64_t s) {
+    const GatedRnnForwardParams& f = p.fwd;
+    const int64_t T = f.shape.steps;
+    const int H = static_cast<int>(f.shape.hidden);
+    const int64_t sidx = row * H + hu;
+    if (s == T - 1) {
+      carry_h = p.d_grad_h_final ? load_state(p.d_grad_h_final, f.state_dtype, sidx) : 0.0f;
+      carry_c = (kCell == GatedRnnCell::lstm && p.d_grad_c_final)
+                    ? load_state(p.d_grad_c_final, f.state_dtype, sidx)
+                    : 0.0f;
+    } else {
+      carry_h = ws[plan.ws_state + sidx];
+      carry_c = kCell == GatedRnnCell::lstm ? ws[plan.ws_cell + sidx] : 0.0f;
+    }
+    if (s < 0) return;  // grad_h0 and grad_c0 need the carries only
+    const int64_t m = row * T + s;
+    gy = to_float(static_cast<const Elem*>(p.d_grad_y)[m * H + hu]);
+    const float* gt = ws + plan.ws_gates + m * 4 * H + hu;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) gate[g] = gt[g * H];
+    if constexpr (kCell == GatedRnnCell::gru) {
+      prev = s > 0 ? to_float(static_cast<const Elem*>(f.d_y)[(m - 1) * H + hu])
+                   : (f.d_h0 ? load_state(f.d_h0, f.state_dtype, sidx) : 0.0f);
+      c = 0.0f;
+    } else {
+      const float* cs = ws + plan.ws_c;
+      c = cs[m * H + hu];
+      prev = s > 0 ? cs[(m - 1) * H + hu]
+                   : (f.d_c0 ? load_state(f.d_c0, f.state_dtype, sidx) : 0.0f);
+    }
+  }
+};
+
+template <class Elem, GatedRnnCell kCell, bool kResident>
+__global__ void __launch_bounds__(kGatedRnnThreads, 1)
+    gated_rnn_backward_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
+                              float* __restrict__ ws) {
+  constexpr int G = kGatedRnnGates<kCell>;
+  const GatedRnnForwardParams& f = p.fwd;
+  const int64_t B = f.shape.batch, T = f.shape.steps;
+  const int H = static_cast<int>(f.shape.hidden);
+  const int GH = G * H;
+  const int U = plan.units_per_block;
+  const int u0 = static_cast<int>(blockIdx.x) * U;
+  const int live = min(U, H - u0);
+  const int K = GH;
+  const int Bt = plan.batch_tile;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  extern __shared__ float smem[];
+  float* W;
+  float* x;
+  if constexpr (kResident) {
+    W = smem;
+    x = smem + static_cast<int64_t>(U) * K;
+  } else {
+    W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * U * K;
+    x = smem;
+  }
+  float* mv = x + Bt * K;  // [Bt, U]
+  uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);  // [2, B, G*H]
+
+  // The slice: W[u * K + c] = R[u0 + u, c], rows of R copied (zeros past H).
+  for (int64_t i = tid; i < static_cast<int64_t>(U) * K; i += kGatedRnnThreads) {
+    const int u = static_cast<int>(i / K);
+    const int64_t c = i - static_cast<int64_t>(u) * K;
+    W[i] = u < live ? load_state(f.d_R, f.weight_dtype, static_cast<int64_t>(u0 + u) * GH + c)
+                    : 0.0f;
+  }
+  // grad_y (and the GRU's y) of this block's units, every step, into L2 (if
+  // small enough); the gates and c were just written, and are there.
+  if (B * T * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes) {
+    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_grad_y) + u0, sizeof(Elem), B * T, 1, H,
+                            live);
+    if (kCell == GatedRnnCell::gru)
+      gated_rnn_prefetch_runs(static_cast<const Elem*>(f.d_y) + u0, sizeof(Elem), B * T, 1, H,
+                              live);
+  }
+  // s = -1 only forms grad_h0 (and hands over grad_c0).
+  const int64_t last = (p.d_grad_h0 || p.d_grad_c0) ? -1 : 0;
+  // The exchange is used when a step follows another: its words start as
+  // "no step", then one grid-wide barrier.
+  if (T - 1 > last) {
+    for (int64_t i = tid; i < 2 * B * G * live; i += kGatedRnnThreads) {
+      const int64_t r = i / live;  // (half * B + row) * G + gate
+      gated_rnn_publish(xchg + r * H + u0 + (i - r * live), 0.0f, -1);
+    }
+    cooperative_groups::this_grid().sync();
+  } else {
+    __syncthreads();
+  }
+
+  float* const grad_rh = ws + plan.ws_rh;  // [B, T, G*H]
+  float* const carry_h = ws + plan.ws_state;
+  float* const carry_c = kCell == GatedRnnCell::lstm ? ws + plan.ws_cell : nullptr;
+  Elem* __restrict__ gwx = static_cast<Elem*>(p.d_grad_wx);
+  Elem* __restrict__ grh_out = static_cast<Elem*>(p.d_grad_rh);
+
+  for (int64_t s = T - 1; s >= last; --s) {
+    const bool carried = s < T - 1;
+    for (int64_t b0 = 0; b0 < B; b0 += Bt) {
+      const int nb = static_cast<int>(B - b0 < Bt ? B - b0 : Bt);
+      const int rows = gated_rnn_product_rows(nb);
+      const int items = nb * live;
+      GatedRnnBackwardInputs<Elem, kCell> first;
+      if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
+      if (carried) {
+        gated_rnn_stage_exchange(x, nb, rows, K, xchg + ((s + 1) & 1) * B * GH + b0 * GH,
+                                 static_cast<int>(s + 1));
+        __syncthreads();
+        gated_rnn_slice_product_rows(rows, x, K, nb, W, U, U, live, mv, U);
+        __syncthreads();
+      }
+      for (int i = tid; i < items; i += kGatedRnnThreads) {
+        const int b = i / live;
+        const int u = i - b * live;
+        const int64_t row = b0 + b;
+        const int hu = u0 + u;
+        const int64_t sidx = row * H + hu;
+        GatedRnnBackwardInputs<Elem, kCell> in;
+        if (i == tid) {
+          in = first;
+        } else {
+          in.load(p, plan, ws, row, hu, s);
+        }
+        const float from_r = carried ? mv[b * U + u] : 0.0f;
+        if (s < 0) {  // past the first step: the gradients of h0 and c0
+          if (p.d_grad_h0) store_state(p.d_grad_h0, f.state_dtype, sidx, from_r + in.carry_h);
+          if (kCell == GatedRnnCell::lstm && p.d_grad_c0)
+            store_state(p.d_grad_c0, f.state_dtype, sidx, in.carry_c);
+          continue;
+        }
+        const int64_t m = row * T + s;
+        const float dh = in.gy + from_r + in.carry_h;
+        float da[G], dr[G];
+        if constexpr (kCell == GatedRnnCell::gru) {
+          const float r = in.gate[0], z = in.gate[1], n = in.gate[2], rhn = in.gate[3];
+          const float dan = dh * (1.0f - z) * (1.0f - n * n);
+          const float daz = dh * (in.prev - n) * z * (1.0f - z);
+          const float dar = dan * rhn * r * (1.0f - r);
+          da[0] = dar;
+          da[1] = daz;
+          da[2] = dan;
+          dr[0] = dar;
+          dr[1] = daz;
+          dr[2] = dan * r;
+          carry_h[sidx] = dh * z;  // read back only by this thread
+        } else {
+          const float ig = in.gate[0], fg = in.gate[1], gg = in.gate[2], og = in.gate[3];
+          const float tc = tanhf(in.c);
+          const float dc = in.carry_c + dh * og * (1.0f - tc * tc);
+          da[0] = dc * gg * ig * (1.0f - ig);
+          da[1] = dc * in.prev * fg * (1.0f - fg);
+          da[2] = dc * ig * (1.0f - gg * gg);
+          da[3] = dh * tc * og * (1.0f - og);
+#pragma unroll
+          for (int g = 0; g < G; ++g) dr[g] = da[g];
+          carry_h[sidx] = 0.0f;
+          carry_c[sidx] = dc * fg;  // read back only by this thread
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+          const int64_t at = m * GH + g * H + hu;
+          grad_rh[at] = dr[g];
+          if (s > last)
+            gated_rnn_publish(xchg + (s & 1) * B * GH + row * GH + g * H + hu, dr[g],
+                              static_cast<int>(s));
+          if (gwx) gwx[at] = from_float<Elem>(da[g]);
+          if (grh_out) grh_out[at] = from_float<Elem>(dr[g]);
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace exphil::kernels

@@ -1,0 +1,238 @@
+/*
+ * Fused GRU and LSTM sequences, forward: every step's recurrent product
+ * h_{t-1} R and the cell update in one persistent launch.
+ *
+ * Math. wx [B, T, G*H] is the input projection x_t W + b_in, computed outside
+ * (as cuDNN and Edifice do). R [H, G*H], optional recurrent bias b [G*H];
+ * rh_t = h_{t-1} R + b, gate g the columns [g*H, (g+1)*H).
+ *
+ *   GRU  (G = 3, gates r, z, n: Axon's gru_cell, Edifice's gru_scan, PyTorch
+ *        and cuDNN's order)
+ *          r = sigmoid(wx_r + rh_r)
+ *          z = sigmoid(wx_z + rh_z)
+ *          n = tanh(wx_n + r * rh_n)          (the reset gate scales the
+ *                                              recurrent part only, its
+ *                                              bias b_n included)
+ *          h_t = (1 - z) * n + z * h_{t-1}
+ *   LSTM (G = 4, gates i, f, g, o: Axon's lstm_cell, Edifice's lstm_scan,
+ *        PyTorch and cuDNN's order)
+ *          i = sigmoid(wx_i + rh_i), f = sigmoid(wx_f + rh_f)
+ *          g = tanh(wx_g + rh_g),    o = sigmoid(wx_o + rh_o)
+ *          c_t = f * c_{t-1} + i * g,  h_t = o * tanh(c_t)
+ *
+ * Biases. Axon's GRU has input biases br, bz, bin (they belong in wx) and
+ * one recurrent bias bhn inside r * (h whn + bhn): pass b = [0, 0, bhn].
+ * cuDNN/PyTorch's b_hr, b_hz, b_hn map to b = [b_hr, b_hz, b_hn] (b_hr and
+ * b_hz could equally be folded into wx; b_hn cannot). Axon's LSTM biases
+ * (bi, bf, bg, bo) and Edifice's (inside wx) need no b: any LSTM recurrent
+ * bias is simply added to the gate, as if folded into wx. Edifice's
+ * gru_scan/lstm_scan have no recurrent bias (b absent). h0 and c0 default
+ * to zeros (Axon's carry {c, h} for the LSTM is passed as h0 = h, c0 = c).
+ *
+ * Floors (H100: ~3 TB/s, ~60 TFLOP/s f32 on CUDA cores, ~0.5 us launch;
+ * a device-wide exchange of h through L2 costs about 1 us).
+ *   B1 T32 H256: 0.9 MB moved (R 0.8 MB) is 0.3 us and 25 MFLOP is nothing;
+ *     the floor is the chain of T dependent steps, each needing all of
+ *     h_{t-1} from every block: about T x (one L2 round trip + a barrier),
+ *     ~30 us, plus one launch. cuDNN's 2-layer forward takes 1.1 ms (GRU)
+ *     and 1.5 ms (LSTM) here (issue 30), so 10x asks ~55 us per layer.
+ *   B64 T256 H512 LSTM f32: 170 MB (wx 134, y 34) is ~57 us, but the
+ *     recurrent product is 34 GFLOP: ~0.6 ms on f32 CUDA cores. At large B
+ *     the bound is arithmetic; only a tensor-core product per step (not
+ *     this kernel) reaches cuDNN there.
+ *   Measured (H200, bench/RESULTS.md, issue 30 first part): B1 T32 H256
+ *     GRU f32 59.5 us, 1.7 us a step; B64 T256 H512 GRU f32 5.2 ms.
+ *
+ * Algorithm. One cooperative launch of ceil(H / U) blocks, one per SM at
+ * most, 256 threads each (the launch checks first, with the occupancy API,
+ * that all can be resident: blocks wait on each other). Block j owns hidden
+ * units [jU, jU + U) and all G gates of them, i.e. G*U columns of R, so it
+ * finishes its units' update (and keeps the LSTM's c) without anyone else.
+ * By default U = ceil(H / SMs): the most blocks, the least work per step on
+ * each. Its slice of R (H x G*U f32, column-major so that lanes read
+ * consecutive k) is loaded once, into shared memory when it fits with one
+ * block per SM ("resident"), else into the block's piece of the workspace,
+ * read through L1/L2 every step ("streamed", e.g. H = 1024 in f32 on an
+ * A100). Per step and per tile of up to 32 batch rows:
+ *   0. load what the update will need besides the product (wx_t, bias, the
+ *      LSTM's c_{t-1}), so those loads fly while the block waits (and, when
+ *      the call starts, the block's whole slice of wx is prefetched into L2
+ *      if wx is at most 16 MB);
+ *   1. stage h_{t-1} [rows, H] in shared memory: from h0 at t = 0, else
+ *      from the exchange buffer, waiting for each word to carry step t-1
+ *      (gated_rnn_common.cuh: the flag is the data, one L2 trip a step,
+ *      no grid-wide barrier after the first);
+ *   2. the slice product: a warp per column, lanes split H, one
+ *      accumulator per batch row, a butterfly reduce-scatter over lanes;
+ *   3. a thread per (row, unit): gates, cell update in f32, y_t in the
+ *      sequence dtype, h_t published with its step (the LSTM's c_t into the
+ *      block's own rows of a c buffer).
+ *
+ * The state is f32 throughout: y is rounded to the dtype on its way out and
+ * never read back by the recurrence. Sums are in fixed order: results are
+ * bitwise reproducible.
+ *
+ * Layout. wx [B, T, G*H], y [B, T, H], states [B, H], row-major. Workspace
+ * (GatedRnnPlan): the exchange [2, B, H] of 64-bit words, [B, H] c (LSTM),
+ * streamed slices.
+ *
+ * Limits. G*U <= 256 (columns per block), so H <= 256 / G * SMs (11,264
+ * for the GRU on 132 SMs); the blocks must all be resident (checked before
+ * the launch with the occupancy API). Steps are numbered in 32 bits. A
+ * cooperative launch can be captured into a CUDA graph (tested). No
+ * Hopper-only instructions: sm_80 to sm_90.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cooperative_groups.h>
+
+#include "gated_rnn/gated_rnn_common.cuh"
+
+namespace exphil::kernels {
+
+// What a (row, unit) update needs besides the product, loaded before the
+// block waits for h_{t-1}.
+template <class Elem, GatedRnnCell kCell>
+struct GatedRnnForwardInputs {
+  static constexpr int G = kGatedRnnGates<kCell>;
+  float wx[G];
+  float bias[G];
+  float c_prev;  // LSTM
+
+  __device__ __forceinline__ void load(const GatedRnnForwardParams& p, const float* cbuf,
+                                       int64_t row, int hu, int64_t t) {
+    const int64_t T = p.shape.steps;
+    const int H = static_cast<int>(p.shape.hidden);
+    const int64_t at = (row * T + t) * G * H + hu;
+    const Elem* w = static_cast<const Elem*>(p.d_wx);
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      wx[g] = to_float(w[at + g * H]);
+      bias[g] = p.d_bias ? load_state(p.d_bias, p.weight_dtype, g * H + hu) : 0.0f;
+    }
+    if constexpr (kCell == GatedRnnCell::lstm) {
+      const int64_t sidx = row * H + hu;
+      c_prev = t > 0 ? cbuf[sidx] : (p.d_c0 ? load_state(p.d_c0, p.state_dtype, sidx) : 0.0f);
+    } else {
+      c_prev = 0.0f;
+    }
+  }
+};
+
+template <class Elem, GatedRnnCell kCell, bool kResident>
+__global__ void __launch_bounds__(kGatedRnnThreads, 1)
+    gated_rnn_forward_kernel(const GatedRnnForwardParams p, const GatedRnnPlan plan,
+                             float* __restrict__ ws) {
+  constexpr int G = kGatedRnnGates<kCell>;
+  const int64_t B = p.shape.batch, T = p.shape.steps;
+  const int H = static_cast<int>(p.shape.hidden);
+  const int U = plan.units_per_block;
+  const int u0 = static_cast<int>(blockIdx.x) * U;
+  const int live = min(U, H - u0);
+  const int C = G * U;
+  const int K = H;
+  const int Bt = plan.batch_tile;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  extern __shared__ float smem[];
+  float* W;
+  float* x;
+  if constexpr (kResident) {
+    W = smem;
+    x = smem + static_cast<int64_t>(C) * K;
+  } else {
+    W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * C * K;
+    x = smem;
+  }
+  float* pre = x + Bt * K;  // [Bt, C]
+  uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_state);  // [2, B, H]
+  float* const cbuf = kCell == GatedRnnCell::lstm ? ws + plan.ws_cell : nullptr;
+
+  // The slice: W[(g*U + u) * K + k] = R[k, g*H + u0 + u], zeros past H.
+  // Consecutive threads take consecutive u: reads of R come in runs of U.
+  for (int64_t i = tid; i < static_cast<int64_t>(C) * K; i += kGatedRnnThreads) {
+    const int u = static_cast<int>(i % U);
+    const int64_t rest = i / U;
+    const int g = static_cast<int>(rest % G);
+    const int k = static_cast<int>(rest / G);
+    W[static_cast<int64_t>(g * U + u) * K + k] =
+        u < live ? load_state(p.d_R, p.weight_dtype, static_cast<int64_t>(k) * G * H + g * H + u0 + u)
+                 : 0.0f;
+  }
+  // wx of this block's units, every step, into L2 (if small enough).
+  if (B * T * G * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes)
+    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_wx) + u0, sizeof(Elem), B * T, G, H,
+                            live);
+  // This call's exchange words start as "no step"; one grid-wide barrier
+  // (which also orders the slice's stores before its first use).
+  if (T > 1) {
+    for (int64_t i = tid; i < 2 * B * live; i += kGatedRnnThreads) {
+      const int64_t r = i / live;  // half * B + row
+      gated_rnn_publish(xchg + r * H + u0 + (i - r * live), 0.0f, -1);
+    }
+    cooperative_groups::this_grid().sync();
+  } else {
+    __syncthreads();
+  }
+
+  Elem* __restrict__ y = static_cast<Elem*>(p.d_y);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t b0 = 0; b0 < B; b0 += Bt) {
+      const int nb = static_cast<int>(B - b0 < Bt ? B - b0 : Bt);
+      const int rows = gated_rnn_product_rows(nb);
+      const int items = nb * live;
+      GatedRnnForwardInputs<Elem, kCell> first;
+      if (tid < items) first.load(p, cbuf, b0 + tid / live, u0 + tid % live, t);
+      if (t == 0) {
+        gated_rnn_stage_state(x, nb, rows, K, p.d_h0, p.state_dtype, b0 * H);
+      } else {
+        gated_rnn_stage_exchange(x, nb, rows, K, xchg + ((t - 1) & 1) * B * H + b0 * H,
+                                 static_cast<int>(t - 1));
+      }
+      __syncthreads();
+      gated_rnn_slice_product_rows(rows, x, K, nb, W, C, U, live, pre, C);
+      __syncthreads();
+      for (int i = tid; i < items; i += kGatedRnnThreads) {
+        const int b = i / live;
+        const int u = i - b * live;
+        const int64_t row = b0 + b;
+        const int hu = u0 + u;
+        const int64_t sidx = row * H + hu;
+        GatedRnnForwardInputs<Elem, kCell> in;
+        if (i == tid) {
+          in = first;
+        } else {
+          in.load(p, cbuf, row, hu, t);
+        }
+        float a[G];
+#pragma unroll
+        for (int g = 0; g < G; ++g) a[g] = pre[b * C + g * U + u] + in.bias[g];
+        float h;
+        if constexpr (kCell == GatedRnnCell::gru) {
+          const float hp = x[b * K + hu];
+          const float r = gated_rnn_sigmoid(in.wx[0] + a[0]);
+          const float z = gated_rnn_sigmoid(in.wx[1] + a[1]);
+          const float n = tanhf(in.wx[2] + r * a[2]);
+          h = n + z * (hp - n);
+        } else {
+          const float ig = gated_rnn_sigmoid(in.wx[0] + a[0]);
+          const float fg = gated_rnn_sigmoid(in.wx[1] + a[1]);
+          const float gg = tanhf(in.wx[2] + a[2]);
+          const float og = gated_rnn_sigmoid(in.wx[3] + a[3]);
+          const float c = fmaf(fg, in.c_prev, ig * gg);
+          h = og * tanhf(c);
+          cbuf[sidx] = c;  // read back only by this thread, next step
+          if (t == T - 1 && p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, c);
+        }
+        y[(row * T + t) * H + hu] = from_float<Elem>(h);
+        if (t + 1 < T) gated_rnn_publish(xchg + (t & 1) * B * H + sidx, h, static_cast<int>(t));
+        if (t == T - 1 && p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, h);
+      }
+      __syncthreads();
+    }
+  }
+}
+
+}  // namespace exphil::kernels

@@ -1,0 +1,148 @@
+// Definitions of the per-(dtype, cell) launchers declared in
+// gated_rnn_instances.h: the forward's one cooperative launch; the
+// backward's recompute product, gates, cooperative reverse walk and weight
+// gradient product. Included only by the generated instance files.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "common/dynamic_shared_memory.h"
+#include "gated_rnn/gated_rnn_backward.cuh"
+#include "gated_rnn/gated_rnn_forward.cuh"
+#include "gated_rnn/gated_rnn_instances.h"
+
+namespace exphil::kernels {
+namespace gated_rnn_launch {
+
+// Opts `kernel` in to the device's largest dynamic shared memory (once per
+// device), then checks that all `blocks` can be resident at once, as
+// grid.sync() needs, and launches it cooperatively.
+template <class Kernel, class Params>
+LaunchResult launch_persistent(Kernel kernel, std::atomic<uint64_t>& shared_allowed,
+                               const Params& params, const GatedRnnPlan& plan, float* ws,
+                               cudaStream_t stream, const char* name) {
+  int device = 0, optin = 0, sms = 0, per_sm = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return {e, "cudaGetDevice"};
+  if (const cudaError_t e =
+          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+      e != cudaSuccess)
+    return {e, "cudaDeviceGetAttribute (shared memory per block)"};
+  if (const cudaError_t e =
+          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      e != cudaSuccess)
+    return {e, "cudaDeviceGetAttribute (multiprocessor count)"};
+  if (plan.shared_bytes > optin)
+    return {cudaErrorInvalidConfiguration, "gated RNN plan (shared memory above the device's)"};
+  if (const cudaError_t e = allow_dynamic_shared_once(kernel, optin, shared_allowed);
+      e != cudaSuccess)
+    return {e, "cudaFuncSetAttribute (gated RNN persistent kernel shared memory)"};
+  if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, kernel, kGatedRnnThreads, static_cast<std::size_t>(plan.shared_bytes));
+      e != cudaSuccess)
+    return {e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gated RNN)"};
+  if (static_cast<int64_t>(per_sm) * sms < plan.blocks)
+    return {cudaErrorCooperativeLaunchTooLarge,
+            "gated RNN co-residency check (its blocks cannot all be resident)"};
+  Params p = params;
+  GatedRnnPlan pl = plan;
+  float* w = ws;
+  void* args[] = {&p, &pl, &w};
+  if (const cudaError_t e = cudaLaunchCooperativeKernel(
+          reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(plan.blocks)),
+          dim3(kGatedRnnThreads), args, static_cast<std::size_t>(plan.shared_bytes), stream);
+      e != cudaSuccess)
+    return {e, name};
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated RNN persistent kernel");
+  return {};
+}
+
+template <class ALoad, class BLoad, class CStore>
+LaunchResult gemm(int64_t M, int64_t N, int64_t K, const ALoad& a, const BLoad& b,
+                  const CStore& c, cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return {};
+  const dim3 grid(static_cast<unsigned>((M + kGatedRnnGemmTile - 1) / kGatedRnnGemmTile),
+                  static_cast<unsigned>((N + kGatedRnnGemmTile - 1) / kGatedRnnGemmTile));
+  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, a, b, c);
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel");
+  return {};
+}
+
+}  // namespace gated_rnn_launch
+
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
+                                   float* d_workspace, cudaStream_t stream) {
+  clear_stale_launch_error();
+  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0};
+  if (plan.resident_weights)
+    return gated_rnn_launch::launch_persistent(
+        gated_rnn_forward_kernel<Elem, kCell, true>, resident_allowed, params, plan, d_workspace,
+        stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
+  return gated_rnn_launch::launch_persistent(
+      gated_rnn_forward_kernel<Elem, kCell, false>, streamed_allowed, params, plan, d_workspace,
+      stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
+}
+
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const GatedRnnPlan& plan,
+                                    float* d_workspace, cudaStream_t stream) {
+  using namespace gated_rnn_launch;
+  clear_stale_launch_error();
+  constexpr int G = kGatedRnnGates<kCell>;
+  const GatedRnnForwardParams& f = params.fwd;
+  const int64_t B = f.shape.batch, T = f.shape.steps, H = f.shape.hidden;
+  const int64_t GH = G * H;
+  const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H};
+
+  // 1. rh = h_{t-1} R + bias for every step.
+  if (const LaunchResult r =
+          gemm(B * T, GH, H, GatedRnnRecomputeA<Elem>{prev},
+               GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
+               GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
+               stream);
+      !r.ok())
+    return r;
+
+  // 2. The gates (and the LSTM's c).
+  {
+    const int64_t items = kCell == GatedRnnCell::gru ? B * T * H : B * H;
+    const auto blocks = static_cast<unsigned>(
+        std::clamp<int64_t>((items + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
+    gated_rnn_gates_kernel<Elem, kCell>
+        <<<blocks, kGatedRnnThreads, 0, stream>>>(params, plan, d_workspace);
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gates_kernel");
+  }
+
+  // 3. The reverse walk.
+  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0};
+  const LaunchResult walk =
+      plan.resident_weights
+          ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident_allowed,
+                              params, plan, d_workspace, stream,
+                              "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)")
+          : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed_allowed,
+                              params, plan, d_workspace, stream,
+                              "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
+  if (!walk.ok()) return walk;
+
+  // 4. grad_R (rows 0..H-1) and grad_bias (row H), only those asked for.
+  if (params.d_grad_R || params.d_grad_bias) {
+    const int64_t first = params.d_grad_R ? 0 : H;
+    const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
+    if (const LaunchResult r =
+            gemm(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
+                 GatedRnnGradRhB{d_workspace + plan.ws_rh, GH},
+                 GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype, H,
+                                         GH, first},
+                 stream);
+        !r.ok())
+      return r;
+  }
+  return {};
+}
+
+}  // namespace exphil::kernels

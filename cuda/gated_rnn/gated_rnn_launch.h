@@ -1,0 +1,64 @@
+// Host-facing entry points of the gated-RNN kernels (GRU and LSTM
+// sequences): device query, plan, check, workspace, launch. No device code;
+// the runtime includes this and nothing else of cuda/gated_rnn/.
+//
+// A call: query_gated_rnn_device once per device; plan_gated_rnn; reject the
+// call if gated_rnn_unsupported says why; allocate gated_rnn_workspace_bytes
+// of device memory ordered on the stream; launch_gated_rnn_forward or
+// _backward. The launch also checks, with the occupancy API, that every block
+// of the persistent kernel can be resident at once (its blocks wait on each
+// other every step), and fails with cudaErrorCooperativeLaunchTooLarge, naming the
+// check, before launching anything if not.
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+#include "common/launch_result.h"
+#include "gated_rnn/gated_rnn_params.h"
+
+namespace exphil::kernels {
+
+// Batch rows a block carries through one pass of its slice (one register
+// accumulator each).
+inline constexpr int kGatedRnnMaxBatchTile = 32;
+// Threads of every gated-RNN kernel block.
+inline constexpr int kGatedRnnThreads = 256;
+
+// The multiprocessor count and shared-memory limits of `device`.
+cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
+
+// Chooses the layout of one call (gated_rnn_plan.cpp): units per block
+// (ceil(H / SMs): one block per multiprocessor), batch tile (the most rows
+// up to 32 that fit), and whether R's slices fit in shared memory
+// (resident) or are read from the workspace each step (streamed).
+GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
+                            const GatedRnnShape& shape, const GatedRnnDevice& device,
+                            const GatedRnnLaunchOptions& options = {}) noexcept;
+
+// nullptr if the kernels can run `plan` on `shape`, else why not
+// (CUTLASS's can_implement).
+const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
+                                  const GatedRnnShape& shape,
+                                  const GatedRnnDevice& device) noexcept;
+
+// Temporary device memory the launch needs (f32, 256-byte aligned pieces).
+inline std::size_t gated_rnn_workspace_bytes(const GatedRnnPlan& plan) noexcept {
+  return static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
+}
+
+// Kernel launches the call makes: forward 1; backward 3 to 4 (gates, the
+// persistent kernel, and the grad_R / grad_bias product when wanted).
+int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params) noexcept;
+
+// Enqueue the kernels on `stream` (the current device must own it).
+// d_workspace: gated_rnn_workspace_bytes(plan) of device memory, 256-byte
+// aligned, ordered on `stream`; its contents need no initialisation.
+LaunchResult launch_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
+                                      float* d_workspace, cudaStream_t stream) noexcept;
+LaunchResult launch_gated_rnn_backward(const GatedRnnBackwardParams& params,
+                                       const GatedRnnPlan& plan, float* d_workspace,
+                                       cudaStream_t stream) noexcept;
+
+}  // namespace exphil::kernels

@@ -1,0 +1,111 @@
+// The contract between the host runtime and the gated-RNN kernels (GRU and
+// LSTM sequences with their recurrent product fused in): plain structs, no
+// device code, filled by the host glue after validation and read by
+// cuda/gated_rnn/. gated_rnn_forward.cuh gives the math, gate orders and
+// bias conventions; gated_rnn_launch.h the entry points.
+#pragma once
+
+#include <cstdint>
+
+#include "exphil/tensor.hpp"
+
+namespace exphil::kernels {
+
+enum class GatedRnnCell : int32_t {
+  gru = 0,   // G = 3 gates, in the order r, z, n
+  lstm = 1,  // G = 4 gates, in the order i, f, g, o
+};
+
+constexpr int gated_rnn_gates(GatedRnnCell cell) noexcept {
+  return cell == GatedRnnCell::gru ? 3 : 4;
+}
+// The same, as a constant device code can use.
+template <GatedRnnCell kCell>
+inline constexpr int kGatedRnnGates = kCell == GatedRnnCell::gru ? 3 : 4;
+
+struct GatedRnnShape {
+  int64_t batch = 0;   // B
+  int64_t steps = 0;   // T
+  int64_t hidden = 0;  // H
+};
+
+// Every pointer is device memory, row-major, unstrided. Optional pointers
+// are null when absent.
+//   dtype         wx, y (and, backward, grad_y, grad_wx, grad_rh)
+//   weight_dtype  R, bias (and grad_R, grad_bias): f32 or dtype
+//   state_dtype   h0, c0, h_final, c_final (and their gradients): f32 or dtype
+// Sequence arithmetic, the state and every sum are f32 whatever the dtypes.
+struct GatedRnnForwardParams {
+  GatedRnnShape shape;
+  GatedRnnCell cell = GatedRnnCell::gru;
+  DType dtype = DType::f32;
+  DType weight_dtype = DType::f32;
+  DType state_dtype = DType::f32;
+  const void* d_wx = nullptr;    // [B, T, G*H], the input projection (its bias included)
+  const void* d_R = nullptr;     // [H, G*H]
+  const void* d_bias = nullptr;  // [G*H] recurrent bias, optional
+  const void* d_h0 = nullptr;    // [B, H], optional (zeros)
+  const void* d_c0 = nullptr;    // [B, H], LSTM only, optional (zeros)
+  void* d_y = nullptr;           // [B, T, H], every h_t; required
+  void* d_h_final = nullptr;     // [B, H], optional
+  void* d_c_final = nullptr;     // [B, H], LSTM only, optional
+};
+
+// The forward's inputs and its output y (read: the backward recomputes the
+// gates from it), the output gradients, and the input gradients (each null
+// when not wanted).
+struct GatedRnnBackwardParams {
+  GatedRnnForwardParams fwd;            // d_y read; d_h_final, d_c_final unused
+  const void* d_grad_y = nullptr;       // [B, T, H]; required
+  const void* d_grad_h_final = nullptr; // [B, H], optional (zeros)
+  const void* d_grad_c_final = nullptr; // [B, H], LSTM only, optional (zeros)
+  void* d_grad_wx = nullptr;            // [B, T, G*H]
+  void* d_grad_R = nullptr;             // [H, G*H]
+  void* d_grad_bias = nullptr;          // [G*H] (also when fwd.d_bias is absent: at bias = 0)
+  void* d_grad_h0 = nullptr;            // [B, H]
+  void* d_grad_c0 = nullptr;            // [B, H], LSTM only
+  // [B, T, G*H] the gradient of the recurrent pre-activations h_{t-1} R +
+  // bias (Edifice's grad_rh). Equal to grad_wx except the GRU's n gate,
+  // where it is grad_wx_n * r. grad_R = sum_t h_{t-1}^T grad_rh_t.
+  void* d_grad_rh = nullptr;
+};
+
+enum class GatedRnnDirection { forward, backward };
+
+// What the planner needs to know of the device (query_gated_rnn_device).
+struct GatedRnnDevice {
+  int sm_count = 0;
+  int max_shared_per_block = 0;  // opt-in maximum, bytes
+  int max_shared_per_sm = 0;     // bytes
+};
+
+// Test and benchmark overrides; zero or false chooses automatically.
+struct GatedRnnLaunchOptions {
+  int units_per_block = 0;       // hidden units per block of the persistent kernel
+  int batch_tile = 0;            // batch rows per pass (rounded up to a power of 2, at most
+                                 // kGatedRnnMaxBatchTile)
+  bool streamed_weights = false; // force the streamed path (R slice in the workspace)
+};
+
+// How one call is laid out (gated_rnn_plan.cpp).
+struct GatedRnnPlan {
+  int units_per_block = 1;       // U: hidden units a block owns
+  int blocks = 1;                // ceil(H / U): the persistent grid
+  int batch_tile = 1;            // Bt: batch rows per pass through the block's slice (power of 2)
+  bool resident_weights = true;  // R slice in shared memory, else read from the workspace
+  int k = 0;                     // length of the per-step product: H forward, G*H backward
+  int columns = 0;               // its outputs per block: G*U forward, U backward
+  int shared_bytes = 0;          // dynamic shared memory of the persistent kernel
+  // Workspace layout: offsets in floats from its start, -1 when not used.
+  int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
+  int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
+                            // backward: [B, H] the dh carry
+  int64_t ws_exchange = -1; // backward: the exchange [2, B, G*H] of 64-bit {grad_rh, step}
+  int64_t ws_cell = -1;     // LSTM [B, H]: forward c; backward dc carry
+  int64_t ws_rh = -1;       // backward [B, T, G*H]: h_{t-1} R + bias, then grad_rh
+  int64_t ws_gates = -1;    // backward [B, T, 4, H]: GRU r, z, n, rh_n; LSTM i, f, g, o
+  int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t
+  int64_t ws_floats = 0;    // total
+};
+
+}  // namespace exphil::kernels

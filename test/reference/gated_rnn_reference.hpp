@@ -1,0 +1,59 @@
+// CPU reference of the fused GRU and LSTM sequences
+// (cuda/gated_rnn/gated_rnn_forward.cuh gives the math), forward and
+// backward, in double.
+//
+// Written step by step from the definition, with the backward derived by
+// hand and checked against central finite differences of the forward
+// (test/unit/test_gated_rnn_reference.cpp). The GPU results are checked
+// against it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace exphil::reference {
+
+enum class GatedRnnKind { gru, lstm };
+
+// One problem, all row-major in double. Optional inputs are empty when
+// absent (zeros).
+struct GatedRnnProblem {
+  GatedRnnKind kind = GatedRnnKind::gru;
+  int64_t batch = 0, steps = 0, hidden = 0;  // B, T, H
+  std::vector<double> wx;    // [B, T, G*H]
+  std::vector<double> R;     // [H, G*H]
+  std::vector<double> bias;  // [G*H] or empty
+  std::vector<double> h0;    // [B, H] or empty
+  std::vector<double> c0;    // [B, H] or empty (LSTM)
+
+  int64_t gates() const { return kind == GatedRnnKind::gru ? 3 : 4; }
+  int64_t gate_width() const { return gates() * hidden; }
+  int64_t sequence_size() const { return batch * steps * hidden; }
+  int64_t state_size() const { return batch * hidden; }
+};
+
+struct GatedRnnForwardResult {
+  std::vector<double> y;        // [B, T, H]
+  std::vector<double> h_final;  // [B, H]
+  std::vector<double> c_final;  // [B, H] (LSTM; empty for the GRU)
+};
+
+// Gradients of every input (bias and R always, as if present; h0 and c0
+// always, at their zero default when absent), and grad_rh, the gradient of
+// the recurrent pre-activations h_{t-1} R + bias [B, T, G*H]. R and bias are
+// sums over batch and time, so they come with the sums of the absolute
+// values of their terms, the scale of a float sum's rounding error.
+struct GatedRnnBackwardResult {
+  std::vector<double> wx, R, bias, h0, c0, rh;
+  std::vector<double> R_terms, bias_terms;
+};
+
+GatedRnnForwardResult gated_rnn_forward(const GatedRnnProblem& p);
+
+// grad_y [B, T, H]; grad_h_final, grad_c_final [B, H] or empty.
+GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
+                                          const std::vector<double>& grad_y,
+                                          const std::vector<double>& grad_h_final,
+                                          const std::vector<double>& grad_c_final);
+
+}  // namespace exphil::reference
