@@ -32,8 +32,12 @@
  * tensors     space-separated words "name:role:dtype:shape[:input]": the
  *             inputs, the optional ones last unless a required one follows
  *             (linear_scan backward's b), then the outputs:
- *               name   "h0?" is optional (NULL, nil or absent); the rest are
- *                      required.
+ *               name   "h0?" is optional; the rest are required. Absent
+ *                      is NULL in the C ABI and the C++ API, nil or a
+ *                      left-out option in the NIF, and has_h0 = false (or,
+ *                      without that attribute, zero elements) for an XLA
+ *                      FFI operand; an absent optional output is not
+ *                      written.
  *               role   in or out.
  *               dtype  seq: f32, f16 or bf16, the same for every seq tensor
  *                      of the call (the first one's); state: f32 or the seq
@@ -52,7 +56,12 @@
  * options     space-separated words "name:type=default[:range][:if(cond)]":
  *               type     bool, i32, f32 or enum(a|b|...), whose values are
  *                        the C++ enumerators in order (0, 1, ...); an enum
- *                        takes those values only.
+ *                        takes those values only. An XLA FFI target has
+ *                        each option as an attribute of the same name, of
+ *                        MLIR type i1, i32, f32 and i32 (the enumerator)
+ *                        respectively; the C ABI's options struct has it
+ *                        as int32_t, int32_t, float and the enum's
+ *                        EXPHIL_* constants, zero for the default.
  *               range    the values the call accepts: "lo..hi" (i32,
  *                        inclusive) or "finite" (f32: no NaN or infinity).
  *                        Without one, every value of the type.
