@@ -78,9 +78,11 @@ std::vector<OutputPlan> plan_outputs(const OpDescription& description, const OpA
     if (!t.output) continue;
     OutputPlan p;
     p.description = &t;
-    p.dtype = t.dtype == TensorDescription::DTypeRule::seq     ? seq
-              : t.dtype == TensorDescription::DTypeRule::state ? state
-                                                               : DType::f32;
+    // state: the one dtype the NIF gives every f32-or-seq output (its
+    // state_type: option); weight and carry tensors are of that kind too.
+    p.dtype = t.dtype == TensorDescription::DTypeRule::seq   ? seq
+              : t.dtype == TensorDescription::DTypeRule::f32 ? DType::f32
+                                                             : state;
     p.shape.reserve(t.dims.size());
     for (std::size_t i = 0; i < t.dims.size(); ++i) {
       const int64_t* e = extents.find(dimension(t, i, bthd));

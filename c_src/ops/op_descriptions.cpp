@@ -44,9 +44,12 @@ OpDescription parse(const Row& row) {
     t.key = t.name;
     for (char& c : t.key) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     t.output = f[1] == "out";
-    t.dtype = f[2] == "state" ? TensorDescription::DTypeRule::state
-              : f[2] == "f32" ? TensorDescription::DTypeRule::f32
-                              : TensorDescription::DTypeRule::seq;
+    using Rule = TensorDescription::DTypeRule;
+    t.dtype = f[2] == "state"    ? Rule::state
+              : f[2] == "weight" ? Rule::weight
+              : f[2] == "carry"  ? Rule::carry
+              : f[2] == "f32"    ? Rule::f32
+                                 : Rule::seq;
     t.dims = split(f[3], ',');
     if (f.size() == 5) t.only_with = f[4];
     d.tensors.push_back(std::move(t));

@@ -129,12 +129,7 @@ class SelectiveScanChecker {
   }
 
   Status accept(const char* name, const Tensor* t, bool output, const void*& data) {
-    std::size_t bytes = 0;
-    EXPHIL_RETURN_IF_ERROR(check_extent(name, *t, bytes));
-    EXPHIL_RETURN_IF_ERROR(check_element_alignment(name, *t));
-    EXPHIL_RETURN_IF_ERROR(call_.tensors.add(name, t->data, bytes, output));
-    data = t->data;
-    return {};
+    return accept_tensor(call_.tensors, name, *t, output, data);
   }
 
   SelectiveScanCall& call_;

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "exphil/attention.hpp"
+#include "exphil/gated_rnn.hpp"
 #include "exphil/scan.hpp"
 #include "exphil/selective_scan.hpp"
 
@@ -45,6 +46,11 @@ const Tensor** selective_scan_input_slot(SelectiveScanInputs& in, std::string_vi
 const Tensor** attention_input_slot(AttentionInputs& in, std::string_view name) noexcept {
   const Named slots[] = {{"q", &in.q}, {"k", &in.k}, {"v", &in.v}};
   return find(slots, name);
+}
+
+// The LSTM's cell-state tensors, which a GRU does not have.
+bool cell_state_name(std::string_view name) noexcept {
+  return name == "c0" || name == "c_final" || name == "grad_c0" || name == "grad_c_final";
 }
 
 }  // namespace
@@ -92,6 +98,33 @@ const Tensor** tensor_slot(AttentionBackwardArgs& args, std::string_view name) n
   if (const Tensor** s = attention_input_slot(args.in, name)) return s;
   const Named slots[] = {{"o", &args.o},           {"lse", &args.lse},       {"grad_o", &args.grad_o},
                          {"grad_q", &args.grad_q}, {"grad_k", &args.grad_k}, {"grad_v", &args.grad_v}};
+  return find(slots, name);
+}
+
+const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept {
+  if (args.cell != GatedRnnCell::lstm && cell_state_name(name)) return nullptr;
+  const Named slots[] = {{"wx", &args.wx}, {"R", &args.R},     {"bias", &args.bias},       {"h0", &args.h0},
+                         {"c0", &args.c0}, {"y", &args.y},     {"h_final", &args.h_final}, {"c_final", &args.c_final}};
+  return find(slots, name);
+}
+
+const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept {
+  if (args.cell != GatedRnnCell::lstm && cell_state_name(name)) return nullptr;
+  const Named slots[] = {{"wx", &args.wx},
+                         {"R", &args.R},
+                         {"bias", &args.bias},
+                         {"h0", &args.h0},
+                         {"c0", &args.c0},
+                         {"y", &args.y},
+                         {"grad_y", &args.grad_y},
+                         {"grad_h_final", &args.grad_h_final},
+                         {"grad_c_final", &args.grad_c_final},
+                         {"grad_wx", &args.grad_wx},
+                         {"grad_R", &args.grad_R},
+                         {"grad_bias", &args.grad_bias},
+                         {"grad_h0", &args.grad_h0},
+                         {"grad_c0", &args.grad_c0},
+                         {"grad_rh", &args.grad_rh}};
   return find(slots, name);
 }
 

@@ -74,6 +74,15 @@ Status check_element_alignment(const char* name, const Tensor& t) {
   return {};
 }
 
+Status accept_tensor(CallTensors& tensors, const char* name, const Tensor& t, bool output, const void*& data) {
+  std::size_t bytes = 0;
+  EXPHIL_RETURN_IF_ERROR(check_extent(name, t, bytes));
+  EXPHIL_RETURN_IF_ERROR(check_element_alignment(name, t));
+  EXPHIL_RETURN_IF_ERROR(tensors.add(name, t.data, bytes, output));
+  data = t.data;
+  return {};
+}
+
 Status CallTensors::add(const char* name, const void* data, std::size_t bytes, bool output) {
   if (!data && !(output && unallocated_outputs_))
     return {StatusCode::invalid_argument, arg_prefix(name) + "the data pointer is NULL"};

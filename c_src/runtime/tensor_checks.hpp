@@ -29,6 +29,13 @@ Status check_shape(const char* name, const Tensor& t, const int64_t* expected,
 // Data pointer aligned to one element.
 Status check_element_alignment(const char* name, const Tensor& t);
 
+class CallTensors;
+
+// What accepting a checked descriptor takes for most ops: its extent,
+// element alignment, and its place among the call's tensors; `data` is then
+// its pointer.
+Status accept_tensor(CallTensors& tensors, const char* name, const Tensor& t, bool output, const void*& data);
+
 // The tensors of one call, for the overlap and device-placement checks.
 struct CallTensor {
   const char* name = nullptr;

@@ -26,7 +26,8 @@
  *   EXPHIL_OP_DIRECTION(op, direction, tensors, options, bindings)
  *
  * op          the op's name: the C++ API's (ScanOp's name, "selective_scan",
- *             "attention"), the C ABI's and the NIF's (exphil_<op>_<direction>,
+ *             "attention", GatedRnnCell's name), the C ABI's and the NIF's
+ *             (exphil_<op>_<direction>,
  *             <op>_<direction>) where the op has those ways in.
  * direction   forward or backward.
  * tensors     space-separated words "name:role:dtype:shape[:input]": the
@@ -41,9 +42,13 @@
  *               role   in or out.
  *               dtype  seq: f32, f16 or bf16, the same for every seq tensor
  *                      of the call (the first one's); state: f32 or the seq
- *                      dtype; f32: f32 only.
+ *                      dtype, each state tensor its own; weight and carry:
+ *                      f32 or the seq dtype, the same for every weight
+ *                      (carry) tensor of the call (the first present one's);
+ *                      f32: f32 only.
  *               shape  named dimensions, comma-separated; a name means the
- *                      same extent wherever it appears. The first tensor
+ *                      same extent wherever it appears; "3H" is 3 times H
+ *                      (the GRU's gates side by side; "4H" the LSTM's). The first tensor
  *                      that names a dimension sets it. Extents the kernels
  *                      limit (attention's head width d: 32, 64, 96 or 128;
  *                      the selective scan's N: 1 to 256) are the C++
@@ -110,7 +115,11 @@
   EXPHIL_OP_DIRECTION(selective_scan, forward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N y:out:seq:B,T,D h_final?:out:f32:B,D,N", "softplus:bool=false clamp:bool=false dt_min:f32=0:finite:if(clamp) dt_max:f32=0:finite:if(clamp) input_scale:enum(delta|channel_mean)=delta", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0:finite:if(clamp) dt_max:f32=0:finite:if(clamp)", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla")
+  EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(gru, forward, "wx:in:seq:B,T,3H R:in:weight:H,3H bias?:in:weight:3H h0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(gru, backward, "wx:in:seq:B,T,3H R:in:weight:H,3H bias?:in:weight:3H h0?:in:carry:B,H y:in:seq:B,T,H grad_y:in:seq:B,T,H grad_h_final?:in:carry:B,H grad_wx?:out:seq:B,T,3H grad_R?:out:weight:H,3H grad_bias?:out:weight:3H grad_h0?:out:carry:B,H grad_rh?:out:seq:B,T,3H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(lstm, forward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H c_final?:out:carry:B,H", "", "cpp") \
+  EXPHIL_OP_DIRECTION(lstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H y:in:seq:B,T,H grad_y:in:seq:B,T,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp")
 /* clang-format on */
 
 #endif /* EXPHIL_OP_DESCRIPTIONS_H */

@@ -11,7 +11,7 @@
 namespace exphil {
 
 struct TensorDescription {
-  enum class DTypeRule { seq, state, f32 };
+  enum class DTypeRule { seq, state, weight, carry, f32 };
   std::string name;
   std::string key;  // the name lower-cased, as the NIF and Elixir spell it ("grad_a")
   bool optional = false;

@@ -8,6 +8,7 @@
 #include <initializer_list>
 
 #include "exphil/attention.hpp"
+#include "exphil/gated_rnn.hpp"
 #include "exphil/scan.hpp"
 #include "exphil/selective_scan.hpp"
 
@@ -131,4 +132,54 @@ TEST_CASE("can_implement: attention with its outputs not yet allocated", "[can_i
   Tensor bf16_o = unallocated({1, 2, 4, 32}, DType::bf16);
   args.o = &bf16_o;
   expect_invalid(exphil::can_implement(args), "attention forward: argument 'o'");
+}
+
+TEST_CASE("can_implement: GRU and LSTM sequences, with their own rules", "[can_implement]") {
+  // B 2, T 5, H 4: wx [2, 5, 12] for the GRU's three gates.
+  Tensor wx = input(0, {2, 5, 12}), R = input(1, {4, 12}), h0 = input(2, {2, 4});
+  Tensor y = unallocated({2, 5, 4}), h_final = unallocated({2, 4});
+  exphil::GatedRnnForwardArgs args;
+  args.cell = exphil::GatedRnnCell::gru;
+  args.wx = &wx;
+  args.R = &R;
+  args.h0 = &h0;
+  args.y = &y;
+  args.h_final = &h_final;
+  CHECK(exphil::can_implement(args).ok());
+
+  SECTION("R is [H, 3H], 3H the last dimension of wx") {
+    Tensor wrong = input(1, {3, 12});
+    args.R = &wrong;
+    expect_invalid(exphil::can_implement(args),
+                   "gru forward: argument 'R': expected shape [H, 3H] with 3H = 12 (the last dimension of "
+                   "'wx'), 3 times H, got [3, 12]");
+  }
+  SECTION("a GRU has no cell state") {
+    Tensor c0 = input(3, {2, 4});
+    args.c0 = &c0;
+    expect_invalid(exphil::can_implement(args), "argument 'c0': expected NULL: a GRU has no cell state");
+  }
+  SECTION("the weights take f32 or the sequence dtype, one for both") {
+    Tensor wx16 = input(0, {2, 5, 12}, DType::bf16), y16 = unallocated({2, 5, 4}, DType::bf16);
+    Tensor R16 = input(1, {4, 12}, DType::bf16), bias32 = input(4, {12});
+    args.wx = &wx16;
+    args.y = &y16;
+    args.R = &R16;
+    CHECK(exphil::can_implement(args).ok());
+    args.bias = &bias32;
+    expect_invalid(exphil::can_implement(args), "argument 'bias': expected dtype bf16 (the dtype of 'R'), got f32");
+  }
+  SECTION("the states take f32 or the sequence dtype, one for all") {
+    Tensor wx16 = input(0, {2, 5, 12}, DType::bf16), y16 = unallocated({2, 5, 4}, DType::bf16);
+    Tensor hf16 = unallocated({2, 4}, DType::bf16);
+    args.wx = &wx16;
+    args.y = &y16;
+    args.h_final = &hf16;
+    expect_invalid(exphil::can_implement(args),
+                   "argument 'h_final': expected dtype f32 (the dtype of 'h0'), got bf16");
+  }
+  SECTION("an LSTM's wx has four gates") {
+    args.cell = exphil::GatedRnnCell::lstm;
+    expect_invalid(exphil::can_implement(args), "lstm forward: argument 'R': expected shape [H, 4H] with 4H = 12");
+  }
 }

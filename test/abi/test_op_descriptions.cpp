@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "exphil/attention.hpp"
+#include "exphil/gated_rnn.hpp"
 #include "exphil/op_descriptions.h"
 #include "exphil/op_descriptions.hpp"
 #include "exphil/scan.hpp"
@@ -55,7 +56,8 @@ std::vector<std::string> words(const std::string& text) {
 // Extents for the dimensions rows name: distinct where they may differ,
 // and what the kernels take (head width 32, Hq a multiple of Hkv).
 const std::map<std::string, int64_t> kExtents = {
-    {"B", 2}, {"T", 5}, {"H", 4}, {"D", 3}, {"N", 4}, {"Hq", 2}, {"Hkv", 1}, {"S", 6}, {"d", 32}};
+    {"B", 2}, {"T", 5}, {"H", 4}, {"D", 3}, {"N", 4}, {"Hq", 2}, {"Hkv", 1}, {"S", 6}, {"d", 32},
+    {"3H", 12}, {"4H", 16}};
 
 // The tensors of one call, by name, and the call through can_implement.
 class Call {
@@ -98,6 +100,7 @@ class Call {
   Status check() {
     if (row_.op == "selective_scan") return selective_scan();
     if (row_.op == "attention") return attention();
+    if (row_.op == "gru" || row_.op == "lstm") return gated_rnn();
     return scan();
   }
 
@@ -144,6 +147,19 @@ class Call {
     }
     exphil::SelectiveScanBackwardArgs a;
     apply(a.options);
+    return bound(a);
+  }
+
+  Status gated_rnn() {
+    const exphil::GatedRnnCell cell = row_.op == "gru" ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
+    REQUIRE(row_.op == exphil::gated_rnn_cell_name(cell));
+    if (row_.direction == "forward") {
+      exphil::GatedRnnForwardArgs a;
+      a.cell = cell;
+      return bound(a);
+    }
+    exphil::GatedRnnBackwardArgs a;
+    a.cell = cell;
     return bound(a);
   }
 
@@ -207,7 +223,7 @@ bool sets_a_dimension(const std::vector<Slot>& slots, std::size_t index) {
 }  // namespace
 
 TEST_CASE("every row keeps the grammar, and the library's parse takes all of it", "[op_descriptions]") {
-  const std::regex tensor(R"(\w+\??:(in|out):(seq|state|f32):\w+(,\w+)*(:\w+)?)");
+  const std::regex tensor(R"(\w+\??:(in|out):(seq|state|weight|carry|f32):\w+(,\w+)*(:\w+)?)");
   const std::regex option(
       R"(\w+:(bool|i32|f32|enum\(\w+(\|\w+)*\))=\w+(:(finite|-?\d+\.\.-?\d+))?(:if\(\w+(=\w+)?\))?)");
   const std::regex binding("cpp|c|nif|xla");
@@ -234,7 +250,7 @@ TEST_CASE("every op direction is described, once", "[op_descriptions]") {
   for (const Row& row : exphil::op_descriptions()) ++seen[row.op + " " + row.direction];
   for (exphil::ScanOp op : exphil::kAllScanOps)
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(exphil::scan_op_name(op)) + " " + d] == 1);
-  for (const char* op : {"selective_scan", "attention"})
+  for (const char* op : {"selective_scan", "attention", "gru", "lstm"})
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(op) + " " + d] == 1);
   CHECK(exphil::op_descriptions().size() == seen.size());
   CHECK(exphil::op_descriptions().size() == kRawRows.size());
@@ -300,17 +316,35 @@ TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]")
           Call retyped(row, slots, seq);
           const DType wrong = s.dtype == Rule::seq ? (seq == DType::f32 ? DType::f16 : DType::f32)
                               : s.dtype == Rule::f32 ? DType::bf16
-                                                 : DType::f16;  // state: neither f32 nor seq
+                                                 : DType::f16;  // state, weight, carry: neither f32 nor seq
           retyped[s.name].dtype = static_cast<int32_t>(wrong);
           const Status refused = retyped.check();
           CHECK(refused.code() == StatusCode::invalid_argument);
           CHECK_THAT(refused.message(), Catch::Matchers::Contains(named(s.name)));
         }
-        // A state tensor may also have the seq dtype.
-        if (s.dtype == Rule::state) {
+        // A state tensor may also have the seq dtype; a weight or carry
+        // tensor too, with every other of its kind.
+        if (s.dtype == Rule::state || s.dtype == Rule::weight || s.dtype == Rule::carry) {
           Call as_seq(row, slots, seq);
-          as_seq[s.name].dtype = static_cast<int32_t>(seq);
-          CHECK(as_seq.check().ok());
+          for (const Slot& o : slots)
+            if (o.name == s.name || (s.dtype != Rule::state && o.dtype == s.dtype))
+              as_seq[o.name].dtype = static_cast<int32_t>(seq);
+          const Status st = as_seq.check();
+          INFO(st.message());
+          CHECK(st.ok());
+        }
+        // And alone in the seq dtype, when another of its kind comes first
+        // in f32, it is refused: one dtype for all of them.
+        if ((s.dtype == Rule::weight || s.dtype == Rule::carry) && seq != DType::f32) {
+          bool first = true;
+          for (std::size_t j = 0; j < i; ++j) first = first && slots[j].dtype != s.dtype;
+          if (!first) {
+            Call mixed(row, slots, seq);
+            mixed[s.name].dtype = static_cast<int32_t>(seq);
+            const Status refused = mixed.check();
+            CHECK(refused.code() == StatusCode::invalid_argument);
+            CHECK_THAT(refused.message(), Catch::Matchers::Contains(named(s.name)));
+          }
         }
       }
     }

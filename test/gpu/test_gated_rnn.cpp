@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -49,6 +50,7 @@
 #include "device_buffer.hpp"
 #include "dtype_codec.hpp"
 #include "gated_rnn/gated_rnn_launch.h"
+#include "gated_rnn_api_call.hpp"
 #include "gated_rnn_reference.hpp"
 #include "scan_problems.hpp"
 
@@ -274,6 +276,33 @@ class GatedRun {
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (backward)");
   }
 
+  // The same two calls through the public C++ API on `stream`, the tensors
+  // bound by their description's names; the library plans and takes its
+  // own workspace.
+  void api_forward(cudaStream_t stream) const {
+    poison_forward();
+    std::map<std::string, const Tensor*> t = inputs();
+    t["y"] = &y_->desc();
+    t["h_final"] = &hf_->desc();
+    if (cf_) t["c_final"] = &cf_->desc();
+    api_call("forward", t, stream);
+  }
+  void api_backward(cudaStream_t stream) const {
+    poison_backward();
+    std::map<std::string, const Tensor*> t = inputs();
+    t["y"] = &y_->desc();
+    t["grad_y"] = &gy_->desc();
+    if (ghf_) t["grad_h_final"] = &ghf_->desc();
+    if (gcf_) t["grad_c_final"] = &gcf_->desc();
+    t["grad_wx"] = &gwx_->desc();
+    t["grad_R"] = &gR_->desc();
+    t["grad_bias"] = &gb_->desc();
+    t["grad_h0"] = &gh0_->desc();
+    if (gc0_) t["grad_c0"] = &gc0_->desc();
+    t["grad_rh"] = &grh_->desc();
+    api_call("backward", t, stream);
+  }
+
   // The outputs' bytes, for bitwise comparisons.
   std::vector<std::vector<unsigned char>> forward_bytes() const {
     std::vector<std::vector<unsigned char>> v{y_->raw(), hf_->raw()};
@@ -322,6 +351,20 @@ class GatedRun {
   }
 
  private:
+  std::map<std::string, const Tensor*> inputs() const {
+    std::map<std::string, const Tensor*> t{{"wx", &wx_->desc()}, {"R", &R_->desc()}};
+    if (bias_) t["bias"] = &bias_->desc();
+    if (h0_) t["h0"] = &h0_->desc();
+    if (c0_) t["c0"] = &c0_->desc();
+    return t;
+  }
+  void api_call(const char* direction, const std::map<std::string, const Tensor*>& t,
+                cudaStream_t stream) const {
+    const Status s = gated_rnn_api_call(c_.kind == GatedRnnKind::gru ? "gru" : "lstm", direction, t, stream);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (API call)");
+  }
+
   GatedCase c_;
   std::mt19937_64 rng_;
   GatedRnnProblem p_;
@@ -482,6 +525,34 @@ TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
     CHECK(f1 == f2);
     CHECK(b1 == b2);
   }
+}
+
+// The public C++ API (exphil::gated_rnn_forward / _backward, its tensors
+// bound by name as the bindings do) runs the same kernels: the same bytes as
+// the launchers, on a caller's stream, resident and streamed, both cells.
+TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu][gated_rnn]") {
+  RnnStream stream;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (bool optional_inputs : {false, true}) {
+        GatedCase c;
+        c.kind = kind;
+        c.dtype = dtype;
+        c.weight_dtype = optional_inputs ? dtype : DType::f32;
+        c.bias = c.h0 = c.c0 = c.finals = optional_inputs;
+        c.B = optional_inputs ? 3 : 1, c.T = 33, c.H = 70;
+        GatedRun run(c, test_seed());
+        INFO(c.describe());
+        run.forward(stream.s);
+        run.backward(stream.s);
+        const auto f1 = run.forward_bytes();
+        const auto b1 = run.backward_bytes();
+        run.api_forward(stream.s);
+        run.api_backward(stream.s);
+        CHECK(run.forward_bytes() == f1);
+        CHECK(run.backward_bytes() == b1);
+        CHECK(run.check_against_reference() <= 1.0);
+      }
 }
 
 namespace {

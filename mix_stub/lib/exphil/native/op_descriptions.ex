@@ -11,7 +11,7 @@ defmodule ExPhil.Native.OpDescriptions do
     * `:direction` - `:forward` or `:backward`
     * `:tensors` - in the header's order, each
       `%{name: "gate", optional: false, role: :input | :output,
-         dtype: :seq | :state | :f32, dims: ["B", "T", "H"], only_with: nil | "h0"}`
+         dtype: :seq | :state | :weight | :carry | :f32, dims: ["B", "T", "H"], only_with: nil | "h0"}`
     * `:options` - each `%{name: "window", type: "i32", default: "0",
       range: nil | "finite" | "1..2147483647", only_if: nil | "mask=window"}`
     * `:bindings` - the ways in, among `:cpp`, `:c`, `:nif` and `:xla`
@@ -32,8 +32,11 @@ defmodule ExPhil.Native.OpDescriptions do
         _ -> raise "#{@header}: #{op}: tensor #{inspect(word)} is not name:role:dtype:shape"
       end
 
-    unless role in ~w(in out) and dtype in ~w(seq state f32),
-      do: raise("#{@header}: #{op}: tensor #{inspect(word)}: role in|out, dtype seq|state|f32")
+    unless role in ~w(in out) and dtype in ~w(seq state weight carry f32),
+      do:
+        raise(
+          "#{@header}: #{op}: tensor #{inspect(word)}: role in|out, dtype seq|state|weight|carry|f32"
+        )
 
     bare = String.trim_trailing(name, "?")
 
@@ -86,8 +89,8 @@ defmodule ExPhil.Native.OpDescriptions do
       }
     end
 
-  if length(descriptions) != 20 do
-    raise "#{@header}: expected 20 op directions, parsed #{length(descriptions)}: is every row on one line?"
+  if length(descriptions) != 24 do
+    raise "#{@header}: expected 24 op directions, parsed #{length(descriptions)}: is every row on one line?"
   end
 
   @descriptions descriptions

@@ -1,0 +1,137 @@
+// exphil::gated_rnn_forward / gated_rnn_backward and their can_implement:
+// op directions of the one pipeline (op_pipeline.hpp).
+#include <string>
+#include <type_traits>
+
+#include "exphil/gated_rnn.hpp"
+#include "gated_rnn/gated_rnn_launch.h"
+#include "gated_rnn_validate.hpp"
+#include "op_pipeline.hpp"
+#include "runtime/format.hpp"
+
+namespace exphil {
+
+namespace {
+
+using kernels::GatedRnnDirection;
+
+// The kernels' plan and the device numbers it was made for (and whether
+// asking for them failed: the plan is then refused).
+struct GatedRnnOpPlan {
+  kernels::GatedRnnPlan plan;
+  kernels::GatedRnnDevice device;
+  cudaError_t query = cudaSuccess;
+};
+
+template <GatedRnnDirection Direction>
+struct GatedRnnOpDirection {
+  static constexpr bool kForward = Direction == GatedRnnDirection::forward;
+  using Args = std::conditional_t<kForward, GatedRnnForwardArgs, GatedRnnBackwardArgs>;
+  using Params =
+      std::conditional_t<kForward, kernels::GatedRnnForwardParams, kernels::GatedRnnBackwardParams>;
+  using Call = runtime::GatedRnnCall;
+  using LaunchOptions = GatedRnnLaunchOptions;
+  using Plan = GatedRnnOpPlan;
+  static constexpr const char* kWhere = kForward ? "gated_rnn_forward" : "gated_rnn_backward";
+  static constexpr const char* kWorkspace = "gated RNN workspace";
+
+  static std::string context(const Args& args) {
+    return std::string(gated_rnn_cell_name(args.cell)) + (kForward ? " forward" : " backward");
+  }
+
+  static Status validate(const Args& args, Params& params, Call& call) {
+    if constexpr (kForward)
+      return runtime::validate_gated_rnn_forward(args, params, call);
+    else
+      return runtime::validate_gated_rnn_backward(args, params, call);
+  }
+
+  static Plan plan(const Args& args, const Call& call, const Params&, const runtime::LaunchContext& context,
+                   const LaunchOptions* options) {
+    Plan p;
+    p.query = kernels::query_gated_rnn_device(context.device(), p.device);
+    kernels::GatedRnnLaunchOptions o;
+    if (options) {
+      o.units_per_block = options->units_per_block;
+      o.batch_tile = options->batch_tile;
+      o.streamed_weights = options->streamed_weights;
+    }
+    p.plan = kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
+                                     p.device, o);
+    return p;
+  }
+
+  static Status check_plan(const Plan& p, const Call& call, const Params& params) {
+    if (p.query != cudaSuccess) return runtime::cuda_status(p.query, "query_gated_rnn_device");
+    const kernels::GatedRnnForwardParams& f = [&]() -> const kernels::GatedRnnForwardParams& {
+      if constexpr (kForward)
+        return params;
+      else
+        return params.fwd;
+    }();
+    const kernels::GatedRnnCell cell = f.cell;
+    if (const char* why = kernels::gated_rnn_unsupported(p.plan, cell, call.shape, p.device)) {
+      const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
+      return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
+    }
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
+    return kernels::gated_rnn_workspace_bytes(p.plan);
+  }
+
+  static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
+                                      cudaStream_t stream) {
+    if constexpr (kForward)
+      return kernels::launch_gated_rnn_forward(params, p.plan, d_workspace, stream);
+    else
+      return kernels::launch_gated_rnn_backward(params, p.plan, d_workspace, stream);
+  }
+
+  static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
+    if (!options || !options->chosen) return;
+    GatedRnnLaunchInfo& info = *options->chosen;
+    info.units_per_block = p.plan.units_per_block;
+    info.blocks = p.plan.blocks;
+    info.batch_tile = p.plan.batch_tile;
+    info.resident_weights = p.plan.resident_weights;
+    if constexpr (kForward)
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{});
+    else
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, params);
+  }
+};
+
+using GatedRnnForwardOp = GatedRnnOpDirection<GatedRnnDirection::forward>;
+using GatedRnnBackwardOp = GatedRnnOpDirection<GatedRnnDirection::backward>;
+
+}  // namespace
+
+const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept {
+  switch (cell) {
+    case GatedRnnCell::gru: return "gru";
+    case GatedRnnCell::lstm: return "lstm";
+  }
+  return "unknown_gated_rnn_cell";
+}
+
+Status gated_rnn_forward(const GatedRnnForwardArgs& args, Stream stream,
+                         const GatedRnnLaunchOptions* options) noexcept {
+  return runtime::run_op<GatedRnnForwardOp>(args, stream, options);
+}
+
+Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream,
+                          const GatedRnnLaunchOptions* options) noexcept {
+  return runtime::run_op<GatedRnnBackwardOp>(args, stream, options);
+}
+
+Status can_implement(const GatedRnnForwardArgs& args) noexcept {
+  return runtime::check_op<GatedRnnForwardOp>(args);
+}
+
+Status can_implement(const GatedRnnBackwardArgs& args) noexcept {
+  return runtime::check_op<GatedRnnBackwardOp>(args);
+}
+
+}  // namespace exphil

@@ -1,0 +1,233 @@
+#include "gated_rnn_validate.hpp"
+
+#include <string>
+
+#include "runtime/cuda_status.hpp"
+
+namespace exphil::runtime {
+
+namespace {
+
+// Applies the rules argument by argument. wx fixes the sequence dtype, B, T
+// and G*H; R fixes H (G*H must be G times it) and the weights' dtype; the
+// first state tensor present fixes the states' dtype.
+class GatedRnnChecker {
+ public:
+  GatedRnnChecker(GatedRnnCell cell, GatedRnnCall& call) : cell_(cell), call_(call) {}
+
+  Status cell() const {
+    if (cell_ != GatedRnnCell::gru && cell_ != GatedRnnCell::lstm)
+      return {StatusCode::invalid_argument, "argument 'cell': expected gru (0) or lstm (1), got " +
+                                                std::to_string(static_cast<int>(cell_))};
+    return {};
+  }
+
+  int gates() const { return cell_ == GatedRnnCell::gru ? 3 : 4; }
+  const char* gates_dim() const { return cell_ == GatedRnnCell::gru ? "3H" : "4H"; }
+
+  Status wx(const Tensor* t, const void*& data) {
+    const std::string layout = std::string("[B, T, ") + gates_dim() + "]";
+    EXPHIL_RETURN_IF_ERROR(check_descriptor("wx", t, 3, layout.c_str()));
+    dtype_ = static_cast<DType>(t->dtype);
+    call_.shape.batch = t->shape[0];
+    call_.shape.steps = t->shape[1];
+    gate_width_ = t->shape[2];
+    return accept("wx", t, false, data);
+  }
+
+  Status R(const Tensor* t, const void*& data) {
+    const std::string layout = std::string("[H, ") + gates_dim() + "]";
+    EXPHIL_RETURN_IF_ERROR(check_descriptor("R", t, 2, layout.c_str()));
+    if (t->shape[1] != gate_width_ || t->shape[0] * gates() != t->shape[1])
+      return {StatusCode::invalid_argument,
+              arg_prefix("R") + "expected shape " + layout + " with " + gates_dim() + " = " +
+                  std::to_string(gate_width_) + " (the last dimension of 'wx'), " +
+                  std::to_string(gates()) + " times H, got " + shape_string(t->shape, 2)};
+    call_.shape.hidden = t->shape[0];
+    EXPHIL_RETURN_IF_ERROR(group_dtype("R", *t, weight_dtype_, weight_set_, weight_source_));
+    return accept("R", t, false, data);
+  }
+
+  enum class Layout { sequence, gates_sequence, weights, gates, state };
+
+  // A tensor of one layout. `group`: nullptr for the sequence dtype, else
+  // the weights' or the states' (f32 or the sequence dtype, one per call).
+  enum class Group { sequence, weights, states };
+  Status tensor(const char* name, const Tensor* t, Layout layout, Group group, bool optional, bool output,
+                const void*& data) {
+    data = nullptr;
+    if (!t && optional) return {};
+    const auto& s = call_.shape;
+    int rank = 3;
+    int64_t dims[3] = {s.batch, s.steps, s.hidden};
+    std::string desc = "[B, T, H]";
+    std::string source = "[B, T, H] from 'wx' and 'R'";
+    switch (layout) {
+      case Layout::sequence: break;
+      case Layout::gates_sequence:
+        dims[2] = gate_width_;
+        desc = std::string("[B, T, ") + gates_dim() + "]";
+        source = desc + " of 'wx'";
+        break;
+      case Layout::weights:
+        rank = 2;
+        dims[0] = s.hidden;
+        dims[1] = gate_width_;
+        desc = std::string("[H, ") + gates_dim() + "]";
+        source = desc + " of 'R'";
+        break;
+      case Layout::gates:
+        rank = 1;
+        dims[0] = gate_width_;
+        desc = std::string("[") + gates_dim() + "]";
+        source = desc + " from 'R'";
+        break;
+      case Layout::state:
+        rank = 2;
+        dims[1] = s.hidden;
+        desc = "[B, H]";
+        source = "[B, H] from 'wx' and 'R'";
+        break;
+    }
+    EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, desc.c_str()));
+    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, source.c_str()));
+    switch (group) {
+      case Group::sequence: {
+        const auto got = static_cast<DType>(t->dtype);
+        if (got != dtype_)
+          return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype " + dtype_name(dtype_) +
+                                                    " (the dtype of 'wx'), got " + dtype_name(got)};
+        break;
+      }
+      case Group::weights:
+        EXPHIL_RETURN_IF_ERROR(group_dtype(name, *t, weight_dtype_, weight_set_, weight_source_));
+        break;
+      case Group::states:
+        EXPHIL_RETURN_IF_ERROR(group_dtype(name, *t, state_dtype_, state_set_, state_source_));
+        break;
+    }
+    return accept(name, t, output, data);
+  }
+
+  template <class T>
+  Status tensor(const char* name, const Tensor* t, Layout layout, Group group, bool optional, bool output,
+                T*& data) {
+    const void* p = nullptr;
+    EXPHIL_RETURN_IF_ERROR(tensor(name, t, layout, group, optional, output, p));
+    data = static_cast<T*>(const_cast<void*>(p));
+    return {};
+  }
+
+  // The LSTM's cell state and its gradients: refused for a GRU, which has none.
+  template <class T>
+  Status cell_state(const char* name, const Tensor* t, bool output, T*& data) {
+    data = nullptr;
+    if (t && cell_ == GatedRnnCell::gru)
+      return {StatusCode::invalid_argument, arg_prefix(name) + "expected NULL: a GRU has no cell state"};
+    return tensor(name, t, Layout::state, Group::states, true, output, data);
+  }
+
+  DType dtype() const noexcept { return dtype_; }
+  DType weight_dtype() const noexcept { return weight_dtype_; }
+  DType state_dtype() const noexcept { return state_set_ ? state_dtype_ : DType::f32; }
+
+ private:
+  // f32 or the sequence dtype, the same for every tensor of its group: the
+  // first sets it.
+  Status group_dtype(const char* name, const Tensor& t, DType& group, bool& set, const char*& source) const {
+    const auto got = static_cast<DType>(t.dtype);
+    if (!set) {
+      if (got != DType::f32 && got != dtype_)
+        return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype f32 or " + dtype_name(dtype_) +
+                                                  " (the dtype of 'wx'), got " + dtype_name(got)};
+      group = got;
+      set = true;
+      source = name;
+      return {};
+    }
+    if (got != group)
+      return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype " + dtype_name(group) +
+                                                " (the dtype of '" + source + "'), got " + dtype_name(got)};
+    return {};
+  }
+
+  Status accept(const char* name, const Tensor* t, bool output, const void*& data) {
+    return accept_tensor(call_.tensors, name, *t, output, data);
+  }
+
+  GatedRnnCell cell_;
+  GatedRnnCall& call_;
+  DType dtype_ = DType::f32;
+  int64_t gate_width_ = 0;
+  DType weight_dtype_ = DType::f32, state_dtype_ = DType::f32;
+  bool weight_set_ = false, state_set_ = false;
+  const char* weight_source_ = "";
+  const char* state_source_ = "";
+};
+
+using Layout = GatedRnnChecker::Layout;
+using Group = GatedRnnChecker::Group;
+
+// What both directions take first: wx, R, bias, h0 and c0.
+template <class Args>
+Status check_inputs(GatedRnnChecker& check, const Args& args, kernels::GatedRnnForwardParams& p) {
+  EXPHIL_RETURN_IF_ERROR(check.cell());
+  EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, p.d_wx));
+  EXPHIL_RETURN_IF_ERROR(check.R(args.R, p.d_R));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("bias", args.bias, Layout::gates, Group::weights, true, false, p.d_bias));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("h0", args.h0, Layout::state, Group::states, true, false, p.d_h0));
+  return check.cell_state("c0", args.c0, false, p.d_c0);
+}
+
+void fill_forward(const GatedRnnChecker& check, GatedRnnCell cell, const GatedRnnCall& call,
+                  kernels::GatedRnnForwardParams& p) {
+  p.shape = call.shape;
+  p.cell = static_cast<kernels::GatedRnnCell>(cell);
+  p.dtype = check.dtype();
+  p.weight_dtype = check.weight_dtype();
+  p.state_dtype = check.state_dtype();
+}
+
+}  // namespace
+
+Status validate_gated_rnn_forward(const GatedRnnForwardArgs& args, kernels::GatedRnnForwardParams& params,
+                                  GatedRnnCall& call) {
+  GatedRnnChecker check(args.cell, call);
+  EXPHIL_RETURN_IF_ERROR(check_inputs(check, args, params));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("y", args.y, Layout::sequence, Group::sequence, false, true, params.d_y));
+  EXPHIL_RETURN_IF_ERROR(
+      check.tensor("h_final", args.h_final, Layout::state, Group::states, true, true, params.d_h_final));
+  EXPHIL_RETURN_IF_ERROR(check.cell_state("c_final", args.c_final, true, params.d_c_final));
+  EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
+  fill_forward(check, args.cell, call, params);
+  return {};
+}
+
+Status validate_gated_rnn_backward(const GatedRnnBackwardArgs& args, kernels::GatedRnnBackwardParams& params,
+                                   GatedRnnCall& call) {
+  GatedRnnChecker check(args.cell, call);
+  kernels::GatedRnnForwardParams& f = params.fwd;
+  EXPHIL_RETURN_IF_ERROR(check_inputs(check, args, f));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("y", args.y, Layout::sequence, Group::sequence, false, false, f.d_y));
+  EXPHIL_RETURN_IF_ERROR(
+      check.tensor("grad_y", args.grad_y, Layout::sequence, Group::sequence, false, false, params.d_grad_y));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_h_final", args.grad_h_final, Layout::state, Group::states, true, false,
+                                      params.d_grad_h_final));
+  EXPHIL_RETURN_IF_ERROR(check.cell_state("grad_c_final", args.grad_c_final, false, params.d_grad_c_final));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_wx", args.grad_wx, Layout::gates_sequence, Group::sequence, true, true,
+                                      params.d_grad_wx));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_R", args.grad_R, Layout::weights, Group::weights, true, true,
+                                      params.d_grad_R));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_bias", args.grad_bias, Layout::gates, Group::weights, true, true,
+                                      params.d_grad_bias));
+  EXPHIL_RETURN_IF_ERROR(
+      check.tensor("grad_h0", args.grad_h0, Layout::state, Group::states, true, true, params.d_grad_h0));
+  EXPHIL_RETURN_IF_ERROR(check.cell_state("grad_c0", args.grad_c0, true, params.d_grad_c0));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_rh", args.grad_rh, Layout::gates_sequence, Group::sequence, true, true,
+                                      params.d_grad_rh));
+  EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
+  fill_forward(check, args.cell, call, f);
+  return {};
+}
+
+}  // namespace exphil::runtime

@@ -1,0 +1,125 @@
+// GRU and LSTM sequences with the recurrent product fused in (issue 30's
+// ops "gru" and "lstm" of op_descriptions.h): every step's h_{t-1} R runs
+// inside the kernels, so a call over T steps is one launch forward and a
+// few backward. The input projection x W + b_x is the caller's (one matrix
+// product over all steps, as cuDNN and Edifice do).
+//
+// GRU, gates in the order r, z, n (Axon's gru_cell; PyTorch's and cuDNN's
+// order), the recurrent bias inside the reset for n:
+//   r = sigmoid(wx_r + h R_r + b_r)      z = sigmoid(wx_z + h R_z + b_z)
+//   n = tanh(wx_n + r * (h R_n + b_n))   h' = (1 - z) n + z h
+// LSTM, gates in the order i, f, g, o (PyTorch's and cuDNN's):
+//   i, f, o = sigmoid(wx + h R + b)      g = tanh(wx_g + h R_g + b_g)
+//   c' = f c + i g                        h' = o tanh(c')
+// cuda/gated_rnn/gated_rnn_forward.cuh maps Axon's and Edifice's parameters
+// onto these.
+//
+// Shapes, with G = 3 (GRU) or 4 (LSTM) and the gates side by side in the
+// last dimension: wx [B, T, G*H]; R [H, G*H]; bias [G*H]; h0, c0, the final
+// states and their gradients [B, H]; y (every h_t) [B, T, H]. Dtypes: wx, y,
+// grad_y, grad_wx and grad_rh share one (f32, f16 or bf16); R, bias and their
+// gradients one that is f32 or that one; the states and their gradients one
+// that is f32 or that one. Arithmetic, the carried state and every sum are
+// f32. Any B, T, H >= 1. Backward sums (grad_R, grad_bias) run in a fixed
+// order: bitwise deterministic.
+#pragma once
+
+#include <string_view>
+
+#include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
+
+namespace exphil {
+
+enum class GatedRnnCell : int {
+  gru = 0,
+  lstm = 1,
+};
+
+// "gru" or "lstm", the op's name in op_descriptions.h.
+const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept;
+
+struct GatedRnnForwardArgs {
+  GatedRnnCell cell = GatedRnnCell::gru;
+  const Tensor* wx = nullptr;       // [B, T, G*H], the input projection
+  const Tensor* R = nullptr;        // [H, G*H]
+  const Tensor* bias = nullptr;     // optional [G*H], the recurrent bias
+  const Tensor* h0 = nullptr;       // optional [B, H] (zeros)
+  const Tensor* c0 = nullptr;       // optional [B, H], LSTM only (zeros)
+  const Tensor* y = nullptr;        // output [B, T, H], every h_t
+  const Tensor* h_final = nullptr;  // optional output [B, H]
+  const Tensor* c_final = nullptr;  // optional output [B, H], LSTM only
+};
+
+// The forward's inputs and its y (the backward recomputes the gates from
+// y), the gradients of its outputs, and the gradients wanted: every output
+// is optional (NULL: not written).
+struct GatedRnnBackwardArgs {
+  GatedRnnCell cell = GatedRnnCell::gru;
+  const Tensor* wx = nullptr;
+  const Tensor* R = nullptr;
+  const Tensor* bias = nullptr;          // optional
+  const Tensor* h0 = nullptr;            // optional
+  const Tensor* c0 = nullptr;            // optional, LSTM only
+  const Tensor* y = nullptr;             // the forward's output
+  const Tensor* grad_y = nullptr;        // [B, T, H]
+  const Tensor* grad_h_final = nullptr;  // optional [B, H]
+  const Tensor* grad_c_final = nullptr;  // optional [B, H], LSTM only
+  const Tensor* grad_wx = nullptr;       // [B, T, G*H]
+  const Tensor* grad_R = nullptr;        // [H, G*H]
+  const Tensor* grad_bias = nullptr;     // [G*H], also without bias (its gradient at 0)
+  const Tensor* grad_h0 = nullptr;       // [B, H], also without h0 (at zeros)
+  const Tensor* grad_c0 = nullptr;       // [B, H], LSTM only
+  // [B, T, G*H]: the gradient of the recurrent pre-activations h_{t-1} R + b
+  // (Edifice's backward returns it and forms grad_R itself). Equal to
+  // grad_wx except the GRU's n gate, where it is r times it.
+  const Tensor* grad_rh = nullptr;
+};
+
+// How a call was laid out on the GPU (reported through
+// GatedRnnLaunchOptions::chosen).
+struct GatedRnnLaunchInfo {
+  int units_per_block = 0;        // hidden units each block of the persistent kernel owns
+  int blocks = 0;                 // its grid, one block per multiprocessor at most
+  int batch_tile = 0;             // batch rows per pass through a block's slice of R
+  bool resident_weights = false;  // R's slices in shared memory, else read from the workspace
+  int kernels = 0;                // kernel launches of the call
+};
+
+// Launch overrides for tests and benchmarks; zero or false chooses.
+// Results do not depend on them beyond f32 rounding.
+struct GatedRnnLaunchOptions {
+  int units_per_block = 0;
+  int batch_tile = 0;                   // 1 to 8
+  bool streamed_weights = false;        // force R's slices out of shared memory
+  GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
+};
+
+Status gated_rnn_forward(const GatedRnnForwardArgs& args, Stream stream = nullptr,
+                         const GatedRnnLaunchOptions* options = nullptr) noexcept;
+
+Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream = nullptr,
+                          const GatedRnnLaunchOptions* options = nullptr) noexcept;
+
+// Checks a call without running it or the device, as scan.hpp's
+// can_implement says.
+Status can_implement(const GatedRnnForwardArgs& args) noexcept;
+Status can_implement(const GatedRnnBackwardArgs& args) noexcept;
+
+// The member of `args` that holds the tensor the op's description
+// (op_descriptions.h) names `name`, or null for a name it does not have
+// (c0, c_final and their gradients for a GRU): a binding fills any op's
+// args by the description's names.
+const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept;
+
+// The op direction of these args, chosen by their type, as can_implement is:
+// for bindings that serve every op alike.
+inline Status run(const GatedRnnForwardArgs& args, Stream stream = nullptr) noexcept {
+  return gated_rnn_forward(args, stream);
+}
+inline Status run(const GatedRnnBackwardArgs& args, Stream stream = nullptr) noexcept {
+  return gated_rnn_backward(args, stream);
+}
+
+}  // namespace exphil

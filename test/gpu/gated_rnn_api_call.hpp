@@ -1,0 +1,22 @@
+// The GRU and LSTM sequences through the public C++ API, for
+// test_gated_rnn.cpp (which works with the kernels' own types of the same
+// names, so it cannot include exphil/gated_rnn.hpp): the tensors are bound
+// by the names of the op's description, as the bindings bind them.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <cuda_runtime_api.h>
+
+#include "exphil/status.hpp"
+#include "exphil/tensor.hpp"
+
+namespace exphil::test {
+
+// op "gru" or "lstm", direction "forward" or "backward"; a name the args
+// have no member for fails the call as an internal error.
+Status gated_rnn_api_call(const std::string& op, const std::string& direction,
+                          const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream);
+
+}  // namespace exphil::test
