@@ -28,7 +28,7 @@ ERL_NIF_TERM answer_call(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[], in
 // exphil::run for any op's args, found by their type (the op's header,
 // included by the NIF that instantiates OpCall::run, declares it).
 template <class Args>
-Status run_op(const Args& args, Stream stream) {
+Status run_args(const Args& args, Stream stream) {
   return run(args, stream);
 }
 
@@ -79,7 +79,7 @@ class OpCall {
       check(can_implement(args));
       outputs_->allocate(env_, in_.device());
     }
-    check(run_op(args, stream_));
+    check(run_args(args, stream_));
     std::vector<const TensorArg*> tensors = in_.all();
     for (const TensorArg& t : outputs_->tensors()) tensors.push_back(&t);
     return answer_call(env_, argc, argv, in_.device(), stream_, sync_, outputs_->result_map(env_), tensors);

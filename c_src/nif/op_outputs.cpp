@@ -56,6 +56,19 @@ const OpDescription& description_of(const char* op, const char* direction) {
   throw Failure{Status(StatusCode::internal, std::string("no description of ") + op + " " + direction)};
 }
 
+namespace {
+
+// The dtype of the first input of `rule` given, or `otherwise`.
+DType group_dtype(const OpDescription& description, const OpArguments& inputs, TensorDescription::DTypeRule rule,
+                  DType otherwise) {
+  for (const TensorDescription& t : description.tensors)
+    if (!t.output && t.dtype == rule)
+      if (const TensorArg* arg = inputs.arg(t.name)) return arg->dtype;
+  return otherwise;
+}
+
+}  // namespace
+
 std::vector<OutputPlan> plan_outputs(const OpDescription& description, const OpArguments& inputs, DType seq,
                                      DType state, bool bthd) {
   Extents extents;
@@ -78,11 +91,17 @@ std::vector<OutputPlan> plan_outputs(const OpDescription& description, const OpA
     if (!t.output) continue;
     OutputPlan p;
     p.description = &t;
-    // state: the one dtype the NIF gives every f32-or-seq output (its
-    // state_type: option); weight and carry tensors are of that kind too.
-    p.dtype = t.dtype == TensorDescription::DTypeRule::seq   ? seq
-              : t.dtype == TensorDescription::DTypeRule::f32 ? DType::f32
-                                                             : state;
+    // state: the dtype the NIF gives an f32-or-seq output (its state_type:
+    // option); a weight or carry output takes its kind's, which the first
+    // input of that kind given sets (else state too).
+    using Rule = TensorDescription::DTypeRule;
+    switch (t.dtype) {
+      case Rule::seq: p.dtype = seq; break;
+      case Rule::f32: p.dtype = DType::f32; break;
+      case Rule::state: p.dtype = state; break;
+      case Rule::weight:
+      case Rule::carry: p.dtype = group_dtype(description, inputs, t.dtype, state); break;
+    }
     p.shape.reserve(t.dims.size());
     for (std::size_t i = 0; i < t.dims.size(); ++i) {
       const int64_t* e = extents.find(dimension(t, i, bthd));

@@ -1,5 +1,6 @@
 #include "gated_rnn_validate.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "runtime/cuda_status.hpp"
@@ -22,36 +23,58 @@ class GatedRnnChecker {
     return {};
   }
 
-  int gates() const { return cell_ == GatedRnnCell::gru ? 3 : 4; }
-  const char* gates_dim() const { return cell_ == GatedRnnCell::gru ? "3H" : "4H"; }
+  int gates() const { return kernels::gated_rnn_gates(static_cast<kernels::GatedRnnCell>(cell_)); }
+  bool gru() const { return cell_ == GatedRnnCell::gru; }
+  const char* gates_dim() const { return gru() ? "3H" : "4H"; }
+
+  // The layouts' names in messages ("[B, T, 3H]"), and where their extents
+  // come from: literals, since validation runs on every call.
+  struct LayoutText {
+    const char* desc;
+    const char* source;
+  };
+  LayoutText text(bool gru, const char* g3, const char* s3, const char* g4, const char* s4) const {
+    return gru ? LayoutText{g3, s3} : LayoutText{g4, s4};
+  }
 
   Status wx(const Tensor* t, const void*& data) {
-    const std::string layout = std::string("[B, T, ") + gates_dim() + "]";
-    EXPHIL_RETURN_IF_ERROR(check_descriptor("wx", t, 3, layout.c_str()));
+    EXPHIL_RETURN_IF_ERROR(check_descriptor("wx", t, 3, gru() ? "[B, T, 3H]" : "[B, T, 4H]"));
     dtype_ = static_cast<DType>(t->dtype);
     call_.shape.batch = t->shape[0];
     call_.shape.steps = t->shape[1];
     gate_width_ = t->shape[2];
-    return accept("wx", t, false, data);
+    EXPHIL_RETURN_IF_ERROR(accept("wx", t, false, data));
+    // Steps are numbered in 32 bits in the kernels' exchange.
+    if (call_.shape.steps > kMaxSteps)
+      return {StatusCode::not_supported, arg_prefix("wx") + "T = " + std::to_string(call_.shape.steps) +
+                                             "; the kernels support T up to " + std::to_string(kMaxSteps)};
+    return {};
   }
 
   Status R(const Tensor* t, const void*& data) {
-    const std::string layout = std::string("[H, ") + gates_dim() + "]";
-    EXPHIL_RETURN_IF_ERROR(check_descriptor("R", t, 2, layout.c_str()));
-    if (t->shape[1] != gate_width_ || t->shape[0] * gates() != t->shape[1])
+    const char* layout = gru() ? "[H, 3H]" : "[H, 4H]";
+    EXPHIL_RETURN_IF_ERROR(check_descriptor("R", t, 2, layout));
+    // (Compared by division: the extents are not yet known to be small.)
+    if (t->shape[1] != gate_width_ || gate_width_ % gates() != 0 || t->shape[0] != gate_width_ / gates())
       return {StatusCode::invalid_argument,
               arg_prefix("R") + "expected shape " + layout + " with " + gates_dim() + " = " +
                   std::to_string(gate_width_) + " (the last dimension of 'wx'), " +
                   std::to_string(gates()) + " times H, got " + shape_string(t->shape, 2)};
     call_.shape.hidden = t->shape[0];
     EXPHIL_RETURN_IF_ERROR(group_dtype("R", *t, weight_dtype_, weight_set_, weight_source_));
-    return accept("R", t, false, data);
+    EXPHIL_RETURN_IF_ERROR(accept("R", t, false, data));
+    // Offsets within one step's rows are 32-bit in the persistent kernels.
+    if (call_.shape.hidden > kMaxHidden)
+      return {StatusCode::not_supported, arg_prefix("R") + "H = " + std::to_string(call_.shape.hidden) +
+                                             "; the kernels support H up to " + std::to_string(kMaxHidden) +
+                                             " (and as far as the device's multiprocessors hold)"};
+    return {};
   }
 
   enum class Layout { sequence, gates_sequence, weights, gates, state };
 
-  // A tensor of one layout. `group`: nullptr for the sequence dtype, else
-  // the weights' or the states' (f32 or the sequence dtype, one per call).
+  // A tensor of one layout and one dtype group: the sequence dtype, or the
+  // weights' or the states' (f32 or the sequence dtype, one per call).
   enum class Group { sequence, weights, states };
   Status tensor(const char* name, const Tensor* t, Layout layout, Group group, bool optional, bool output,
                 const void*& data) {
@@ -60,37 +83,32 @@ class GatedRnnChecker {
     const auto& s = call_.shape;
     int rank = 3;
     int64_t dims[3] = {s.batch, s.steps, s.hidden};
-    std::string desc = "[B, T, H]";
-    std::string source = "[B, T, H] from 'wx' and 'R'";
+    LayoutText l{"[B, T, H]", "[B, T, H] from 'wx' and 'R'"};
     switch (layout) {
       case Layout::sequence: break;
       case Layout::gates_sequence:
         dims[2] = gate_width_;
-        desc = std::string("[B, T, ") + gates_dim() + "]";
-        source = desc + " of 'wx'";
+        l = text(gru(), "[B, T, 3H]", "[B, T, 3H] of 'wx'", "[B, T, 4H]", "[B, T, 4H] of 'wx'");
         break;
       case Layout::weights:
         rank = 2;
         dims[0] = s.hidden;
         dims[1] = gate_width_;
-        desc = std::string("[H, ") + gates_dim() + "]";
-        source = desc + " of 'R'";
+        l = text(gru(), "[H, 3H]", "[H, 3H] of 'R'", "[H, 4H]", "[H, 4H] of 'R'");
         break;
       case Layout::gates:
         rank = 1;
         dims[0] = gate_width_;
-        desc = std::string("[") + gates_dim() + "]";
-        source = desc + " from 'R'";
+        l = text(gru(), "[3H]", "[3H] from 'R'", "[4H]", "[4H] from 'R'");
         break;
       case Layout::state:
         rank = 2;
         dims[1] = s.hidden;
-        desc = "[B, H]";
-        source = "[B, H] from 'wx' and 'R'";
+        l = {"[B, H]", "[B, H] from 'wx' and 'R'"};
         break;
     }
-    EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, desc.c_str()));
-    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, source.c_str()));
+    EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, l.desc));
+    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, l.source));
     switch (group) {
       case Group::sequence: {
         const auto got = static_cast<DType>(t->dtype);
@@ -154,6 +172,9 @@ class GatedRnnChecker {
   Status accept(const char* name, const Tensor* t, bool output, const void*& data) {
     return accept_tensor(call_.tensors, name, *t, output, data);
   }
+
+  static constexpr int64_t kMaxSteps = int64_t{INT32_MAX} - 1;
+  static constexpr int64_t kMaxHidden = int64_t{1} << 24;
 
   GatedRnnCell cell_;
   GatedRnnCall& call_;

@@ -20,8 +20,11 @@
 // grad_y, grad_wx and grad_rh share one (f32, f16 or bf16); R, bias and their
 // gradients one that is f32 or that one; the states and their gradients one
 // that is f32 or that one. Arithmetic, the carried state and every sum are
-// f32. Any B, T, H >= 1. Backward sums (grad_R, grad_bias) run in a fixed
-// order: bitwise deterministic.
+// f32. Any B >= 1; T from 1 to 2^31 - 2; H from 1 to 2^24, and at most as
+// many hidden units as the device's multiprocessors can hold one block of
+// 256 columns each (G*U per block forward): a larger H is refused as not
+// supported when the call meets the device. Backward sums (grad_R,
+// grad_bias) run in a fixed order: bitwise deterministic.
 #pragma once
 
 #include <string_view>
@@ -80,7 +83,7 @@ struct GatedRnnBackwardArgs {
 // GatedRnnLaunchOptions::chosen).
 struct GatedRnnLaunchInfo {
   int units_per_block = 0;        // hidden units each block of the persistent kernel owns
-  int blocks = 0;                 // its grid, one block per multiprocessor at most
+  int blocks = 0;                 // its grid, all resident at once (by default one per multiprocessor)
   int batch_tile = 0;             // batch rows per pass through a block's slice of R
   bool resident_weights = false;  // R's slices in shared memory, else read from the workspace
   int kernels = 0;                // kernel launches of the call
@@ -90,7 +93,7 @@ struct GatedRnnLaunchInfo {
 // Results do not depend on them beyond f32 rounding.
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;
-  int batch_tile = 0;                   // 1 to 8
+  int batch_tile = 0;                   // a power of two, 1 to 32
   bool streamed_weights = false;        // force R's slices out of shared memory
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };

@@ -61,12 +61,19 @@
  * options     space-separated words "name:type=default[:range][:if(cond)]":
  *               type     bool, i32, f32 or enum(a|b|...), whose values are
  *                        the C++ enumerators in order (0, 1, ...); an enum
- *                        takes those values only. An XLA FFI target has
- *                        each option as an attribute of the same name, of
- *                        MLIR type i1, i32, f32 and i32 (the enumerator)
- *                        respectively; the C ABI's options struct has it
- *                        as int32_t, int32_t, float and the enum's
- *                        EXPHIL_* constants, zero for the default.
+ *                        takes those values only. An XLA FFI target that
+ *                        has an option takes it as an attribute of the
+ *                        same name, of MLIR type i1, i32, f32 and i32 (the
+ *                        enumerator) respectively; the C ABI's options
+ *                        struct as int32_t, int32_t, float and the enum's
+ *                        EXPHIL_* constants, zero for the default. Two are
+ *                        the C++ API's alone, in neither the C ABI nor the
+ *                        NIF nor the full XLA FFI targets: the selective
+ *                        scan's input_scale (an attribute of Edifice's
+ *                        exphil_selective_scan_y_fwd only) and attention's
+ *                        recompute_lse, with which the backward takes no
+ *                        lse (Edifice's exphil_attention_o_bwd always
+ *                        recomputes it).
  *               range    the values the call accepts: "lo..hi" (i32,
  *                        inclusive) or "finite" (f32: no NaN or infinity).
  *                        Without one, every value of the type.

@@ -7,28 +7,48 @@ namespace exphil::test {
 namespace {
 
 template <class Args>
-Status bind_and_run(Args args, const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream) {
+Status bind(Args& args, const std::map<std::string, const Tensor*>& tensors) {
   for (const auto& [name, t] : tensors) {
     const Tensor** slot = tensor_slot(args, name);
     if (!slot) return {StatusCode::internal, "no tensor '" + name + "' in the args"};
     *slot = t;
   }
-  return run(args, stream);
+  return {};
 }
 
 }  // namespace
 
 Status gated_rnn_api_call(const std::string& op, const std::string& direction,
-                          const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream) {
+                          const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream,
+                          GatedRnnApiLayout* layout) {
+  if (op != "gru" && op != "lstm") return {StatusCode::internal, "no gated RNN op '" + op + "'"};
   const GatedRnnCell cell = op == "lstm" ? GatedRnnCell::lstm : GatedRnnCell::gru;
+  GatedRnnLaunchInfo info;
+  GatedRnnLaunchOptions options;
+  options.chosen = &info;
+  if (layout) {
+    options.units_per_block = layout->units_per_block;
+    options.batch_tile = layout->batch_tile;
+    options.streamed_weights = layout->streamed_weights;
+  }
+  Status s;
   if (direction == "forward") {
     GatedRnnForwardArgs args;
     args.cell = cell;
-    return bind_and_run(args, tensors, stream);
+    s = bind(args, tensors);
+    if (s.ok()) s = gated_rnn_forward(args, stream, &options);
+  } else {
+    GatedRnnBackwardArgs args;
+    args.cell = cell;
+    s = bind(args, tensors);
+    if (s.ok()) s = gated_rnn_backward(args, stream, &options);
   }
-  GatedRnnBackwardArgs args;
-  args.cell = cell;
-  return bind_and_run(args, tensors, stream);
+  if (layout && s.ok()) {
+    layout->resident_weights = info.resident_weights;
+    layout->blocks = info.blocks;
+    layout->kernels = info.kernels;
+  }
+  return s;
 }
 
 }  // namespace exphil::test

@@ -14,9 +14,20 @@
 
 namespace exphil::test {
 
-// op "gru" or "lstm", direction "forward" or "backward"; a name the args
-// have no member for fails the call as an internal error.
+// exphil::GatedRnnLaunchOptions and the layout it reports, in plain fields.
+struct GatedRnnApiLayout {
+  int units_per_block = 0;  // asked (0: the library's choice)
+  int batch_tile = 0;
+  bool streamed_weights = false;
+  bool resident_weights = false;  // reported
+  int blocks = 0;
+  int kernels = 0;
+};
+
+// op "gru" or "lstm", direction "forward" or "backward"; an unknown op or a
+// name the args have no member for fails the call as an internal error.
 Status gated_rnn_api_call(const std::string& op, const std::string& direction,
-                          const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream);
+                          const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream,
+                          GatedRnnApiLayout* layout = nullptr);
 
 }  // namespace exphil::test

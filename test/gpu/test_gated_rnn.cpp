@@ -279,15 +279,15 @@ class GatedRun {
   // The same two calls through the public C++ API on `stream`, the tensors
   // bound by their description's names; the library plans and takes its
   // own workspace.
-  void api_forward(cudaStream_t stream) const {
+  void api_forward(cudaStream_t stream, GatedRnnApiLayout* layout = nullptr) const {
     poison_forward();
     std::map<std::string, const Tensor*> t = inputs();
     t["y"] = &y_->desc();
     t["h_final"] = &hf_->desc();
     if (cf_) t["c_final"] = &cf_->desc();
-    api_call("forward", t, stream);
+    api_call("forward", t, stream, layout);
   }
-  void api_backward(cudaStream_t stream) const {
+  void api_backward(cudaStream_t stream, GatedRnnApiLayout* layout = nullptr) const {
     poison_backward();
     std::map<std::string, const Tensor*> t = inputs();
     t["y"] = &y_->desc();
@@ -300,7 +300,7 @@ class GatedRun {
     t["grad_h0"] = &gh0_->desc();
     if (gc0_) t["grad_c0"] = &gc0_->desc();
     t["grad_rh"] = &grh_->desc();
-    api_call("backward", t, stream);
+    api_call("backward", t, stream, layout);
   }
 
   // The outputs' bytes, for bitwise comparisons.
@@ -358,9 +358,10 @@ class GatedRun {
     if (c0_) t["c0"] = &c0_->desc();
     return t;
   }
-  void api_call(const char* direction, const std::map<std::string, const Tensor*>& t,
-                cudaStream_t stream) const {
-    const Status s = gated_rnn_api_call(c_.kind == GatedRnnKind::gru ? "gru" : "lstm", direction, t, stream);
+  void api_call(const char* direction, const std::map<std::string, const Tensor*>& t, cudaStream_t stream,
+                GatedRnnApiLayout* layout) const {
+    const Status s =
+        gated_rnn_api_call(c_.kind == GatedRnnKind::gru ? "gru" : "lstm", direction, t, stream, layout);
     if (!s.ok()) throw std::runtime_error(s.message());
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (API call)");
   }
@@ -529,28 +530,38 @@ TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
 
 // The public C++ API (exphil::gated_rnn_forward / _backward, its tensors
 // bound by name as the bindings do) runs the same kernels: the same bytes as
-// the launchers, on a caller's stream, resident and streamed, both cells.
+// the launchers, on a caller's stream, both cells, with and without the
+// optional inputs; and with R's slices streamed when its launch options ask
+// (which it reports).
 TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu][gated_rnn]") {
   RnnStream stream;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::bf16})
-      for (bool optional_inputs : {false, true}) {
+      for (int variant : {0, 1, 2}) {
+        const bool optional_inputs = variant > 0, streamed = variant == 2;
         GatedCase c;
         c.kind = kind;
         c.dtype = dtype;
         c.weight_dtype = optional_inputs ? dtype : DType::f32;
         c.bias = c.h0 = c.c0 = c.finals = optional_inputs;
         c.B = optional_inputs ? 3 : 1, c.T = 33, c.H = 70;
+        c.options.streamed_weights = streamed;
         GatedRun run(c, test_seed());
         INFO(c.describe());
         run.forward(stream.s);
         run.backward(stream.s);
         const auto f1 = run.forward_bytes();
         const auto b1 = run.backward_bytes();
-        run.api_forward(stream.s);
-        run.api_backward(stream.s);
+        GatedRnnApiLayout forward_layout, backward_layout;
+        forward_layout.streamed_weights = backward_layout.streamed_weights = streamed;
+        run.api_forward(stream.s, &forward_layout);
+        run.api_backward(stream.s, &backward_layout);
         CHECK(run.forward_bytes() == f1);
         CHECK(run.backward_bytes() == b1);
+        CHECK(forward_layout.resident_weights == !streamed);
+        CHECK(backward_layout.resident_weights == !streamed);
+        CHECK(forward_layout.kernels == 1);
+        CHECK(backward_layout.kernels == 4);  // grad_R and grad_bias asked for
         CHECK(run.check_against_reference() <= 1.0);
       }
 }
