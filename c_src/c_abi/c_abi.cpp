@@ -6,6 +6,7 @@
 #include "exphil/runtime.hpp"
 #include "exphil/scan.hpp"
 #include "exphil/attention.hpp"
+#include "exphil/gated_rnn.hpp"
 #include "exphil/selective_scan.hpp"
 
 namespace {
@@ -120,6 +121,58 @@ exphil::AttentionOptions attention_options(const exphil_attention_options* optio
     o.precision = static_cast<exphil::AttentionPrecision>(options->precision);
   }
   return o;
+}
+
+// What the GRU's and the LSTM's C functions share: their tensors, set by
+// name into the args (the GRU's passing NULL for the LSTM's cell states).
+struct GatedRnnForwardTensors {
+  const exphil_tensor *wx, *R, *bias, *h0, *c0, *y, *h_final, *c_final;
+};
+
+exphil_status gated_rnn_forward(exphil::GatedRnnCell cell, const GatedRnnForwardTensors& t,
+                                exphil_stream stream) noexcept {
+  return c_call([&] {
+    exphil::GatedRnnForwardArgs a;
+    a.cell = cell;
+    a.wx = t.wx;
+    a.R = t.R;
+    a.bias = t.bias;
+    a.h0 = t.h0;
+    a.c0 = t.c0;
+    a.y = t.y;
+    a.h_final = t.h_final;
+    a.c_final = t.c_final;
+    return exphil::gated_rnn_forward(a, stream);
+  });
+}
+
+struct GatedRnnBackwardTensors {
+  const exphil_tensor *wx, *R, *bias, *h0, *c0, *y, *grad_y, *grad_h_final, *grad_c_final, *grad_wx, *grad_R,
+      *grad_bias, *grad_h0, *grad_c0, *grad_rh;
+};
+
+exphil_status gated_rnn_backward(exphil::GatedRnnCell cell, const GatedRnnBackwardTensors& t,
+                                 exphil_stream stream) noexcept {
+  return c_call([&] {
+    exphil::GatedRnnBackwardArgs a;
+    a.cell = cell;
+    a.wx = t.wx;
+    a.R = t.R;
+    a.bias = t.bias;
+    a.h0 = t.h0;
+    a.c0 = t.c0;
+    a.y = t.y;
+    a.grad_y = t.grad_y;
+    a.grad_h_final = t.grad_h_final;
+    a.grad_c_final = t.grad_c_final;
+    a.grad_wx = t.grad_wx;
+    a.grad_R = t.grad_R;
+    a.grad_bias = t.grad_bias;
+    a.grad_h0 = t.grad_h0;
+    a.grad_c0 = t.grad_c0;
+    a.grad_rh = t.grad_rh;
+    return exphil::gated_rnn_backward(a, stream);
+  });
 }
 
 }  // namespace
@@ -328,6 +381,48 @@ exphil_status exphil_attention_backward(const exphil_tensor* q, const exphil_ten
     args.grad_v = grad_v;
     return exphil::attention_backward(args, stream);
   });
+}
+
+exphil_status exphil_gru_forward(const exphil_tensor* wx, const exphil_tensor* R,
+                                 const exphil_tensor* bias, const exphil_tensor* h0,
+                                 const exphil_tensor* y, const exphil_tensor* h_final,
+                                 exphil_stream stream) {
+  return gated_rnn_forward(exphil::GatedRnnCell::gru, {wx, R, bias, h0, nullptr, y, h_final, nullptr}, stream);
+}
+
+exphil_status exphil_gru_backward(const exphil_tensor* wx, const exphil_tensor* R,
+                                  const exphil_tensor* y, const exphil_tensor* grad_y,
+                                  const exphil_tensor* bias, const exphil_tensor* h0,
+                                  const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx,
+                                  const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
+                                  const exphil_tensor* grad_h0, const exphil_tensor* grad_rh,
+                                  exphil_stream stream) {
+  return gated_rnn_backward(exphil::GatedRnnCell::gru,
+                            {wx, R, bias, h0, nullptr, y, grad_y, grad_h_final, nullptr, grad_wx, grad_R,
+                             grad_bias, grad_h0, nullptr, grad_rh},
+                            stream);
+}
+
+exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* R,
+                                  const exphil_tensor* bias, const exphil_tensor* h0,
+                                  const exphil_tensor* c0, const exphil_tensor* y,
+                                  const exphil_tensor* h_final, const exphil_tensor* c_final,
+                                  exphil_stream stream) {
+  return gated_rnn_forward(exphil::GatedRnnCell::lstm, {wx, R, bias, h0, c0, y, h_final, c_final}, stream);
+}
+
+exphil_status exphil_lstm_backward(const exphil_tensor* wx, const exphil_tensor* R,
+                                   const exphil_tensor* y, const exphil_tensor* grad_y,
+                                   const exphil_tensor* bias, const exphil_tensor* h0,
+                                   const exphil_tensor* c0, const exphil_tensor* grad_h_final,
+                                   const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx,
+                                   const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
+                                   const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
+                                   const exphil_tensor* grad_rh, exphil_stream stream) {
+  return gated_rnn_backward(exphil::GatedRnnCell::lstm,
+                            {wx, R, bias, h0, c0, y, grad_y, grad_h_final, grad_c_final, grad_wx, grad_R,
+                             grad_bias, grad_h0, grad_c0, grad_rh},
+                            stream);
 }
 
 }  // extern "C"

@@ -404,6 +404,54 @@ EXPHIL_API exphil_status exphil_attention_backward(
     const exphil_tensor* grad_q, const exphil_tensor* grad_k,
     const exphil_tensor* grad_v, exphil_stream stream);
 
+/* ---------------------------------------------------------------------------
+ * gru and lstm: GRU and LSTM sequences with the recurrent product fused in
+ * (added in 0.2.0; exphil/gated_rnn.hpp gives the math, gate orders and
+ * bias conventions). The caller computes the input projection wx = x W + b
+ * of every step; G = 3 (GRU: gates r, z, n) or 4 (LSTM: i, f, g, o) side by
+ * side in the last dimension.
+ *
+ *   wx, grad_wx, grad_rh [B, T, G*H];  R, grad_R [H, G*H];  bias, grad_bias
+ *   [G*H];  h0, c0, h_final, c_final and their gradients [B, H];
+ *   y, grad_y [B, T, H]
+ *
+ * wx, y, grad_y, grad_wx and grad_rh share one dtype (f32, f16 or bf16); R,
+ * bias and their gradients one that is f32 or that one; the states and
+ * their gradients one that is f32 or that one. NULL: bias (none), h0 and c0
+ * (zeros), h_final and c_final (not written), grad_h_final and grad_c_final
+ * (none), and every backward output (not written; grad_bias and grad_h0
+ * may be asked for without bias or h0). The backward reads the forward's y
+ * and recomputes the gates; grad_rh is the gradient of h_{t-1} R + bias.
+ * The forward is one launch, the backward three or four; sums in a fixed
+ * order (bitwise deterministic).
+ * ------------------------------------------------------------------------- */
+
+EXPHIL_API exphil_status exphil_gru_forward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
+    const exphil_tensor* h0, const exphil_tensor* y, const exphil_tensor* h_final,
+    exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_gru_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
+    const exphil_tensor* grad_y, const exphil_tensor* bias, const exphil_tensor* h0,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx,
+    const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_rh, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_lstm_forward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
+    const exphil_tensor* h0, const exphil_tensor* c0, const exphil_tensor* y,
+    const exphil_tensor* h_final, const exphil_tensor* c_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_lstm_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
+    const exphil_tensor* grad_y, const exphil_tensor* bias, const exphil_tensor* h0,
+    const exphil_tensor* c0, const exphil_tensor* grad_h_final,
+    const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx,
+    const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
+    const exphil_tensor* grad_rh, exphil_stream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -136,6 +136,27 @@
  *                         library's temporary memory (capture-safe, as
  *                         below), whose o it discards.
  *
+ * GRU and LSTM sequences (exphil/gated_rnn.hpp, ops "gru" and "lstm"). No
+ * attributes but the has_* flags of the optional operands; R and bias in f32
+ * or the dtype of wx, the states in f32 or that dtype (one each per call).
+ *   exphil_gru_fwd        operands: wx [B, T, 3H], R [H, 3H], bias? [3H],
+ *                                   h0? [B, H]
+ *                         results:  y [B, T, H], h_final [B, H]
+ *   exphil_gru_bwd        operands: wx, R, y (the forward's), grad_y, bias?,
+ *                                   h0?, grad_h_final?
+ *                         results:  grad_wx, grad_R, grad_bias, grad_h0 (all
+ *                                   written, the last two at zero bias and
+ *                                   state when those are absent), grad_rh
+ *                                   [B, T, 3H] (the gradient of h_{t-1} R +
+ *                                   bias, Edifice's)
+ *   exphil_lstm_fwd       operands: wx [B, T, 4H], R [H, 4H], bias? [4H],
+ *                                   h0?, c0? [B, H]
+ *                         results:  y, h_final, c_final
+ *   exphil_lstm_bwd       operands: wx, R, y, grad_y, bias?, h0?, c0?,
+ *                                   grad_h_final?, grad_c_final?
+ *                         results:  grad_wx, grad_R, grad_bias, grad_h0,
+ *                                   grad_c0, grad_rh
+ *
  * Errors. A failing handler returns an XLA error whose message starts with
  * the target name, then the library's message (or the handler's, naming the
  * operand, result or attribute). Codes: invalid argument for bad shapes,
@@ -198,6 +219,10 @@ EXPHIL_API struct XLA_FFI_Error* exphil_attention_o_bwd(struct XLA_FFI_CallFrame
 EXPHIL_API struct XLA_FFI_Error* exphil_linear_scan_y_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_diag_linear_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_elu_gru_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its

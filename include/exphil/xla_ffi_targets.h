@@ -62,7 +62,11 @@
   EXPHIL_XLA_FFI_TARGET(exphil_linear_scan_y_bwd, "a h0 y grad_y", "grad_a grad_b grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_diag_linear_y_fwd, "a b h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_elu_gru_y_fwd, "gate candidate h0", "y", "") \
-  EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_y_fwd, "x dt A B C", "y", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32 input_scale:i32")
+  EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_y_fwd, "x dt A B C", "y", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32 input_scale:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_fwd, "wx R bias? h0?", "y h_final", "has_bias?:i1 has_h0?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_bwd, "wx R y grad_y bias? h0? grad_h_final?", "grad_wx grad_R grad_bias grad_h0 grad_rh", "has_bias?:i1 has_h0?:i1 has_grad_h_final?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_fwd, "wx R bias? h0? c0?", "y h_final c_final", "has_bias?:i1 has_h0?:i1 has_c0?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_bwd, "wx R y grad_y bias? h0? c0? grad_h_final? grad_c_final?", "grad_wx grad_R grad_bias grad_h0 grad_c0 grad_rh", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

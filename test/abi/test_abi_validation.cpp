@@ -307,3 +307,47 @@ TEST_CASE("the last error is per thread", "[abi]") {
   CHECK(other.empty());
   CHECK_THAT(exphil_last_error(), Contains("argument 'gate'"));
 }
+
+TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", "[abi]") {
+  // B=2, T=5, H=4: wx [2, 5, 3H] for the GRU, [2, 5, 4H] for the LSTM.
+  uintptr_t next = uintptr_t{1} << 32;
+  const auto tensor = [&](std::initializer_list<int64_t> shape) {
+    exphil_tensor t{};
+    t.data = reinterpret_cast<void*>(next);
+    next += uintptr_t{1} << 20;
+    t.dtype = EXPHIL_F32;
+    t.rank = static_cast<int32_t>(shape.size());
+    int i = 0;
+    for (int64_t d : shape) t.shape[i++] = d;
+    return t;
+  };
+  exphil_tensor wx3 = tensor({2, 5, 12}), R3 = tensor({4, 12}), wx4 = tensor({2, 5, 16}), R4 = tensor({4, 16});
+  exphil_tensor y = tensor({2, 5, 4}), gy = tensor({2, 5, 4}), state = tensor({2, 4});
+
+  SECTION("R's width is G times H") {
+    exphil_tensor wrong = tensor({4, 16});
+    CHECK(exphil_gru_forward(&wx3, &wrong, nullptr, nullptr, &y, nullptr, nullptr) ==
+          EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("gru forward: argument 'R': expected shape [H, 3H]"));
+  }
+  SECTION("a NULL wx") {
+    CHECK(exphil_lstm_forward(nullptr, &R4, nullptr, nullptr, nullptr, &y, nullptr, nullptr, nullptr) ==
+          EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("lstm forward: argument 'wx': the tensor descriptor is NULL"));
+  }
+  SECTION("an output overlapping an input") {
+    exphil_tensor grad_wx = wx4;  // the same memory as wx
+    CHECK(exphil_lstm_backward(&wx4, &R4, &y, &gy, nullptr, nullptr, nullptr, nullptr, nullptr, &grad_wx,
+                               nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) ==
+          EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'grad_wx': output memory"));
+  }
+  SECTION("the states share one dtype") {
+    // h0 in f32 sets the states' dtype; grad_h_final in f16 is refused.
+    exphil_tensor half = tensor({2, 4});
+    half.dtype = EXPHIL_F16;
+    CHECK(exphil_gru_backward(&wx3, &R3, &y, &gy, nullptr, &state, &half, nullptr, nullptr, nullptr, nullptr,
+                              nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'grad_h_final': expected dtype f32 (the dtype of 'h0'), got f16"));
+  }
+}

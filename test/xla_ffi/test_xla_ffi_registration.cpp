@@ -36,6 +36,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_linear_scan_y_bwd", "exphil_diag_linear_y_fwd", "exphil_elu_gru_y_fwd",
     // Edifice's selective-scan forward (the channel-mean input scale)
     "exphil_selective_scan_y_fwd",
+    // GRU and LSTM sequences
+    "exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd",
 };
 
 bool is_loaded(const char* path) {
