@@ -123,22 +123,26 @@ AttentionOptions plan_call(ErlNifEnv* env, OpCall& call) {
 
 }  // namespace
 
-ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+namespace {
+
+template <class Args>
+ERL_NIF_TERM attention_nif(ErlNifEnv* env, const char* direction, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    OpCall call(env, "attention", "forward", argv, kOpOptions, kCallOptions);
-    AttentionForwardArgs args;
+    OpCall call(env, "attention", direction, argv, kOpOptions, kCallOptions);
+    Args args;
     args.options = plan_call(env, call);
     return call.run(argc, argv, args);
   });
 }
 
+}  // namespace
+
+ERL_NIF_TERM attention_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return attention_nif<AttentionForwardArgs>(env, "forward", argc, argv);
+}
+
 ERL_NIF_TERM attention_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
-  return nif_entry(env, [&] {
-    OpCall call(env, "attention", "backward", argv, kOpOptions, kCallOptions);
-    AttentionBackwardArgs args;
-    args.options = plan_call(env, call);
-    return call.run(argc, argv, args);
-  });
+  return attention_nif<AttentionBackwardArgs>(env, "backward", argc, argv);
 }
 
 }  // namespace exphil::nif

@@ -30,22 +30,29 @@ const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream", "sta
 
 }  // namespace
 
-ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
-  OpCall call(env, scan_op_name(op), "forward", argv, {}, kCallOptions);
+namespace {
+
+// Both directions: the outputs' dtypes are the first input's and
+// state_type:'s (f32 by default); Args picks the library call. linear_scan's
+// backward b may be nil (its description's b?): the library then reads the
+// states from y (exphil/scan.hpp).
+template <class Args>
+ERL_NIF_TERM scan_nif(ErlNifEnv* env, ScanOp op, const char* direction, int argc, const ERL_NIF_TERM argv[]) {
+  OpCall call(env, scan_op_name(op), direction, argv, {}, kCallOptions);
   call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
-  ScanForwardArgs args;
+  Args args;
   args.op = op;
   return call.run(argc, argv, args);
 }
 
+}  // namespace
+
+ERL_NIF_TERM scan_forward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
+  return scan_nif<ScanForwardArgs>(env, op, "forward", argc, argv);
+}
+
 ERL_NIF_TERM scan_backward_nif(ErlNifEnv* env, ScanOp op, int argc, const ERL_NIF_TERM argv[]) {
-  // linear_scan's b may be nil (its description's b?): the backward then
-  // reads the states from y (exphil/scan.hpp).
-  OpCall call(env, scan_op_name(op), "backward", argv, {}, kCallOptions);
-  call.plan_outputs(call.in().arg(scan_input_name(op, 0))->dtype, state_type(env, call.opts()));
-  ScanBackwardArgs args;
-  args.op = op;
-  return call.run(argc, argv, args);
+  return scan_nif<ScanBackwardArgs>(env, op, "backward", argc, argv);
 }
 
 }  // namespace exphil::nif

@@ -60,27 +60,29 @@ const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
 }  // namespace
 
-ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+namespace {
+
+// Both directions: the same options and output dtypes (x's for the
+// sequence tensors, f32 for the rest); Args picks the library call.
+template <class Args>
+ERL_NIF_TERM selective_scan_nif(ErlNifEnv* env, const char* direction, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    OpCall call(env, "selective_scan", "forward", argv, kOpOptions, kCallOptions);
-    const SelectiveScanOptions options = decode_scan_options(env, call.opts());
-    // x's dtype for the sequence tensors, f32 for the rest
+    OpCall call(env, "selective_scan", direction, argv, kOpOptions, kCallOptions);
+    Args args;
+    args.options = decode_scan_options(env, call.opts());
     call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
-    SelectiveScanForwardArgs args;
-    args.options = options;
     return call.run(argc, argv, args);
   });
 }
 
+}  // namespace
+
+ERL_NIF_TERM selective_scan_forward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return selective_scan_nif<SelectiveScanForwardArgs>(env, "forward", argc, argv);
+}
+
 ERL_NIF_TERM selective_scan_backward_nif(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
-  return nif_entry(env, [&] {
-    OpCall call(env, "selective_scan", "backward", argv, kOpOptions, kCallOptions);
-    const SelectiveScanOptions options = decode_scan_options(env, call.opts());
-    call.plan_outputs(call.in().arg("x")->dtype, DType::f32);
-    SelectiveScanBackwardArgs args;
-    args.options = options;
-    return call.run(argc, argv, args);
-  });
+  return selective_scan_nif<SelectiveScanBackwardArgs>(env, "backward", argc, argv);
 }
 
 }  // namespace exphil::nif

@@ -15,12 +15,11 @@ namespace {
 
 using kernels::GatedRnnDirection;
 
-// The kernels' plan and the device numbers it was made for (and whether
-// asking for them failed: the plan is then refused).
+// The kernels' plan and the device numbers it was made for (the runtime's,
+// read from the device once).
 struct GatedRnnOpPlan {
   kernels::GatedRnnPlan plan;
   kernels::GatedRnnDevice device;
-  cudaError_t query = cudaSuccess;
 };
 
 template <GatedRnnDirection Direction>
@@ -49,7 +48,9 @@ struct GatedRnnOpDirection {
   static Plan plan(const Args& args, const Call& call, const Params&, const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
     Plan p;
-    p.query = kernels::query_gated_rnn_device(context.device(), p.device);
+    p.device.sm_count = context.sm_count();
+    p.device.max_shared_per_block = context.shared_per_block_optin();
+    p.device.max_shared_per_sm = context.shared_per_sm();
     kernels::GatedRnnLaunchOptions o;
     if (options) {
       o.units_per_block = options->units_per_block;
@@ -62,7 +63,6 @@ struct GatedRnnOpDirection {
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
-    if (p.query != cudaSuccess) return runtime::cuda_status(p.query, "query_gated_rnn_device");
     const kernels::GatedRnnForwardParams& f = [&]() -> const kernels::GatedRnnForwardParams& {
       if constexpr (kForward)
         return params;

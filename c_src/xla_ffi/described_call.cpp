@@ -12,49 +12,61 @@ constexpr std::string_view kGradPrefix = "grad_";
 
 }  // namespace
 
-ffi::Error bind_buffers(const TargetRow& row, CallAttributes& attrs, BufferViews& views,
+RowBuffers::RowBuffers(const TargetRow& row) : target(row.name) {
+  for (int i = 0, n = operand_count(row); i < n; ++i) {
+    const std::string_view w = word(row.operands, i);
+    operands.push_back({std::string(bare_name(w)), is_optional(w), bare_name(w) == kUnreadOperand});
+  }
+  for (int j = 0, n = result_count(row); j < n; ++j) {
+    const std::string_view w = word(row.results, j);
+    Result r{std::string(bare_name(w))};
+    // "grad_h0?": the gradient of optional operand "h0?" (a rule of the
+    // rows that target_rows.hpp checks when it compiles).
+    if (is_optional(w))
+      for (std::size_t k = 0; k < operands.size(); ++k)
+        if (operands[k].optional && r.name == std::string(kGradPrefix) + operands[k].name)
+          r.gradient_of = static_cast<int>(k);
+    results.push_back(std::move(r));
+  }
+}
+
+ffi::Error bind_buffers(const RowBuffers& row, CallAttributes& attrs, BufferViews& views,
                         std::initializer_list<ffi::AnyBuffer> buffers, const SlotOf& slot_of) {
-  const int operands = operand_count(row), results = result_count(row);
-  if (buffers.size() != static_cast<std::size_t>(operands + results))
-    return ffi::Error::Internal(std::string(row.name) + ": the binding and the row disagree on the buffers");
+  const std::size_t operands = row.operands.size();
+  if (buffers.size() != operands + row.results.size())
+    return ffi::Error::Internal(std::string(row.target) + ": the binding and the row disagree on the buffers");
 
   // Every presence first: the attributes' errors come before the buffers'.
   Presence presence[max_buffer_count()] = {};
-  for (int i = 0; i < operands; ++i) {
-    const std::string_view w = word(row.operands, i);
-    presence[i] = is_optional(w) ? attrs.presence(bare_name(w)) : Presence::present;
-  }
+  for (std::size_t i = 0; i < operands; ++i)
+    presence[i] = row.operands[i].optional ? attrs.presence(row.operands[i].name) : Presence::present;
   if (!attrs.ok()) return attrs.error();
 
+  const auto missing = [&](const std::string& name) {
+    return ffi::Error::Internal(std::string(row.target) + ": the op has no tensor '" + name + "'");
+  };
   const ffi::AnyBuffer* b = buffers.begin();
-  for (int i = 0; i < operands; ++i) {
-    const std::string_view w = word(row.operands, i);
-    const std::string name(bare_name(w));
-    if (name == kUnreadOperand) continue;
-    const Tensor** s = slot_of(name);
-    if (!s) return ffi::Error::Internal(std::string(row.name) + ": the op has no tensor '" + name + "'");
-    *s = is_optional(w) ? views.optional_operand(name.c_str(), b[i], presence[i])
-                        : views.operand(name.c_str(), b[i]);
+  for (std::size_t i = 0; i < operands; ++i) {
+    const RowBuffers::Operand& o = row.operands[i];
+    if (o.unread) continue;
+    const Tensor** s = slot_of(o.name);
+    if (!s) return missing(o.name);
+    *s = o.optional ? views.optional_operand(o.name.c_str(), b[i], presence[i])
+                    : views.operand(o.name.c_str(), b[i]);
   }
-  for (int j = 0; j < results; ++j) {
-    const std::string_view w = word(row.results, j);
-    const std::string name(bare_name(w));
-    const Tensor** s = slot_of(name);
-    if (!s) return ffi::Error::Internal(std::string(row.name) + ": the op has no tensor '" + name + "'");
+  for (std::size_t j = 0; j < row.results.size(); ++j) {
+    const RowBuffers::Result& r = row.results[j];
+    const Tensor** s = slot_of(r.name);
+    if (!s) return missing(r.name);
     const ffi::AnyBuffer& buffer = b[operands + j];
-    if (!is_optional(w)) {
-      *s = views.result(name.c_str(), buffer);
+    if (r.gradient_of < 0) {
+      *s = views.result(r.name.c_str(), buffer);
       continue;
     }
-    // "grad_h0?": the gradient of optional operand "h0?" (a rule of the
-    // rows, target_rows.hpp).
-    const std::string input = name.substr(kGradPrefix.size());
-    int k = 0;
-    while (k < operands && bare_name(word(row.operands, k)) != input) ++k;
-    const Tensor** in = slot_of(input);
-    if (k == operands || !in)
-      return ffi::Error::Internal(std::string(row.name) + ": no optional operand for result '" + name + "'");
-    *s = views.optional_gradient(name.c_str(), buffer, input.c_str(), *in, presence[k]);
+    const RowBuffers::Operand& input = row.operands[static_cast<std::size_t>(r.gradient_of)];
+    const Tensor** in = slot_of(input.name);
+    if (!in) return missing(input.name);
+    *s = views.optional_gradient(r.name.c_str(), buffer, input.name.c_str(), *in, presence[r.gradient_of]);
   }
   if (!views.ok()) return views.error();
   return ffi::Error::Success();

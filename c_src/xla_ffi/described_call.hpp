@@ -23,7 +23,9 @@
 
 #include <functional>
 #include <initializer_list>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "attributes.hpp"
 #include "buffer_views.hpp"
@@ -39,23 +41,43 @@ namespace exphil::xla_ffi {
 // The member of the call's args for a described name, or null.
 using SlotOf = std::function<const Tensor**(std::string_view name)>;
 
+// A target row's buffers, read from its words once per target: the names
+// as BufferViews prints them, which operands are optional or unread, and
+// which operand each optional result is the gradient of.
+struct RowBuffers {
+  struct Operand {
+    std::string name;
+    bool optional = false;
+    bool unread = false;  // Edifice's flag
+  };
+  struct Result {
+    std::string name;
+    int gradient_of = -1;  // the operand index of "grad_h0?"'s h0, else -1
+  };
+  const char* target = nullptr;
+  std::vector<Operand> operands;
+  std::vector<Result> results;
+
+  explicit RowBuffers(const TargetRow& row);
+};
+
 // Binds `buffers` (the row's operands, then its results) into the args
 // that slot_of reaches, as the table above says; the presence of the
 // optional operands is read from `attrs`. Fails with the attributes' or the
 // buffers' error (views), or an internal one for a row naming a tensor the
 // args do not have.
-ffi::Error bind_buffers(const TargetRow& row, CallAttributes& attrs, BufferViews& views,
+ffi::Error bind_buffers(const RowBuffers& row, CallAttributes& attrs, BufferViews& views,
                         std::initializer_list<ffi::AnyBuffer> buffers, const SlotOf& slot_of);
 
 // make_args: (CallAttributes&) -> the C++ API's args of the row's op.
 template <auto make_args>
-ffi::Error described_call(const TargetRow& row, cudaStream_t stream, const ffi::Dictionary& attributes,
-                          std::initializer_list<ffi::AnyBuffer> buffers) {
+ffi::Error described_call(const TargetRow& row, const RowBuffers& row_buffers, cudaStream_t stream,
+                          const ffi::Dictionary& attributes, std::initializer_list<ffi::AnyBuffer> buffers) {
   CallAttributes attrs(row, attributes);
   auto args = make_args(attrs);
   BufferViews views(row.name);
-  ffi::Error bound =
-      bind_buffers(row, attrs, views, buffers, [&args](std::string_view name) { return tensor_slot(args, name); });
+  ffi::Error bound = bind_buffers(row_buffers, attrs, views, buffers,
+                                  [&args](std::string_view name) { return tensor_slot(args, name); });
   if (bound.failure()) return bound;
   return to_ffi_error(row.name, run(args, stream));
 }
@@ -67,11 +89,13 @@ XLA_FFI_Error* described_handler(XLA_FFI_CallFrame* frame) noexcept {
   return guarded_call(row.name, frame, [](XLA_FFI_CallFrame* f) {
     // Built on first use and kept for the life of the process, as XLA's own
     // handler macros do.
+    static const RowBuffers* const row_buffers = new RowBuffers(row);
     static const auto* const handler =
         stream_attributes_and_buffers<operand_count(row), result_count(row)>()
             .To(
                 [](cudaStream_t stream, const ffi::Dictionary& attributes, auto... buffers) {
-                  return described_call<make_args>(kTargetRows[index], stream, attributes, {buffer_of(buffers)...});
+                  return described_call<make_args>(kTargetRows[index], *row_buffers, stream, attributes,
+                                                   {buffer_of(buffers)...});
                 },
                 kHandlerTraits)
             .release();

@@ -123,55 +123,43 @@ class Call {
     return exphil::can_implement(a);
   }
 
+  // The row's direction: its forward args or its backward args, each made
+  // ready by `setup` (the op, the cell, the options), then bound.
+  template <class Forward, class Backward, class Setup>
+  Status by_direction(Setup setup) {
+    if (row_.direction == "forward") {
+      Forward a;
+      setup(a);
+      return bound(a);
+    }
+    Backward a;
+    setup(a);
+    return bound(a);
+  }
+
   Status scan() {
     exphil::ScanOp op{};
     bool found = false;
     for (exphil::ScanOp o : exphil::kAllScanOps)
       if (row_.op == exphil::scan_op_name(o)) op = o, found = true;
     REQUIRE(found);
-    if (row_.direction == "forward") {
-      exphil::ScanForwardArgs a;
-      a.op = op;
-      return bound(a);
-    }
-    exphil::ScanBackwardArgs a;
-    a.op = op;
-    return bound(a);
+    return by_direction<exphil::ScanForwardArgs, exphil::ScanBackwardArgs>([&](auto& a) { a.op = op; });
   }
 
   Status selective_scan() {
-    if (row_.direction == "forward") {
-      exphil::SelectiveScanForwardArgs a;
-      apply(a.options);
-      return bound(a);
-    }
-    exphil::SelectiveScanBackwardArgs a;
-    apply(a.options);
-    return bound(a);
+    return by_direction<exphil::SelectiveScanForwardArgs, exphil::SelectiveScanBackwardArgs>(
+        [&](auto& a) { apply(a.options); });
   }
 
   Status gated_rnn() {
     const exphil::GatedRnnCell cell = row_.op == "gru" ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
     REQUIRE(row_.op == exphil::gated_rnn_cell_name(cell));
-    if (row_.direction == "forward") {
-      exphil::GatedRnnForwardArgs a;
-      a.cell = cell;
-      return bound(a);
-    }
-    exphil::GatedRnnBackwardArgs a;
-    a.cell = cell;
-    return bound(a);
+    return by_direction<exphil::GatedRnnForwardArgs, exphil::GatedRnnBackwardArgs>([&](auto& a) { a.cell = cell; });
   }
 
   Status attention() {
-    if (row_.direction == "forward") {
-      exphil::AttentionForwardArgs a;
-      apply(a.options);
-      return bound(a);
-    }
-    exphil::AttentionBackwardArgs a;
-    apply(a.options);
-    return bound(a);
+    return by_direction<exphil::AttentionForwardArgs, exphil::AttentionBackwardArgs>(
+        [&](auto& a) { apply(a.options); });
   }
 
   // The options set, on the args' option structs; a name the op's args have
