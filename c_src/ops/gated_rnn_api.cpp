@@ -15,11 +15,14 @@ namespace {
 
 using kernels::GatedRnnDirection;
 
-// The kernels' plan and the device numbers it was made for (the runtime's,
-// read from the device once).
+// The kernels' plan and the device numbers it was made for (and whether
+// asking for them failed: the plan is then refused). The numbers are asked
+// for on each call; the runtime's LaunchContext, which reads the
+// multiprocessor count once per device, is where they belong.
 struct GatedRnnOpPlan {
   kernels::GatedRnnPlan plan;
   kernels::GatedRnnDevice device;
+  cudaError_t query = cudaSuccess;
 };
 
 template <GatedRnnDirection Direction>
@@ -48,9 +51,7 @@ struct GatedRnnOpDirection {
   static Plan plan(const Args& args, const Call& call, const Params&, const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
     Plan p;
-    p.device.sm_count = context.sm_count();
-    p.device.max_shared_per_block = context.shared_per_block_optin();
-    p.device.max_shared_per_sm = context.shared_per_sm();
+    p.query = kernels::query_gated_rnn_device(context.device(), p.device);
     kernels::GatedRnnLaunchOptions o;
     if (options) {
       o.units_per_block = options->units_per_block;
@@ -63,6 +64,7 @@ struct GatedRnnOpDirection {
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
+    if (p.query != cudaSuccess) return runtime::cuda_status(p.query, "query_gated_rnn_device");
     const kernels::GatedRnnForwardParams& f = [&]() -> const kernels::GatedRnnForwardParams& {
       if constexpr (kForward)
         return params;

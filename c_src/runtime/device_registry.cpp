@@ -80,32 +80,23 @@ Status DeviceRegistry::require_device_locked(int device) {
   return {};
 }
 
-Status DeviceRegistry::architecture(int device, Architecture& out) {
+Status DeviceRegistry::architecture(int device, int& sm_count, int& compute_capability) {
   std::lock_guard<std::mutex> lock(mutex_);
   EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
-  Architecture& a = devices_[static_cast<size_t>(device)].architecture;
-  if (a.sm_count == 0) {
-    const auto read = [device](cudaDeviceAttr attribute, int& value, const char* call) -> Status {
-      const cudaError_t e = cudaDeviceGetAttribute(&value, attribute, device);
-      if (e != cudaSuccess) return cuda_status(e, call);
-      return {};
-    };
-    Architecture read_now;
-    int major = 0, minor = 0;
-    EXPHIL_RETURN_IF_ERROR(read(cudaDevAttrComputeCapabilityMajor, major,
-                                "cudaDeviceGetAttribute(ComputeCapabilityMajor)"));
-    EXPHIL_RETURN_IF_ERROR(read(cudaDevAttrComputeCapabilityMinor, minor,
-                                "cudaDeviceGetAttribute(ComputeCapabilityMinor)"));
-    EXPHIL_RETURN_IF_ERROR(read(cudaDevAttrMaxSharedMemoryPerBlockOptin, read_now.shared_per_block_optin,
-                                "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"));
-    EXPHIL_RETURN_IF_ERROR(read(cudaDevAttrMaxSharedMemoryPerMultiprocessor, read_now.shared_per_sm,
-                                "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)"));
-    EXPHIL_RETURN_IF_ERROR(
-        read(cudaDevAttrMultiProcessorCount, read_now.sm_count, "cudaDeviceGetAttribute(MultiProcessorCount)"));
-    read_now.compute_capability = 10 * major + minor;
-    a = read_now;  // whole: a nonzero sm_count marks every field as known
+  Device& d = devices_[static_cast<size_t>(device)];
+  if (d.sm_count == 0) {
+    int sms = 0, major = 0, minor = 0;
+    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+    e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
+    d.compute_capability = 10 * major + minor;
+    d.sm_count = sms;  // last: a nonzero count marks both as known
   }
-  out = a;
+  sm_count = d.sm_count;
+  compute_capability = d.compute_capability;
   return {};
 }
 

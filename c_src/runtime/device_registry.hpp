@@ -27,14 +27,9 @@ class DeviceRegistry {
   // ok if `device` exists; no_device (with the driver's reason) when there
   // is no GPU, invalid_argument when the index is out of range.
   Status require_device(int device);
-  // What the launch plans need of a device, read from it once.
-  struct Architecture {
-    int sm_count = 0;
-    int compute_capability = 0;      // 10 * major + minor, e.g. 90 for an H100
-    int shared_per_block_optin = 0;  // bytes of shared memory a block may opt in to
-    int shared_per_sm = 0;           // bytes of shared memory per multiprocessor
-  };
-  Status architecture(int device, Architecture& out);
+  // The multiprocessor count and the compute capability (10 * major +
+  // minor, e.g. 90 for an H100), read from the device once.
+  Status architecture(int device, int& sm_count, int& compute_capability);
   Status stream(int device, cudaStream_t& stream);
   Status workspace_pool(int device, cudaMemPool_t& pool);
   // The workspace pool if a call has created it, else nullptr (creates none).
@@ -47,7 +42,8 @@ class DeviceRegistry {
   struct Device {
     cudaStream_t stream = nullptr;
     cudaMemPool_t pool = nullptr;
-    Architecture architecture;  // sm_count 0 until read
+    int sm_count = 0;
+    int compute_capability = 0;
   };
 
   Status count_locked();  // mutex_ held

@@ -24,11 +24,8 @@ class LaunchContext {
 
   int device() const noexcept { return device_; }
   cudaStream_t stream() const noexcept { return stream_; }
-  int sm_count() const noexcept { return architecture_.sm_count; }
-  int compute_capability() const noexcept { return architecture_.compute_capability; }
-  // The device's shared-memory limits (bytes).
-  int shared_per_block_optin() const noexcept { return architecture_.shared_per_block_optin; }
-  int shared_per_sm() const noexcept { return architecture_.shared_per_sm; }
+  int sm_count() const noexcept { return sm_count_; }
+  int compute_capability() const noexcept { return compute_capability_; }
 
   // Takes `bytes` of workspace (null for 0), runs launch(float* d_workspace,
   // cudaStream_t) -> kernels::LaunchResult, and releases the workspace on the
@@ -57,7 +54,8 @@ class LaunchContext {
   int device_ = -1;
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
-  DeviceRegistry::Architecture architecture_;
+  int sm_count_ = 0;
+  int compute_capability_ = 0;
 };
 
 }  // namespace exphil::runtime
