@@ -12,8 +12,9 @@
 // it; and the worst error against the double reference relative to the test
 // tolerance (<= 1 passes). Inputs rotate over enough copies to exceed twice
 // the L2 cache, so small shapes are timed from device memory, not from L2.
-// The selective scan and attention have their own sections
-// (bench_selective_scan.cpp, bench_attention.cpp), in the same form.
+// The selective scan, attention and the GRU/LSTM sequences have their own
+// sections (bench_selective_scan.cpp, bench_attention.cpp,
+// bench_gated_rnn.cpp), in the same form.
 //
 // Usage: kUsage below (exphil_bench --help prints it).
 #include <algorithm>
@@ -31,6 +32,7 @@
 
 #include "bench_kernels.h"
 #include "bench_attention.hpp"
+#include "bench_gated_rnn.hpp"
 #include "bench_selective_scan.hpp"
 #include "bench_support.hpp"
 #include "cpp_runner.hpp"
@@ -48,10 +50,11 @@ using exphil::bench::require;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: exphil_bench [--quick] [--op NAME] [--sweep] [--selective-scan-shape B T D N]\n"
+    "usage: exphil_bench [--quick] [--op NAME] [--small] [--sweep] [--selective-scan-shape B T D N]\n"
     "  --quick   fewer repetitions\n"
-    "  --op      only this op: linear_scan, min_gru, min_lstm, liquid, selective_scan or\n"
-    "            attention\n"
+    "  --op      only this op: linear_scan, min_gru, min_lstm, liquid, selective_scan,\n"
+    "            attention or gated_rnn (GRU and LSTM; bench/run_gated_rnn.sh adds cuDNN)\n"
+    "  --small   gated_rnn at batch 1 only (B1 T32 H256, B1 T1 H256)\n"
     "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
     "            single segment (evidence for the planner's choice)\n"
     "  --selective-scan-shape B T D N\n"
@@ -60,13 +63,14 @@ constexpr const char* kUsage =
     "Runs on CUDA device 0; on a machine without one it says so and measures nothing.\n";
 
 // The names --op takes.
-constexpr const char* kOps[] = {"linear_scan", "min_gru",        "min_lstm",
-                                "liquid",      "selective_scan", "attention"};
+constexpr const char* kOps[] = {"linear_scan", "min_gru",   "min_lstm", "liquid",
+                                "selective_scan", "attention", "gated_rnn"};
 
 struct Options {
   bool help = false;
   bool quick = false;
   bool sweep = false;
+  bool small = false;
   std::string only_op;
   long long selective_scan_shape[4] = {0, 0, 0, 0};
 };
@@ -367,13 +371,16 @@ Options parse(int argc, char** argv) {
       o.quick = true;
     } else if (arg == "--sweep") {
       o.sweep = true;
+    } else if (arg == "--small") {
+      o.small = true;
     } else if (arg == "--op") {
       if (i + 1 >= argc) throw std::invalid_argument("--op: expected an op name, got nothing");
       o.only_op = argv[++i];
       if (std::none_of(std::begin(kOps), std::end(kOps),
                        [&](const char* name) { return o.only_op == name; }))
         throw std::invalid_argument("--op: expected linear_scan, min_gru, min_lstm, liquid, "
-                                    "selective_scan or attention, got '" + o.only_op + "'");
+                                    "selective_scan, attention or gated_rnn, got '" +
+                                    o.only_op + "'");
     } else if (arg == "--selective-scan-shape") {
       if (i + 4 >= argc)
         throw std::invalid_argument("--selective-scan-shape: expected 4 integers B T D N");
@@ -444,9 +451,12 @@ int main(int argc, char** argv) {
       bench::bench_selective_scan(section, bench.options.selective_scan_shape);
     if (bench.options.only_op.empty() || bench.options.only_op == "attention")
       bench::bench_attention(section);
+    if (bench.options.only_op.empty() || bench.options.only_op == "gated_rnn")
+      bench::bench_gated_rnn(section, bench.options.small);
     if (bench.options.sweep) bench.sweep();
 
-    std::printf("\n== targets (issues 2, 4 and 5) ==\n");
+    std::printf("\n== targets (issues 2, 4 and 5; issue 30's compare with cuDNN: "
+                "bench/run_gated_rnn.sh) ==\n");
     for (const std::string& line : bench.target_lines) std::printf("%s\n", line.c_str());
     cudaStreamDestroy(bench.stream);
     return 0;

@@ -8,6 +8,7 @@
 #include "attention_nifs.hpp"
 #include "buffer_nifs.hpp"
 #include "device_nifs.hpp"
+#include "gated_rnn_nifs.hpp"
 #include "resources.hpp"
 #include "scan_nifs.hpp"
 #include "selective_scan_nifs.hpp"
@@ -25,6 +26,16 @@ ERL_NIF_TERM forward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
 template <ScanOp Op>
 ERL_NIF_TERM backward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] { return scan_backward_nif(env, Op, argc, argv); });
+}
+
+template <GatedRnnCell Cell>
+ERL_NIF_TERM gated_rnn_forward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return gated_rnn_forward_nif(env, Cell, argc, argv);
+}
+
+template <GatedRnnCell Cell>
+ERL_NIF_TERM gated_rnn_backward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return gated_rnn_backward_nif(env, Cell, argc, argv);
 }
 
 int on_load(ErlNifEnv* env, void**, ERL_NIF_TERM) {
@@ -84,6 +95,10 @@ ErlNifFunc nif_functions[] = {
     {"nif_selective_scan_backward", 7, selective_scan_backward_nif, kDirty},
     {"nif_attention_forward", 4, attention_forward_nif, kDirty},
     {"nif_attention_backward", 7, attention_backward_nif, kDirty},
+    {"nif_gru_forward", 3, gated_rnn_forward<GatedRnnCell::gru>, kDirty},
+    {"nif_gru_backward", 5, gated_rnn_backward<GatedRnnCell::gru>, kDirty},
+    {"nif_lstm_forward", 3, gated_rnn_forward<GatedRnnCell::lstm>, kDirty},
+    {"nif_lstm_backward", 5, gated_rnn_backward<GatedRnnCell::lstm>, kDirty},
 };
 
 }  // namespace

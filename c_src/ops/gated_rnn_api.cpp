@@ -57,6 +57,7 @@ struct GatedRnnOpDirection {
       o.units_per_block = options->units_per_block;
       o.batch_tile = options->batch_tile;
       o.streamed_weights = options->streamed_weights;
+      o.unit_warps = options->unit_warps;
     }
     p.plan = kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
                                      p.device, o);
@@ -98,6 +99,7 @@ struct GatedRnnOpDirection {
     info.blocks = p.plan.blocks;
     info.batch_tile = p.plan.batch_tile;
     info.resident_weights = p.plan.resident_weights;
+    info.unit_warps = p.plan.unit_warps;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{});
     else
@@ -114,6 +116,7 @@ const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept {
   switch (cell) {
     case GatedRnnCell::gru: return "gru";
     case GatedRnnCell::lstm: return "lstm";
+    case GatedRnnCell::slstm: return "slstm";
   }
   return "unknown_gated_rnn_cell";
 }

@@ -17,8 +17,8 @@ class GatedRnnChecker {
   GatedRnnChecker(GatedRnnCell cell, GatedRnnCall& call) : cell_(cell), call_(call) {}
 
   Status cell() const {
-    if (cell_ != GatedRnnCell::gru && cell_ != GatedRnnCell::lstm)
-      return {StatusCode::invalid_argument, "argument 'cell': expected gru (0) or lstm (1), got " +
+    if (cell_ != GatedRnnCell::gru && cell_ != GatedRnnCell::lstm && cell_ != GatedRnnCell::slstm)
+      return {StatusCode::invalid_argument, "argument 'cell': expected gru (0), lstm (1) or slstm (2), got " +
                                                 std::to_string(static_cast<int>(cell_))};
     return {};
   }
@@ -136,12 +136,25 @@ class GatedRnnChecker {
     return {};
   }
 
-  // The LSTM's cell state and its gradients: refused for a GRU, which has none.
+  // The LSTM's and sLSTM's cell state and its gradients: refused for a GRU,
+  // which has none.
   template <class T>
   Status cell_state(const char* name, const Tensor* t, bool output, T*& data) {
     data = nullptr;
     if (t && cell_ == GatedRnnCell::gru)
       return {StatusCode::invalid_argument, arg_prefix(name) + "expected NULL: a GRU has no cell state"};
+    return tensor(name, t, Layout::state, Group::states, true, output, data);
+  }
+
+  // The sLSTM's normaliser n and stabiliser m and their gradients: refused
+  // for the other cells.
+  template <class T>
+  Status slstm_state(const char* name, const Tensor* t, bool output, T*& data) {
+    data = nullptr;
+    if (t && cell_ != GatedRnnCell::slstm)
+      return {StatusCode::invalid_argument,
+              arg_prefix(name) + "expected NULL: only an sLSTM has the normaliser n and the stabiliser m, "
+                                 "this is " + (gru() ? "a GRU" : "an LSTM")};
     return tensor(name, t, Layout::state, Group::states, true, output, data);
   }
 
@@ -189,7 +202,9 @@ class GatedRnnChecker {
 using Layout = GatedRnnChecker::Layout;
 using Group = GatedRnnChecker::Group;
 
-// What both directions take first: wx, R, bias, h0 and c0.
+// What both directions take first: wx, R, bias and the initial states, in
+// the order of their descriptions (the first state present sets the
+// states' dtype, and the others are named against it).
 template <class Args>
 Status check_inputs(GatedRnnChecker& check, const Args& args, kernels::GatedRnnForwardParams& p) {
   EXPHIL_RETURN_IF_ERROR(check.cell());
@@ -197,7 +212,9 @@ Status check_inputs(GatedRnnChecker& check, const Args& args, kernels::GatedRnnF
   EXPHIL_RETURN_IF_ERROR(check.R(args.R, p.d_R));
   EXPHIL_RETURN_IF_ERROR(check.tensor("bias", args.bias, Layout::gates, Group::weights, true, false, p.d_bias));
   EXPHIL_RETURN_IF_ERROR(check.tensor("h0", args.h0, Layout::state, Group::states, true, false, p.d_h0));
-  return check.cell_state("c0", args.c0, false, p.d_c0);
+  EXPHIL_RETURN_IF_ERROR(check.cell_state("c0", args.c0, false, p.d_c0));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("n0", args.n0, false, p.d_n0));
+  return check.slstm_state("m0", args.m0, false, p.d_m0);
 }
 
 void fill_forward(const GatedRnnChecker& check, GatedRnnCell cell, const GatedRnnCall& call,
@@ -219,6 +236,8 @@ Status validate_gated_rnn_forward(const GatedRnnForwardArgs& args, kernels::Gate
   EXPHIL_RETURN_IF_ERROR(
       check.tensor("h_final", args.h_final, Layout::state, Group::states, true, true, params.d_h_final));
   EXPHIL_RETURN_IF_ERROR(check.cell_state("c_final", args.c_final, true, params.d_c_final));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("n_final", args.n_final, true, params.d_n_final));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("m_final", args.m_final, true, params.d_m_final));
   EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
   fill_forward(check, args.cell, call, params);
   return {};
@@ -235,6 +254,8 @@ Status validate_gated_rnn_backward(const GatedRnnBackwardArgs& args, kernels::Ga
   EXPHIL_RETURN_IF_ERROR(check.tensor("grad_h_final", args.grad_h_final, Layout::state, Group::states, true, false,
                                       params.d_grad_h_final));
   EXPHIL_RETURN_IF_ERROR(check.cell_state("grad_c_final", args.grad_c_final, false, params.d_grad_c_final));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("grad_n_final", args.grad_n_final, false, params.d_grad_n_final));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("grad_m_final", args.grad_m_final, false, params.d_grad_m_final));
   EXPHIL_RETURN_IF_ERROR(check.tensor("grad_wx", args.grad_wx, Layout::gates_sequence, Group::sequence, true, true,
                                       params.d_grad_wx));
   EXPHIL_RETURN_IF_ERROR(check.tensor("grad_R", args.grad_R, Layout::weights, Group::weights, true, true,
@@ -244,6 +265,8 @@ Status validate_gated_rnn_backward(const GatedRnnBackwardArgs& args, kernels::Ga
   EXPHIL_RETURN_IF_ERROR(
       check.tensor("grad_h0", args.grad_h0, Layout::state, Group::states, true, true, params.d_grad_h0));
   EXPHIL_RETURN_IF_ERROR(check.cell_state("grad_c0", args.grad_c0, true, params.d_grad_c0));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("grad_n0", args.grad_n0, true, params.d_grad_n0));
+  EXPHIL_RETURN_IF_ERROR(check.slstm_state("grad_m0", args.grad_m0, true, params.d_grad_m0));
   EXPHIL_RETURN_IF_ERROR(check.tensor("grad_rh", args.grad_rh, Layout::gates_sequence, Group::sequence, true, true,
                                       params.d_grad_rh));
   EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());

@@ -1,4 +1,4 @@
-// Validation of GRU and LSTM sequence calls before anything touches the GPU:
+// Validation of GRU, LSTM and sLSTM sequence calls before anything touches the GPU:
 // presence, dtypes, ranks, shapes, sizes, alignment and overlaps. Fills the
 // kernel params and the tensors whose placement the caller then checks on
 // the device.

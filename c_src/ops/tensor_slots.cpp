@@ -48,9 +48,22 @@ const Tensor** attention_input_slot(AttentionInputs& in, std::string_view name) 
   return find(slots, name);
 }
 
-// The LSTM's cell-state tensors, which a GRU does not have.
+// The LSTM's and sLSTM's cell-state tensors, which a GRU does not have.
 bool cell_state_name(std::string_view name) noexcept {
   return name == "c0" || name == "c_final" || name == "grad_c0" || name == "grad_c_final";
+}
+
+// The sLSTM's normaliser and stabiliser tensors, which only it has.
+bool slstm_state_name(std::string_view name) noexcept {
+  return name == "n0" || name == "n_final" || name == "grad_n0" || name == "grad_n_final" || name == "m0" ||
+         name == "m_final" || name == "grad_m0" || name == "grad_m_final";
+}
+
+// Whether `cell` has the tensor `name` (of the states'; every other name
+// is the args' to answer).
+bool cell_has(GatedRnnCell cell, std::string_view name) noexcept {
+  if (cell == GatedRnnCell::gru && cell_state_name(name)) return false;
+  return cell == GatedRnnCell::slstm || !slstm_state_name(name);
 }
 
 }  // namespace
@@ -102,28 +115,38 @@ const Tensor** tensor_slot(AttentionBackwardArgs& args, std::string_view name) n
 }
 
 const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept {
-  if (args.cell != GatedRnnCell::lstm && cell_state_name(name)) return nullptr;
-  const Named slots[] = {{"wx", &args.wx}, {"R", &args.R},     {"bias", &args.bias},       {"h0", &args.h0},
-                         {"c0", &args.c0}, {"y", &args.y},     {"h_final", &args.h_final}, {"c_final", &args.c_final}};
+  if (!cell_has(args.cell, name)) return nullptr;
+  const Named slots[] = {{"wx", &args.wx},           {"R", &args.R},
+                         {"bias", &args.bias},       {"h0", &args.h0},
+                         {"c0", &args.c0},           {"n0", &args.n0},
+                         {"m0", &args.m0},           {"y", &args.y},
+                         {"h_final", &args.h_final}, {"c_final", &args.c_final},
+                         {"n_final", &args.n_final}, {"m_final", &args.m_final}};
   return find(slots, name);
 }
 
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept {
-  if (args.cell != GatedRnnCell::lstm && cell_state_name(name)) return nullptr;
+  if (!cell_has(args.cell, name)) return nullptr;
   const Named slots[] = {{"wx", &args.wx},
                          {"R", &args.R},
                          {"bias", &args.bias},
                          {"h0", &args.h0},
                          {"c0", &args.c0},
+                         {"n0", &args.n0},
+                         {"m0", &args.m0},
                          {"y", &args.y},
                          {"grad_y", &args.grad_y},
                          {"grad_h_final", &args.grad_h_final},
                          {"grad_c_final", &args.grad_c_final},
+                         {"grad_n_final", &args.grad_n_final},
+                         {"grad_m_final", &args.grad_m_final},
                          {"grad_wx", &args.grad_wx},
                          {"grad_R", &args.grad_R},
                          {"grad_bias", &args.grad_bias},
                          {"grad_h0", &args.grad_h0},
                          {"grad_c0", &args.grad_c0},
+                         {"grad_n0", &args.grad_n0},
+                         {"grad_m0", &args.grad_m0},
                          {"grad_rh", &args.grad_rh}};
   return find(slots, name);
 }

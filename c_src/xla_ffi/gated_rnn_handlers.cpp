@@ -1,7 +1,14 @@
-// The GRU and LSTM sequence handlers, exphil_gru_fwd/_bwd and
-// exphil_lstm_fwd/_bwd (include/exphil/xla_ffi.h): their buffers bound by
-// name (described_call.hpp), their only attributes the has_* flags of the
-// optional operands.
+// The GRU and LSTM sequence handlers (include/exphil/xla_ffi.h): the full
+// form, exphil_gru_fwd/_bwd and exphil_lstm_fwd/_bwd, whose only attributes
+// are the has_* flags of the optional operands; and the y-only form of
+// Edifice's :fused_gru_scan and :fused_lstm_scan and their backward ops
+// (mix_stub/EDIFICE.md), exphil_gru_y_fwd/_bwd and exphil_lstm_y_fwd/_bwd:
+// h0 (and c0) always operands, no bias, y the forward's only result, no
+// final-state gradients, and of the backward's gradients only Edifice's
+// (grad_wx, the GRU's grad_rh, from which Edifice forms grad_R itself, and
+// the initial states'). Their buffers are bound by name
+// (described_call.hpp): a tensor a row leaves out is NULL in the args, the
+// library's "absent" (bias) or "not computed" (grad_R, grad_bias).
 #include "described_call.hpp"
 #include "exphil/gated_rnn.hpp"
 #include "exphil/xla_ffi.h"
@@ -46,6 +53,26 @@ XLA_FFI_Error* exphil_lstm_fwd(XLA_FFI_CallFrame* call_frame) {
 
 XLA_FFI_Error* exphil_lstm_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_bwd"),
+                               &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::lstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_gru_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_gru_y_fwd"),
+                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::gru>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_gru_y_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_gru_y_bwd"),
+                               &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::gru>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_lstm_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_lstm_y_fwd"),
+                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::lstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_lstm_y_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_lstm_y_bwd"),
                                &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 

@@ -1,8 +1,10 @@
 /*
- * Fused GRU and LSTM sequences, backward (gated_rnn_forward.cuh gives the
- * math). From grad_y [B, T, H] (the gradient of every h_t) and optionally
- * grad_h_final and grad_c_final: grad_wx, grad_R, grad_bias, grad_h0,
- * grad_c0 and Edifice's grad_rh, each only when asked for.
+ * Fused GRU, LSTM and sLSTM sequences, backward (gated_rnn_forward.cuh gives
+ * the math). From grad_y [B, T, H] (the gradient of every h_t) and
+ * optionally the final states' gradients (grad_h_final; grad_c_final; the
+ * sLSTM's grad_n_final and grad_m_final): grad_wx, grad_R, grad_bias,
+ * grad_h0, grad_c0, grad_n0, grad_m0 and Edifice's grad_rh, each only when
+ * asked for.
  *
  * Per step, with dh the total gradient of h_t (and dc of c_t, LSTM):
  *   GRU   dn = dh (1 - z), dz = dh (h_{t-1} - n)
@@ -14,6 +16,10 @@
  *         da_g = dc i (1 - g^2), da_o = dh tanh(c_t) o (1 - o)
  *         grad_wx_t = grad_rh_t = [da_i, da_f, da_g, da_o]
  *         dh_{t-1} = grad_rh_t R^T,  dc_{t-1} = dc f
+ *   sLSTM slstm_cell.cuh (slstm_step_backward, with the ties of max()
+ *         as Nx's gradient has them): dc, dn and dm carried,
+ *         grad_wx_t = grad_rh_t = [da_i, da_f, da_z, da_o],
+ *         dh_{t-1} = grad_rh_t R^T
  *   grad_R = sum_{b,t} h_{t-1}^T grad_rh_t,  grad_bias = sum_{b,t} grad_rh_t
  *
  * Floors. B1 T32 H256: as the forward, a chain of T dependent steps (~1 us
@@ -31,30 +37,41 @@
  *   2. the gates from rh and wx (gated_rnn_gates_kernel): GRU r, z, n, rh_n
  *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t, a
  *      thread per (b, unit) walking t (c_t needs c_{t-1}) in chunks of 8
- *      steps whose loads are issued together.
+ *      steps whose loads are issued together; sLSTM the same walk through
+ *      slstm_step (the forward's own arithmetic), keeping i', f', z, o and
+ *      c_t, n_t and max's share for every step.
  *   3. one cooperative launch walks t from T-1 down to 0 (and to -1 for
- *      grad_h0 and grad_c0), the forward's mirror: block j owns units
- *      [jU, jU + U) and R's rows for them (U x G*H, resident in shared
+ *      the initial states' gradients), the forward's mirror: block j owns
+ *      units [jU, jU + U) and R's rows for them (U x G*H, resident in shared
  *      memory or streamed from the workspace). Per step and tile of up to
  *      32 rows it loads what the update needs besides the product (grad_y,
- *      the gates, h_{t-1} or the c's, the carries), stages grad_rh_{t+1}
- *      [rows, G*H] from the exchange (gated_rnn_common.cuh: each word
- *      carries its step, so waiting for it is the synchronisation), forms
- *      (grad_rh_{t+1} R^T) for its units by the same slice product as the
- *      forward, adds grad_y_t and the carried direct term (GRU dh z; the
- *      LSTM's dc stays with its unit), publishes grad_rh_t for the next
- *      step and writes it (f32) for step 4, with grad_wx_t and grad_rh_t
- *      in the dtype when asked.
+ *      the gates, h_{t-1} or the cell states, the carries), stages
+ *      grad_rh_{t+1} [rows, G*H] from the exchange (gated_rnn_common.cuh:
+ *      each word carries its step, so waiting for it is the
+ *      synchronisation), forms (grad_rh_{t+1} R^T) for its units by the
+ *      same slice product as the forward, adds grad_y_t and the carried
+ *      direct term (GRU dh z; the LSTM's dc and the sLSTM's dc, dn, dm stay
+ *      with their unit), publishes grad_rh_t for the next step and writes
+ *      it (f32) for step 4, with grad_wx_t and grad_rh_t in the dtype when
+ *      asked.
  *   4. grad_R and grad_bias: the product [H+1, B*T] x [B*T, G*H] of
  *      [h_{t-1}; 1]^T and grad_rh, each output summed over b, t in order by
  *      one thread (the same tiled kernel as step 1).
  *
  * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
- * forward's f32 state is not kept); for f32 this is exact.
+ * forward's f32 state is not kept); for f32 this is exact. The LSTM's c and
+ * the sLSTM's c, n and m are recomputed from the gates (step 2), not taken
+ * from the forward: the op's backward takes y only, and these states follow
+ * from y and wx elementwise. For the sLSTM that costs only rounding where
+ * its gradient is continuous (slstm_cell.cuh: n0 >= 1 and no gradient of
+ * c_final, n_final or m_final); otherwise, with f16/bf16 y, a recomputed
+ * step close to one of max()'s ties can fall on its other side, and the
+ * gradient there is that side's (as for any nearby input).
  *
  * Layout. As the forward. Workspace (GatedRnnPlan): rh / grad_rh [B, T,
- * G*H], gates [B, T, 4, H], c [B, T, H] (LSTM), carries [B, H] (dh; dc),
- * the exchange [2, B, G*H] of 64-bit words, streamed slices.
+ * G*H], gates [B, T, 4, H], c [B, T, H] (LSTM) or c, n, share [B, T, 3, H]
+ * (sLSTM), carries [B, H] (dh; the LSTM's dc; the sLSTM's [3, B, H] dc, dn,
+ * dm), the exchange [2, B, G*H] of 64-bit words, streamed slices.
  *
  * Limits. As the forward, with U <= 256 columns per block. B*T*G*H and
  * every offset are 64-bit.
@@ -66,6 +83,7 @@
 #include <cooperative_groups.h>
 
 #include "gated_rnn/gated_rnn_common.cuh"
+#include "gated_rnn/slstm_cell.cuh"
 
 namespace exphil::kernels {
 
@@ -205,8 +223,8 @@ struct GatedRnnWeightGradStore {
 };
 
 // ---------------------------------------------------------------------------
-// Step 2: the gates. GRU: a thread per (b, t, unit); LSTM: a thread per
-// (b, unit) walking t.
+// Step 2: the gates. GRU: a thread per (b, t, unit); LSTM and sLSTM: a
+// thread per (b, unit) walking t.
 template <class Elem, GatedRnnCell kCell>
 __global__ void __launch_bounds__(kGatedRnnThreads)
     gated_rnn_gates_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
@@ -236,15 +254,18 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
       o[3 * H] = rhn;
     }
   } else {
-    // The gates do not depend on c: every load of a chunk of steps is issued
-    // before the chunk's recurrence, so the walk costs a memory trip per
-    // chunk, not per step.
+    // The pre-activations do not depend on the states: every load of a
+    // chunk of steps is issued before the chunk's recurrence, so the walk
+    // costs a memory trip per chunk, not per step.
     constexpr int kChunk = 8;
     float* __restrict__ cs = ws + plan.ws_c;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * H;
          i += stride) {
       const int64_t row = i / H, u = i - row * H;
-      float c = f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f;
+      // The LSTM's c in st.c.
+      SlstmState st{f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f,
+                    f.d_n0 ? load_state(f.d_n0, f.state_dtype, i) : 1.0f,
+                    f.d_m0 ? load_state(f.d_m0, f.state_dtype, i) : 0.0f};
       for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
         float a[kChunk][4];
 #pragma unroll
@@ -260,17 +281,30 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
         for (int j = 0; j < kChunk; ++j) {
           if (t0 + j < T) {
             const int64_t m = row * T + t0 + j;
-            const float ig = gated_rnn_sigmoid(a[j][0]);
-            const float fg = gated_rnn_sigmoid(a[j][1]);
-            const float gg = tanhf(a[j][2]);
-            const float og = gated_rnn_sigmoid(a[j][3]);
-            c = fmaf(fg, c, ig * gg);
             float* o = gates + m * 4 * H + u;
-            o[0] = ig;
-            o[H] = fg;
-            o[2 * H] = gg;
-            o[3 * H] = og;
-            cs[m * H + u] = c;
+            if constexpr (kCell == GatedRnnCell::lstm) {
+              const float ig = gated_rnn_sigmoid(a[j][0]);
+              const float fg = gated_rnn_sigmoid(a[j][1]);
+              const float gg = tanhf(a[j][2]);
+              const float og = gated_rnn_sigmoid(a[j][3]);
+              st.c = fmaf(fg, st.c, ig * gg);
+              o[0] = ig;
+              o[H] = fg;
+              o[2 * H] = gg;
+              o[3 * H] = og;
+              cs[m * H + u] = st.c;
+            } else {
+              SlstmGates g;
+              (void)slstm_step(a[j][0], a[j][1], a[j][2], a[j][3], st, g);
+              o[0] = g.i;
+              o[H] = g.f;
+              o[2 * H] = g.z;
+              o[3 * H] = g.o;
+              float* k = cs + m * 3 * H + u;
+              k[0] = st.c;
+              k[H] = st.n;
+              k[2 * H] = g.share;
+            }
           }
         }
       }
@@ -285,12 +319,15 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // block waits for grad_rh_{s+1}.
 template <class Elem, GatedRnnCell kCell>
 struct GatedRnnBackwardInputs {
-  float gy;         // grad_y_s
-  float gate[4];    // GRU r, z, n, rh_n; LSTM i, f, g, o
-  float prev;       // GRU h_{s-1}; LSTM c_{s-1}
-  float c;          // LSTM c_s
-  float carry_h;    // the direct term into dh_s (grad_h_final at s = T-1)
-  float carry_c;    // LSTM dc carried into step s (grad_c_final at s = T-1)
+  float gy;          // grad_y_s
+  float gate[4];     // GRU r, z, n, rh_n; LSTM i, f, g, o; sLSTM i', f', z, o
+  float prev;        // GRU h_{s-1}; LSTM and sLSTM c_{s-1}
+  float prev_n;      // sLSTM n_{s-1}
+  float c, n;        // LSTM c_s; sLSTM c_s, n_s
+  float share;       // sLSTM: of dm_s, the part log f + m_{s-1} takes
+  float carry_h;     // the direct term into dh_s (grad_h_final at s = T-1)
+  SlstmState carry;  // carried into step s: LSTM dc (in .c); sLSTM dc, dn, dm
+                     // (the final states' gradients at s = T-1)
 
   __device__ __forceinline__ void load(const GatedRnnBackwardParams& p, const GatedRnnPlan& plan,
                                        const float* ws, int64_t row, int hu, int64_t s) {
@@ -298,30 +335,56 @@ struct GatedRnnBackwardInputs {
     const int64_t T = f.shape.steps;
     const int H = static_cast<int>(f.shape.hidden);
     const int64_t sidx = row * H + hu;
+    carry = {0.0f, 0.0f, 0.0f};
     if (s == T - 1) {
-      carry_h = p.d_grad_h_final ? load_state(p.d_grad_h_final, f.state_dtype, sidx) : 0.0f;
-      carry_c = (kCell == GatedRnnCell::lstm && p.d_grad_c_final)
-                    ? load_state(p.d_grad_c_final, f.state_dtype, sidx)
-                    : 0.0f;
+      const auto final_grad = [&](const void* g) {
+        return g ? load_state(g, f.state_dtype, sidx) : 0.0f;
+      };
+      carry_h = final_grad(p.d_grad_h_final);
+      if constexpr (kCell != GatedRnnCell::gru) carry.c = final_grad(p.d_grad_c_final);
+      if constexpr (kCell == GatedRnnCell::slstm) {
+        carry.n = final_grad(p.d_grad_n_final);
+        carry.m = final_grad(p.d_grad_m_final);
+      }
     } else {
       carry_h = ws[plan.ws_state + sidx];
-      carry_c = kCell == GatedRnnCell::lstm ? ws[plan.ws_cell + sidx] : 0.0f;
+      if constexpr (kCell != GatedRnnCell::gru) carry.c = ws[plan.ws_cell + sidx];
+      if constexpr (kCell == GatedRnnCell::slstm) {
+        const int64_t BH = f.shape.batch * H;
+        carry.n = ws[plan.ws_cell + BH + sidx];
+        carry.m = ws[plan.ws_cell + 2 * BH + sidx];
+      }
     }
-    if (s < 0) return;  // grad_h0 and grad_c0 need the carries only
+    if (s < 0) return;  // the initial states' gradients need the carries only
     const int64_t m = row * T + s;
     gy = to_float(static_cast<const Elem*>(p.d_grad_y)[m * H + hu]);
     const float* gt = ws + plan.ws_gates + m * 4 * H + hu;
 #pragma unroll
     for (int g = 0; g < 4; ++g) gate[g] = gt[g * H];
+    prev_n = 1.0f;
+    n = 1.0f;
+    share = 0.0f;
     if constexpr (kCell == GatedRnnCell::gru) {
       prev = s > 0 ? to_float(static_cast<const Elem*>(f.d_y)[(m - 1) * H + hu])
                    : (f.d_h0 ? load_state(f.d_h0, f.state_dtype, sidx) : 0.0f);
       c = 0.0f;
-    } else {
+    } else if constexpr (kCell == GatedRnnCell::lstm) {
       const float* cs = ws + plan.ws_c;
       c = cs[m * H + hu];
       prev = s > 0 ? cs[(m - 1) * H + hu]
                    : (f.d_c0 ? load_state(f.d_c0, f.state_dtype, sidx) : 0.0f);
+    } else {
+      const float* cs = ws + plan.ws_c + m * 3 * H + hu;  // [B, T, 3, H]: c, n, share
+      c = cs[0];
+      n = cs[H];
+      share = cs[2 * H];
+      if (s > 0) {
+        prev = cs[-3 * H];
+        prev_n = cs[-2 * H];
+      } else {
+        prev = f.d_c0 ? load_state(f.d_c0, f.state_dtype, sidx) : 0.0f;
+        prev_n = f.d_n0 ? load_state(f.d_n0, f.state_dtype, sidx) : 1.0f;
+      }
     }
   }
 };
@@ -371,8 +434,8 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       gated_rnn_prefetch_runs(static_cast<const Elem*>(f.d_y) + u0, sizeof(Elem), B * T, 1, H,
                               live);
   }
-  // s = -1 only forms grad_h0 (and hands over grad_c0).
-  const int64_t last = (p.d_grad_h0 || p.d_grad_c0) ? -1 : 0;
+  // s = -1 only forms grad_h0 (and hands over the other initial states').
+  const int64_t last = (p.d_grad_h0 || p.d_grad_c0 || p.d_grad_n0 || p.d_grad_m0) ? -1 : 0;
   // The exchange is used when a step follows another: its words start as
   // "no step", then one grid-wide barrier.
   if (T - 1 > last) {
@@ -387,7 +450,8 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
 
   float* const grad_rh = ws + plan.ws_rh;  // [B, T, G*H]
   float* const carry_h = ws + plan.ws_state;
-  float* const carry_c = kCell == GatedRnnCell::lstm ? ws + plan.ws_cell : nullptr;
+  // LSTM dc; sLSTM [3, B, H] dc, dn, dm.
+  float* const carry_cell = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
   Elem* __restrict__ gwx = static_cast<Elem*>(p.d_grad_wx);
   Elem* __restrict__ grh_out = static_cast<Elem*>(p.d_grad_rh);
 
@@ -419,10 +483,14 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           in.load(p, plan, ws, row, hu, s);
         }
         const float from_r = carried ? mv[b * U + u] : 0.0f;
-        if (s < 0) {  // past the first step: the gradients of h0 and c0
+        if (s < 0) {  // past the first step: the initial states' gradients
           if (p.d_grad_h0) store_state(p.d_grad_h0, f.state_dtype, sidx, from_r + in.carry_h);
-          if (kCell == GatedRnnCell::lstm && p.d_grad_c0)
-            store_state(p.d_grad_c0, f.state_dtype, sidx, in.carry_c);
+          if (kCell != GatedRnnCell::gru && p.d_grad_c0)
+            store_state(p.d_grad_c0, f.state_dtype, sidx, in.carry.c);
+          if (kCell == GatedRnnCell::slstm && p.d_grad_n0)
+            store_state(p.d_grad_n0, f.state_dtype, sidx, in.carry.n);
+          if (kCell == GatedRnnCell::slstm && p.d_grad_m0)
+            store_state(p.d_grad_m0, f.state_dtype, sidx, in.carry.m);
           continue;
         }
         const int64_t m = row * T + s;
@@ -440,10 +508,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           dr[1] = daz;
           dr[2] = dan * r;
           carry_h[sidx] = dh * z;  // read back only by this thread
-        } else {
+        } else if constexpr (kCell == GatedRnnCell::lstm) {
           const float ig = in.gate[0], fg = in.gate[1], gg = in.gate[2], og = in.gate[3];
           const float tc = tanhf(in.c);
-          const float dc = in.carry_c + dh * og * (1.0f - tc * tc);
+          const float dc = in.carry.c + dh * og * (1.0f - tc * tc);
           da[0] = dc * gg * ig * (1.0f - ig);
           da[1] = dc * in.prev * fg * (1.0f - fg);
           da[2] = dc * ig * (1.0f - gg * gg);
@@ -451,7 +519,19 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
 #pragma unroll
           for (int g = 0; g < G; ++g) dr[g] = da[g];
           carry_h[sidx] = 0.0f;
-          carry_c[sidx] = dc * fg;  // read back only by this thread
+          carry_cell[sidx] = dc * fg;  // read back only by this thread
+        } else {
+          const SlstmGates gt{in.gate[0], in.gate[1], in.gate[2], in.gate[3], in.share};
+          SlstmState d = in.carry;
+          slstm_step_backward(dh, gt, in.c, in.n, in.prev, in.prev_n, d, da);
+#pragma unroll
+          for (int g = 0; g < G; ++g) dr[g] = da[g];
+          // Read back only by this thread.
+          const int64_t BH = B * H;
+          carry_h[sidx] = 0.0f;
+          carry_cell[sidx] = d.c;
+          carry_cell[BH + sidx] = d.n;
+          carry_cell[2 * BH + sidx] = d.m;
         }
 #pragma unroll
         for (int g = 0; g < G; ++g) {

@@ -34,7 +34,7 @@ __device__ __forceinline__ void gated_rnn_prefetch_runs(const void* base, int64_
                                                         int64_t rows, int parts, int64_t stride,
                                                         int live) {
   const char* b = static_cast<const char*>(base);
-  for (int64_t i = threadIdx.x; i < rows * parts; i += kGatedRnnThreads) {
+  for (int64_t i = threadIdx.x; i < rows * parts; i += blockDim.x) {
     const char* run = b + i * stride * elem;
     gated_rnn_prefetch_l2(run);
     gated_rnn_prefetch_l2(run + (live - 1) * elem);
@@ -71,10 +71,30 @@ __device__ __forceinline__ bool gated_rnn_has_step(uint64_t w, int step) {
   return static_cast<uint32_t>(w >> 32) == static_cast<uint32_t>(step);
 }
 
+// Waits until each of the N words w[j] (loaded from address(j), or unused
+// where that is null) carries `step`, reloading in rounds all the words
+// that do not yet: every round's loads are in flight together.
+template <int N, class Address>
+__device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Address& address,
+                                                      int step) {
+  for (;;) {
+    bool ready = true;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (address(j) && !gated_rnn_has_step(w[j], step)) ready = false;
+    if (ready) return;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (const uint64_t* p = address(j); p && !gated_rnn_has_step(w[j], step)) w[j] = gated_rnn_peek(p);
+  }
+}
+
 // Stages rows [0, nb) of one step's exchange buffer (row length K, rows
 // contiguous from `src`) into x [rows, K], waiting for `step`; rows
 // [nb, rows) are zeros. Each thread issues 8 loads before it waits on any,
-// so the wait is about one trip through L2, not one per element.
+// and re-polls every word still short of `step` together, so a wait costs
+// one trip through L2 per round, not one per word (polling the words one
+// at a time made a thread's stale loads wait in series).
 __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
                                                          int K, const uint64_t* src, int step) {
   constexpr int kBatch = 8;
@@ -86,13 +106,14 @@ __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, 
       const int i = i0 + j * kGatedRnnThreads;
       if (i < n) w[j] = gated_rnn_peek(src + i);
     }
+    gated_rnn_poll_rounds<kBatch>(w, [&](int j) {
+      const int i = i0 + j * kGatedRnnThreads;
+      return i < n ? src + i : nullptr;
+    }, step);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) {
-        while (!gated_rnn_has_step(w[j], step)) w[j] = gated_rnn_peek(src + i);
-        x[i] = __uint_as_float(static_cast<uint32_t>(w[j]));
-      }
+      if (i < n) x[i] = __uint_as_float(static_cast<uint32_t>(w[j]));
     }
   }
   for (int i = n + static_cast<int>(threadIdx.x); i < rows * K; i += kGatedRnnThreads) x[i] = 0.0f;

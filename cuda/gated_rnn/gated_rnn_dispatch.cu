@@ -52,6 +52,8 @@ LaunchResult launch_gated_rnn_forward(const GatedRnnForwardParams& params, const
       return forward_for<GatedRnnCell::gru>(params, plan, d_workspace, stream);
     case GatedRnnCell::lstm:
       return forward_for<GatedRnnCell::lstm>(params, plan, d_workspace, stream);
+    case GatedRnnCell::slstm:
+      return forward_for<GatedRnnCell::slstm>(params, plan, d_workspace, stream);
   }
   return {cudaErrorInvalidValue, "gated RNN dispatch (unknown cell)"};
 }
@@ -64,6 +66,8 @@ LaunchResult launch_gated_rnn_backward(const GatedRnnBackwardParams& params,
       return backward_for<GatedRnnCell::gru>(params, plan, d_workspace, stream);
     case GatedRnnCell::lstm:
       return backward_for<GatedRnnCell::lstm>(params, plan, d_workspace, stream);
+    case GatedRnnCell::slstm:
+      return backward_for<GatedRnnCell::slstm>(params, plan, d_workspace, stream);
   }
   return {cudaErrorInvalidValue, "gated RNN dispatch (unknown cell)"};
 }

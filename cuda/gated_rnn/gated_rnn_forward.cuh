@@ -1,6 +1,6 @@
 /*
- * Fused GRU and LSTM sequences, forward: every step's recurrent product
- * h_{t-1} R and the cell update in one persistent launch.
+ * Fused GRU, LSTM and sLSTM sequences, forward: every step's recurrent
+ * product h_{t-1} R and the cell update in one persistent launch.
  *
  * Math. wx [B, T, G*H] is the input projection x_t W + b_in, computed outside
  * (as cuDNN and Edifice do). R [H, G*H], optional recurrent bias b [G*H];
@@ -19,6 +19,12 @@
  *          i = sigmoid(wx_i + rh_i), f = sigmoid(wx_f + rh_f)
  *          g = tanh(wx_g + rh_g),    o = sigmoid(wx_o + rh_o)
  *          c_t = f * c_{t-1} + i * g,  h_t = o * tanh(c_t)
+ *   sLSTM (G = 4, gates i, f, z, o: xLSTM's scalar LSTM as Edifice's
+ *        slstm_scan computes it; slstm_cell.cuh gives the step)
+ *          pre = wx + rh; m_t = max(pre_f + m_{t-1}, pre_i)
+ *          i' = exp(pre_i - m_t), f' = exp(pre_f + m_{t-1} - m_t)
+ *          c_t = f' c_{t-1} + i' tanh(pre_z),  n_t = f' n_{t-1} + i'
+ *          h_t = sigmoid(pre_o) * c_t / max(|n_t|, 1)
  *
  * Biases. Axon's GRU has input biases br, bz, bin (they belong in wx) and
  * one recurrent bias bhn inside r * (h whn + bhn): pass b = [0, 0, bhn].
@@ -43,6 +49,11 @@
  *   Measured (H200, bench/RESULTS.md, issue 30 first part): B1 T32 H256
  *     GRU f32 59.5 us, 1.7 us a step; B64 T256 H512 GRU f32 5.2 ms.
  *
+ * Layouts. This file is the block layout, for any B, and the default.
+ * gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no block barrier
+ * inside a step, B <= 4) runs when the launch options ask for it; both step
+ * through gated_rnn_cell.cuh.
+ *
  * Algorithm. One cooperative launch of ceil(H / U) blocks, one per SM at
  * most, 256 threads each (the launch checks first, with the occupancy API,
  * that all can be resident: blocks wait on each other). Block j owns hidden
@@ -55,9 +66,9 @@
  * read through L1/L2 every step ("streamed", e.g. H = 1024 in f32 on an
  * A100). Per step and per tile of up to 32 batch rows:
  *   0. load what the update will need besides the product (wx_t, bias, the
- *      LSTM's c_{t-1}), so those loads fly while the block waits (and, when
- *      the call starts, the block's whole slice of wx is prefetched into L2
- *      if wx is at most 16 MB);
+ *      LSTM's c_{t-1}, the sLSTM's c, n, m_{t-1}), so those loads fly while
+ *      the block waits (and, when the call starts, the block's whole slice
+ *      of wx is prefetched into L2 if wx is at most 16 MB);
  *   1. stage h_{t-1} [rows, H] in shared memory: from h0 at t = 0, else
  *      from the exchange buffer, waiting for each word to carry step t-1
  *      (gated_rnn_common.cuh: the flag is the data, one L2 trip a step,
@@ -65,16 +76,16 @@
  *   2. the slice product: a warp per column, lanes split H, one
  *      accumulator per batch row, a butterfly reduce-scatter over lanes;
  *   3. a thread per (row, unit): gates, cell update in f32, y_t in the
- *      sequence dtype, h_t published with its step (the LSTM's c_t into the
- *      block's own rows of a c buffer).
+ *      sequence dtype, h_t published with its step (the LSTM's c_t, the
+ *      sLSTM's c_t, n_t, m_t into the block's own rows of a state buffer).
  *
  * The state is f32 throughout: y is rounded to the dtype on its way out and
  * never read back by the recurrence. Sums are in fixed order: results are
  * bitwise reproducible.
  *
  * Layout. wx [B, T, G*H], y [B, T, H], states [B, H], row-major. Workspace
- * (GatedRnnPlan): the exchange [2, B, H] of 64-bit words, [B, H] c (LSTM),
- * streamed slices.
+ * (GatedRnnPlan): the exchange [2, B, H] of 64-bit words, [B, H] c (LSTM)
+ * or [3, B, H] c, n, m (sLSTM), streamed slices.
  *
  * Limits. G*U <= 256 (columns per block), so H <= 256 / G * SMs (11,264
  * for the GRU on 132 SMs); the blocks must all be resident (checked before
@@ -89,6 +100,7 @@
 #include <cooperative_groups.h>
 
 #include "gated_rnn/gated_rnn_common.cuh"
+#include "gated_rnn/gated_rnn_cell.cuh"
 
 namespace exphil::kernels {
 
@@ -99,7 +111,7 @@ struct GatedRnnForwardInputs {
   static constexpr int G = kGatedRnnGates<kCell>;
   float wx[G];
   float bias[G];
-  float c_prev;  // LSTM
+  SlstmState prev;  // LSTM c_{t-1} (in prev.c); sLSTM c, n, m_{t-1}
 
   __device__ __forceinline__ void load(const GatedRnnForwardParams& p, const float* cbuf,
                                        int64_t row, int hu, int64_t t) {
@@ -112,11 +124,19 @@ struct GatedRnnForwardInputs {
       wx[g] = to_float(w[at + g * H]);
       bias[g] = p.d_bias ? load_state(p.d_bias, p.weight_dtype, g * H + hu) : 0.0f;
     }
+    prev = {0.0f, 1.0f, 0.0f};
     if constexpr (kCell == GatedRnnCell::lstm) {
       const int64_t sidx = row * H + hu;
-      c_prev = t > 0 ? cbuf[sidx] : (p.d_c0 ? load_state(p.d_c0, p.state_dtype, sidx) : 0.0f);
-    } else {
-      c_prev = 0.0f;
+      prev.c = t > 0 ? cbuf[sidx] : (p.d_c0 ? load_state(p.d_c0, p.state_dtype, sidx) : 0.0f);
+    } else if constexpr (kCell == GatedRnnCell::slstm) {
+      const int64_t sidx = row * H + hu, BH = p.shape.batch * H;
+      if (t > 0) {
+        prev = {cbuf[sidx], cbuf[BH + sidx], cbuf[2 * BH + sidx]};
+      } else {
+        if (p.d_c0) prev.c = load_state(p.d_c0, p.state_dtype, sidx);
+        if (p.d_n0) prev.n = load_state(p.d_n0, p.state_dtype, sidx);
+        if (p.d_m0) prev.m = load_state(p.d_m0, p.state_dtype, sidx);
+      }
     }
   }
 };
@@ -148,7 +168,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   }
   float* pre = x + Bt * K;  // [Bt, C]
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_state);  // [2, B, H]
-  float* const cbuf = kCell == GatedRnnCell::lstm ? ws + plan.ws_cell : nullptr;
+  float* const cbuf = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
 
   // The slice: W[(g*U + u) * K + k] = R[k, g*H + u0 + u], zeros past H.
   // Consecutive threads take consecutive u: reads of R come in runs of U.
@@ -209,22 +229,20 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
         float a[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) a[g] = pre[b * C + g * U + u] + in.bias[g];
-        float h;
-        if constexpr (kCell == GatedRnnCell::gru) {
-          const float hp = x[b * K + hu];
-          const float r = gated_rnn_sigmoid(in.wx[0] + a[0]);
-          const float z = gated_rnn_sigmoid(in.wx[1] + a[1]);
-          const float n = tanhf(in.wx[2] + r * a[2]);
-          h = n + z * (hp - n);
-        } else {
-          const float ig = gated_rnn_sigmoid(in.wx[0] + a[0]);
-          const float fg = gated_rnn_sigmoid(in.wx[1] + a[1]);
-          const float gg = tanhf(in.wx[2] + a[2]);
-          const float og = gated_rnn_sigmoid(in.wx[3] + a[3]);
-          const float c = fmaf(fg, in.c_prev, ig * gg);
-          h = og * tanhf(c);
-          cbuf[sidx] = c;  // read back only by this thread, next step
-          if (t == T - 1 && p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, c);
+        SlstmState st = in.prev;
+        const float h = gated_rnn_cell_step<kCell>(in.wx, a, x[b * K + hu], st);
+        if constexpr (kCell != GatedRnnCell::gru) {
+          // Read back only by this thread, next step.
+          cbuf[sidx] = st.c;
+          if (t == T - 1 && p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, st.c);
+        }
+        if constexpr (kCell == GatedRnnCell::slstm) {
+          cbuf[B * H + sidx] = st.n;
+          cbuf[2 * B * H + sidx] = st.m;
+          if (t == T - 1) {
+            if (p.d_n_final) store_state(p.d_n_final, p.state_dtype, sidx, st.n);
+            if (p.d_m_final) store_state(p.d_m_final, p.state_dtype, sidx, st.m);
+          }
         }
         y[(row * T + t) * H + hu] = from_float<Elem>(h);
         if (t + 1 < T) gated_rnn_publish(xchg + (t & 1) * B * H + sidx, h, static_cast<int>(t));

@@ -13,6 +13,7 @@
 #include "common/dynamic_shared_memory.h"
 #include "gated_rnn/gated_rnn_backward.cuh"
 #include "gated_rnn/gated_rnn_forward.cuh"
+#include "gated_rnn/gated_rnn_forward_unit_warps.cuh"
 #include "gated_rnn/gated_rnn_instances.h"
 
 namespace exphil::kernels {
@@ -41,7 +42,7 @@ LaunchResult launch_persistent(Kernel kernel, std::atomic<uint64_t>& shared_allo
       e != cudaSuccess)
     return {e, "cudaFuncSetAttribute (gated RNN persistent kernel shared memory)"};
   if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, kernel, kGatedRnnThreads, static_cast<std::size_t>(plan.shared_bytes));
+          &per_sm, kernel, plan.threads, static_cast<std::size_t>(plan.shared_bytes));
       e != cudaSuccess)
     return {e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gated RNN)"};
   if (static_cast<int64_t>(per_sm) * sms < plan.blocks)
@@ -53,7 +54,8 @@ LaunchResult launch_persistent(Kernel kernel, std::atomic<uint64_t>& shared_allo
   void* args[] = {&p, &pl, &w};
   if (const cudaError_t e = cudaLaunchCooperativeKernel(
           reinterpret_cast<const void*>(kernel), dim3(static_cast<unsigned>(plan.blocks)),
-          dim3(kGatedRnnThreads), args, static_cast<std::size_t>(plan.shared_bytes), stream);
+          dim3(static_cast<unsigned>(plan.threads)), args,
+          static_cast<std::size_t>(plan.shared_bytes), stream);
       e != cudaSuccess)
     return {e, name};
   EXPHIL_RETURN_IF_LAUNCH_FAILED("gated RNN persistent kernel");
@@ -77,7 +79,11 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
-  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0};
+  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0}, unit_warps_allowed{0};
+  if (plan.unit_warps)
+    return gated_rnn_launch::launch_persistent(
+        gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps_allowed, params, plan,
+        d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_unit_warps_kernel)");
   if (plan.resident_weights)
     return gated_rnn_launch::launch_persistent(
         gated_rnn_forward_kernel<Elem, kCell, true>, resident_allowed, params, plan, d_workspace,

@@ -1,4 +1,4 @@
-// Host-facing entry points of the gated-RNN kernels (GRU and LSTM
+// Host-facing entry points of the gated-RNN kernels (GRU, LSTM and sLSTM
 // sequences): device query, plan, check, workspace, launch. No device code;
 // the runtime includes this and nothing else of cuda/gated_rnn/.
 //
@@ -25,6 +25,11 @@ namespace exphil::kernels {
 inline constexpr int kGatedRnnMaxBatchTile = 32;
 // Threads of every gated-RNN kernel block.
 inline constexpr int kGatedRnnThreads = 256;
+// The forward's unit-warps layout (gated_rnn_forward_unit_warps.cuh): batch
+// rows it carries (one accumulator per gate and row in every lane) and its
+// largest block (8 warps, 8 units).
+inline constexpr int kGatedRnnUnitWarpsMaxRows = 4;
+inline constexpr int kGatedRnnUnitWarpsMaxThreads = 256;
 
 // The multiprocessor count and shared-memory limits of `device`.
 cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
@@ -32,7 +37,10 @@ cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 // Chooses the layout of one call (gated_rnn_plan.cpp): units per block
 // (ceil(H / SMs): one block per multiprocessor), batch tile (the most rows
 // up to 32 that fit), and whether R's slices fit in shared memory
-// (resident) or are read from the workspace each step (streamed).
+// (resident) or are read from the workspace each step (streamed). With
+// options.unit_warps = 1 a forward with B <= 4 takes the unit-warps layout
+// (a warp per hidden unit, 1 to 8 a block) where the block's columns of R
+// fit in shared memory.
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
                             const GatedRnnLaunchOptions& options = {}) noexcept;

@@ -1,5 +1,5 @@
-// The contract between the host runtime and the gated-RNN kernels (GRU and
-// LSTM sequences with their recurrent product fused in): plain structs, no
+// The contract between the host runtime and the gated-RNN kernels (GRU, LSTM
+// and sLSTM sequences with their recurrent product fused in): plain structs, no
 // device code, filled by the host glue after validation and read by
 // cuda/gated_rnn/. gated_rnn_forward.cuh gives the math, gate orders and
 // bias conventions; gated_rnn_launch.h the entry points.
@@ -12,8 +12,9 @@
 namespace exphil::kernels {
 
 enum class GatedRnnCell : int32_t {
-  gru = 0,   // G = 3 gates, in the order r, z, n
-  lstm = 1,  // G = 4 gates, in the order i, f, g, o
+  gru = 0,    // G = 3 gates, in the order r, z, n
+  lstm = 1,   // G = 4 gates, in the order i, f, g, o
+  slstm = 2,  // G = 4 gates, in the order i, f, z, o (xLSTM's, exponential i and f)
 };
 
 constexpr int gated_rnn_gates(GatedRnnCell cell) noexcept {
@@ -33,7 +34,8 @@ struct GatedRnnShape {
 // are null when absent.
 //   dtype         wx, y (and, backward, grad_y, grad_wx, grad_rh)
 //   weight_dtype  R, bias (and grad_R, grad_bias): f32 or dtype
-//   state_dtype   h0, c0, h_final, c_final (and their gradients): f32 or dtype
+//   state_dtype   h0, c0, n0, m0 and the final states (and their gradients): f32
+//                 or dtype
 // Sequence arithmetic, the state and every sum are f32 whatever the dtypes.
 struct GatedRnnForwardParams {
   GatedRnnShape shape;
@@ -45,25 +47,33 @@ struct GatedRnnForwardParams {
   const void* d_R = nullptr;     // [H, G*H]
   const void* d_bias = nullptr;  // [G*H] recurrent bias, optional
   const void* d_h0 = nullptr;    // [B, H], optional (zeros)
-  const void* d_c0 = nullptr;    // [B, H], LSTM only, optional (zeros)
+  const void* d_c0 = nullptr;    // [B, H], LSTM and sLSTM, optional (zeros)
+  const void* d_n0 = nullptr;    // [B, H], sLSTM only, optional (ones)
+  const void* d_m0 = nullptr;    // [B, H], sLSTM only, optional (zeros)
   void* d_y = nullptr;           // [B, T, H], every h_t; required
   void* d_h_final = nullptr;     // [B, H], optional
-  void* d_c_final = nullptr;     // [B, H], LSTM only, optional
+  void* d_c_final = nullptr;     // [B, H], LSTM and sLSTM, optional
+  void* d_n_final = nullptr;     // [B, H], sLSTM only, optional
+  void* d_m_final = nullptr;     // [B, H], sLSTM only, optional
 };
 
 // The forward's inputs and its output y (read: the backward recomputes the
 // gates from it), the output gradients, and the input gradients (each null
 // when not wanted).
 struct GatedRnnBackwardParams {
-  GatedRnnForwardParams fwd;            // d_y read; d_h_final, d_c_final unused
+  GatedRnnForwardParams fwd;            // d_y read; the final-state outputs unused
   const void* d_grad_y = nullptr;       // [B, T, H]; required
   const void* d_grad_h_final = nullptr; // [B, H], optional (zeros)
-  const void* d_grad_c_final = nullptr; // [B, H], LSTM only, optional (zeros)
+  const void* d_grad_c_final = nullptr; // [B, H], LSTM and sLSTM, optional (zeros)
+  const void* d_grad_n_final = nullptr; // [B, H], sLSTM only, optional (zeros)
+  const void* d_grad_m_final = nullptr; // [B, H], sLSTM only, optional (zeros)
   void* d_grad_wx = nullptr;            // [B, T, G*H]
   void* d_grad_R = nullptr;             // [H, G*H]
   void* d_grad_bias = nullptr;          // [G*H] (also when fwd.d_bias is absent: at bias = 0)
   void* d_grad_h0 = nullptr;            // [B, H]
-  void* d_grad_c0 = nullptr;            // [B, H], LSTM only
+  void* d_grad_c0 = nullptr;            // [B, H], LSTM and sLSTM
+  void* d_grad_n0 = nullptr;            // [B, H], sLSTM only
+  void* d_grad_m0 = nullptr;            // [B, H], sLSTM only
   // [B, T, G*H] the gradient of the recurrent pre-activations h_{t-1} R +
   // bias (Edifice's grad_rh). Equal to grad_wx except the GRU's n gate,
   // where it is grad_wx_n * r. grad_R = sum_t h_{t-1}^T grad_rh_t.
@@ -85,6 +95,9 @@ struct GatedRnnLaunchOptions {
   int batch_tile = 0;            // batch rows per pass (rounded up to a power of 2, at most
                                  // kGatedRnnMaxBatchTile)
   bool streamed_weights = false; // force the streamed path (R slice in the workspace)
+  // Forward only: 1 asks for the unit-warps layout (taken where the plan
+  // allows it); -1 (automatic) and 0 give the block layout.
+  int unit_warps = -1;           // -1 automatic, 0 block tiles, 1 unit warps
 };
 
 // How one call is laid out (gated_rnn_plan.cpp).
@@ -96,15 +109,22 @@ struct GatedRnnPlan {
   int k = 0;                     // length of the per-step product: H forward, G*H backward
   int columns = 0;               // its outputs per block: G*U forward, U backward
   int shared_bytes = 0;          // dynamic shared memory of the persistent kernel
+  // Forward: a warp per hidden unit (gated_rnn_forward_unit_warps.cuh); then
+  // units_per_block is the warps of a block, batch_tile is B, columns G*U.
+  bool unit_warps = false;
+  int threads = 256;             // of each block of the persistent kernel
   // Workspace layout: offsets in floats from its start, -1 when not used.
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
   int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
                             // backward: [B, H] the dh carry
   int64_t ws_exchange = -1; // backward: the exchange [2, B, G*H] of 64-bit {grad_rh, step}
-  int64_t ws_cell = -1;     // LSTM [B, H]: forward c; backward dc carry
+  int64_t ws_cell = -1;     // forward: LSTM [B, H] c; sLSTM [3, B, H] c, n, m.
+                            // backward: the carries, LSTM [B, H] dc; sLSTM [3, B, H] dc, dn, dm
   int64_t ws_rh = -1;       // backward [B, T, G*H]: h_{t-1} R + bias, then grad_rh
-  int64_t ws_gates = -1;    // backward [B, T, 4, H]: GRU r, z, n, rh_n; LSTM i, f, g, o
-  int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t
+  int64_t ws_gates = -1;    // backward [B, T, 4, H]: GRU r, z, n, rh_n; LSTM i, f, g, o;
+                            // sLSTM i', f' (the stabilised exponentials), z, o
+  int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t; sLSTM [B, T, 3, H]:
+                            // every c_t, n_t and the share of dm_t taken by log f + m_{t-1}
   int64_t ws_floats = 0;    // total
 };
 

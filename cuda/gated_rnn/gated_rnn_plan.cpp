@@ -36,6 +36,34 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   const int64_t sms = std::max(device.sm_count, 1);
   const int64_t max_units = forward ? kGatedRnnThreads / G : kGatedRnnThreads;
 
+  // The forward at B <= 4, when asked for (unit_warps = 1): a warp per
+  // hidden unit (no block barrier inside a step), as many warps per block as
+  // one block per SM needs, when the block's columns of R fit in shared
+  // memory. Not chosen by default: measured slower than the block layout at
+  // B1 T32 H256 (bench/RESULTS.md, "the unit-warps layout").
+  if (forward && options.unit_warps == 1 && !options.streamed_weights &&
+      B <= kGatedRnnUnitWarpsMaxRows) {
+    const int64_t max_warps = kGatedRnnUnitWarpsMaxThreads / 32;
+    const int64_t warps = std::min(
+        options.units_per_block > 0 ? options.units_per_block : ceil_div(H, sms), H);
+    const int64_t bytes = warps * G * ceil_div(H, 32) * 32 * static_cast<int64_t>(sizeof(float));
+    if (warps <= max_warps && bytes <= device.max_shared_per_block) {
+      plan.unit_warps = true;
+      plan.threads = static_cast<int>(warps * 32);
+      plan.units_per_block = static_cast<int>(warps);
+      plan.blocks = static_cast<int>(ceil_div(H, warps));
+      plan.batch_tile = B <= 1 ? 1 : B <= 2 ? 2 : 4;
+      plan.resident_weights = true;
+      plan.k = static_cast<int>(H);
+      plan.columns = static_cast<int>(G * warps);
+      plan.shared_bytes = static_cast<int>(bytes);
+      int64_t total = 0;
+      plan.ws_state = take(total, 2 * 2 * B * H);  // the exchange, 64-bit words
+      plan.ws_floats = total;
+      return plan;
+    }
+  }
+
   // Units per block: just enough that one block per SM covers H. More
   // blocks means less of the product per block and step, and the exchange
   // costs a block about the same however many there are.
@@ -64,16 +92,20 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
       shared_floats(plan.resident_weights, k, columns, tile) * static_cast<int64_t>(sizeof(float)),
       INT32_MAX));
 
+  // The states besides h a unit carries: the LSTM's c; the sLSTM's c, n, m
+  // (forward), or their gradients (backward).
+  const int64_t cell_states = cell == GatedRnnCell::gru ? 0 : cell == GatedRnnCell::lstm ? 1 : 3;
   int64_t total = 0;
   if (forward) {
     plan.ws_state = take(total, 2 * 2 * B * H);  // 64-bit words
-    if (cell == GatedRnnCell::lstm) plan.ws_cell = take(total, B * H);
+    if (cell_states > 0) plan.ws_cell = take(total, cell_states * B * H);
   } else {
     plan.ws_rh = take(total, B * T * G * H);
     plan.ws_gates = take(total, B * T * 4 * H);
-    if (cell == GatedRnnCell::lstm) plan.ws_c = take(total, B * T * H);
+    // Every step's c (LSTM); c, n and max's share (sLSTM).
+    if (cell_states > 0) plan.ws_c = take(total, B * T * cell_states * H);
     plan.ws_state = take(total, B * H);
-    if (cell == GatedRnnCell::lstm) plan.ws_cell = take(total, B * H);
+    if (cell_states > 0) plan.ws_cell = take(total, cell_states * B * H);
     plan.ws_exchange = take(total, 2 * 2 * B * G * H);  // 64-bit words
   }
   if (!plan.resident_weights) plan.ws_weights = take(total, plan.blocks * columns * k);
@@ -84,7 +116,8 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
 const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                   const GatedRnnShape& shape,
                                   const GatedRnnDevice& device) noexcept {
-  if (cell != GatedRnnCell::gru && cell != GatedRnnCell::lstm) return "unknown gated RNN cell";
+  if (cell != GatedRnnCell::gru && cell != GatedRnnCell::lstm && cell != GatedRnnCell::slstm)
+    return "unknown gated RNN cell";
   if (shape.batch < 1 || shape.steps < 1 || shape.hidden < 1)
     return "gated RNN: B, T and H must be at least 1";
   // Element offsets within one step's rows are 32-bit in the persistent
@@ -101,6 +134,10 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
     return "gated RNN plan: batch tile not a power of two up to 32";
   // Steps are numbered in 32 bits in the exchange.
   if (shape.steps > INT32_MAX - 1) return "gated RNN: T above 2^31 - 2";
+  if (plan.unit_warps &&
+      (shape.batch > kGatedRnnUnitWarpsMaxRows || plan.threads != plan.units_per_block * 32 ||
+       plan.threads > kGatedRnnUnitWarpsMaxThreads))
+    return "gated RNN plan: the unit-warps layout takes at most 4 batch rows and 8 warps a block";
   if (plan.shared_bytes > device.max_shared_per_block)
     return "gated RNN plan: one batch row of the product does not fit in shared memory";
   return nullptr;

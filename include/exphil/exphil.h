@@ -452,6 +452,49 @@ EXPHIL_API exphil_status exphil_lstm_backward(
     const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
     const exphil_tensor* grad_rh, exphil_stream stream);
 
+/* ---------------------------------------------------------------------------
+ * slstm: xLSTM's sLSTM (scalar LSTM with exponential gating) with the
+ * recurrent product fused in, exactly as Edifice's slstm_scan computes it
+ * (exphil/gated_rnn.hpp gives the math). Gates i, f, z, o side by side:
+ *
+ *   pre = wx_t + h_{t-1} R + bias
+ *   m_t = max(pre_f + m_{t-1}, pre_i)
+ *   i = exp(pre_i - m_t), f = exp(pre_f + m_{t-1} - m_t)
+ *   c_t = f c_{t-1} + i tanh(pre_z),  n_t = f n_{t-1} + i
+ *   h_t = sigmoid(pre_o) c_t / max(|n_t|, 1)
+ *
+ *   wx, grad_wx, grad_rh [B, T, 4H];  R, grad_R [H, 4H];  bias, grad_bias
+ *   [4H];  h0, c0, n0, m0, the final states and all their gradients [B, H];
+ *   y, grad_y [B, T, H]
+ *
+ * Dtypes as gru and lstm's. NULL: bias (none), h0, c0 and m0 (zeros), n0
+ * (ones), the final states (not written), their gradients (zeros), and
+ * every backward output (not written; the initial states' gradients may be
+ * asked for without the states, at their defaults). The backward reads the
+ * forward's y and recomputes the gates and the c, n, m states from it;
+ * grad_rh (the gradient of h_{t-1} R + bias) equals grad_wx. At the ties of
+ * max() the gradient is Nx's: half to each side. The forward is one launch,
+ * the backward three or four; sums in a fixed order (bitwise deterministic).
+ * ------------------------------------------------------------------------- */
+
+EXPHIL_API exphil_status exphil_slstm_forward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
+    const exphil_tensor* h0, const exphil_tensor* c0, const exphil_tensor* n0,
+    const exphil_tensor* m0, const exphil_tensor* y, const exphil_tensor* h_final,
+    const exphil_tensor* c_final, const exphil_tensor* n_final,
+    const exphil_tensor* m_final, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_slstm_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
+    const exphil_tensor* grad_y, const exphil_tensor* bias, const exphil_tensor* h0,
+    const exphil_tensor* c0, const exphil_tensor* n0, const exphil_tensor* m0,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_c_final,
+    const exphil_tensor* grad_n_final, const exphil_tensor* grad_m_final,
+    const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
+    const exphil_tensor* grad_bias, const exphil_tensor* grad_h0,
+    const exphil_tensor* grad_c0, const exphil_tensor* grad_n0,
+    const exphil_tensor* grad_m0, const exphil_tensor* grad_rh, exphil_stream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

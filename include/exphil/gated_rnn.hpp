@@ -1,7 +1,7 @@
-// GRU and LSTM sequences with the recurrent product fused in (issue 30's
-// ops "gru" and "lstm" of op_descriptions.h): every step's h_{t-1} R runs
-// inside the kernels, so a call over T steps is one launch forward and a
-// few backward. The input projection x W + b_x is the caller's (one matrix
+// GRU, LSTM and sLSTM sequences with the recurrent product fused in (issue
+// 30's ops "gru", "lstm" and "slstm" of op_descriptions.h): every step's
+// h_{t-1} R runs inside the kernels, so a call over T steps is one launch
+// forward and a few backward. The input projection x W + b_x is the caller's (one matrix
 // product over all steps, as cuDNN and Edifice do).
 //
 // GRU, gates in the order r, z, n (Axon's gru_cell; PyTorch's and cuDNN's
@@ -11,19 +11,33 @@
 // LSTM, gates in the order i, f, g, o (PyTorch's and cuDNN's):
 //   i, f, o = sigmoid(wx + h R + b)      g = tanh(wx_g + h R_g + b_g)
 //   c' = f c + i g                        h' = o tanh(c')
+// sLSTM (xLSTM's scalar LSTM, exactly as Edifice's slstm_scan), gates in the
+// order i, f, z, o, exponential input and forget gates in the log domain
+// with the stabiliser m:
+//   pre = wx + h R + b                    m' = max(pre_f + m, pre_i)
+//   i = exp(pre_i - m'), f = exp(pre_f + m - m'), z = tanh(pre_z), o = sigmoid(pre_o)
+//   c' = f c + i z,  n' = f n + i         h' = o c' / max(|n'|, 1)
+// with the states h, c, n (the normaliser) and m (the stabiliser), by
+// default Edifice's h0 = 0, c0 = 0, n0 = 1, m0 = 0. Its gradient splits at
+// max()'s ties as Nx's autodiff does: half to each side of m's max, and
+// half of |n|'s at |n| = 1 (cuda/gated_rnn/slstm_cell.cuh).
 // cuda/gated_rnn/gated_rnn_forward.cuh maps Axon's and Edifice's parameters
 // onto these.
 //
-// Shapes, with G = 3 (GRU) or 4 (LSTM) and the gates side by side in the
-// last dimension: wx [B, T, G*H]; R [H, G*H]; bias [G*H]; h0, c0, the final
-// states and their gradients [B, H]; y (every h_t) [B, T, H]. Dtypes: wx, y,
-// grad_y, grad_wx and grad_rh share one (f32, f16 or bf16); R, bias and their
-// gradients one that is f32 or that one; the states and their gradients one
-// that is f32 or that one. Arithmetic, the carried state and every sum are
-// f32. Any B >= 1; T from 1 to 2^31 - 2; H from 1 to 2^24, and at most as
-// many hidden units as the device's multiprocessors can hold one block of
-// 256 columns each (G*U per block forward): a larger H is refused as not
-// supported when the call meets the device. Backward sums (grad_R,
+// Shapes, with G = 3 (GRU) or 4 (LSTM, sLSTM) and the gates side by side in
+// the last dimension: wx [B, T, G*H]; R [H, G*H]; bias [G*H]; h0, c0, n0,
+// m0, the final states and their gradients [B, H]; y (every h_t) [B, T, H].
+// Dtypes: wx, y, grad_y, grad_wx and grad_rh share one (f32, f16 or bf16);
+// R, bias and their gradients one that is f32 or that one; the states and
+// their gradients one that is f32 or that one. Arithmetic, the carried state and every sum are
+// f32. Any B >= 1; T from 1 to 2^31 - 2; H from 1 to 2^24, as long as the
+// persistent kernel's blocks (256 columns of R each: G*U forward, U
+// backward; ceil(H / U) of them) can all be resident at once: by default one
+// block per multiprocessor, with R in shared memory where it fits; past
+// that, several blocks per multiprocessor with R read from a workspace (an
+// H100 runs a forward LSTM of H = 8,449, 133 blocks, so). A call whose
+// blocks cannot all be resident fails, naming the co-residency check, before
+// anything is launched. Backward sums (grad_R,
 // grad_bias) run in a fixed order: bitwise deterministic.
 #pragma once
 
@@ -37,9 +51,10 @@ namespace exphil {
 enum class GatedRnnCell : int {
   gru = 0,
   lstm = 1,
+  slstm = 2,
 };
 
-// "gru" or "lstm", the op's name in op_descriptions.h.
+// "gru", "lstm" or "slstm", the op's name in op_descriptions.h.
 const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept;
 
 struct GatedRnnForwardArgs {
@@ -48,31 +63,42 @@ struct GatedRnnForwardArgs {
   const Tensor* R = nullptr;        // [H, G*H]
   const Tensor* bias = nullptr;     // optional [G*H], the recurrent bias
   const Tensor* h0 = nullptr;       // optional [B, H] (zeros)
-  const Tensor* c0 = nullptr;       // optional [B, H], LSTM only (zeros)
+  const Tensor* c0 = nullptr;       // optional [B, H], LSTM and sLSTM (zeros)
+  const Tensor* n0 = nullptr;       // optional [B, H], sLSTM only (ones)
+  const Tensor* m0 = nullptr;       // optional [B, H], sLSTM only (zeros)
   const Tensor* y = nullptr;        // output [B, T, H], every h_t
   const Tensor* h_final = nullptr;  // optional output [B, H]
-  const Tensor* c_final = nullptr;  // optional output [B, H], LSTM only
+  const Tensor* c_final = nullptr;  // optional output [B, H], LSTM and sLSTM
+  const Tensor* n_final = nullptr;  // optional output [B, H], sLSTM only
+  const Tensor* m_final = nullptr;  // optional output [B, H], sLSTM only
 };
 
-// The forward's inputs and its y (the backward recomputes the gates from
-// y), the gradients of its outputs, and the gradients wanted: every output
-// is optional (NULL: not written).
+// The forward's inputs and its y (the backward recomputes the gates, and
+// the LSTM's and sLSTM's other states, from y and wx), the gradients of its
+// outputs, and the gradients wanted: every output is optional (NULL: not
+// written).
 struct GatedRnnBackwardArgs {
   GatedRnnCell cell = GatedRnnCell::gru;
   const Tensor* wx = nullptr;
   const Tensor* R = nullptr;
   const Tensor* bias = nullptr;          // optional
   const Tensor* h0 = nullptr;            // optional
-  const Tensor* c0 = nullptr;            // optional, LSTM only
+  const Tensor* c0 = nullptr;            // optional, LSTM and sLSTM
+  const Tensor* n0 = nullptr;            // optional, sLSTM only
+  const Tensor* m0 = nullptr;            // optional, sLSTM only
   const Tensor* y = nullptr;             // the forward's output
   const Tensor* grad_y = nullptr;        // [B, T, H]
   const Tensor* grad_h_final = nullptr;  // optional [B, H]
-  const Tensor* grad_c_final = nullptr;  // optional [B, H], LSTM only
+  const Tensor* grad_c_final = nullptr;  // optional [B, H], LSTM and sLSTM
+  const Tensor* grad_n_final = nullptr;  // optional [B, H], sLSTM only
+  const Tensor* grad_m_final = nullptr;  // optional [B, H], sLSTM only
   const Tensor* grad_wx = nullptr;       // [B, T, G*H]
   const Tensor* grad_R = nullptr;        // [H, G*H]
   const Tensor* grad_bias = nullptr;     // [G*H], also without bias (its gradient at 0)
   const Tensor* grad_h0 = nullptr;       // [B, H], also without h0 (at zeros)
-  const Tensor* grad_c0 = nullptr;       // [B, H], LSTM only
+  const Tensor* grad_c0 = nullptr;       // [B, H], LSTM and sLSTM; also without c0
+  const Tensor* grad_n0 = nullptr;       // [B, H], sLSTM only; also without n0 (at ones)
+  const Tensor* grad_m0 = nullptr;       // [B, H], sLSTM only; also without m0 (at zeros)
   // [B, T, G*H]: the gradient of the recurrent pre-activations h_{t-1} R + b
   // (Edifice's backward returns it and forms grad_R itself). Equal to
   // grad_wx except the GRU's n gate, where it is r times it.
@@ -86,6 +112,9 @@ struct GatedRnnLaunchInfo {
   int blocks = 0;                 // its grid, all resident at once (by default one per multiprocessor)
   int batch_tile = 0;             // batch rows per pass through a block's slice of R
   bool resident_weights = false;  // R's slices in shared memory, else read from the workspace
+  // Forward: a warp per hidden unit (the latency layout for B <= 4); then
+  // units_per_block counts the warps of a block.
+  bool unit_warps = false;
   int kernels = 0;                // kernel launches of the call
 };
 
@@ -95,6 +124,10 @@ struct GatedRnnLaunchOptions {
   int units_per_block = 0;
   int batch_tile = 0;                   // a power of two, 1 to 32
   bool streamed_weights = false;        // force R's slices out of shared memory
+  // Forward: 1 asks for a warp per unit (taken where the shape allows it:
+  // B <= 4, the block's columns of R in shared memory; `chosen` says);
+  // -1 (automatic) and 0 run the block layout, which measured faster.
+  int unit_warps = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 
@@ -111,8 +144,9 @@ Status can_implement(const GatedRnnBackwardArgs& args) noexcept;
 
 // The member of `args` that holds the tensor the op's description
 // (op_descriptions.h) names `name`, or null for a name it does not have
-// (c0, c_final and their gradients for a GRU): a binding fills any op's
-// args by the description's names.
+// (c0, c_final and their gradients for a GRU; n0, m0, n_final, m_final and
+// their gradients for a GRU or an LSTM): a binding fills any op's args by
+// the description's names.
 const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept;
 

@@ -48,7 +48,7 @@
  *                      f32: f32 only.
  *               shape  named dimensions, comma-separated; a name means the
  *                      same extent wherever it appears; "3H" is 3 times H
- *                      (the GRU's gates side by side; "4H" the LSTM's). The first tensor
+ *                      (the GRU's gates side by side; "4H" the LSTM's and sLSTM's). The first tensor
  *                      that names a dimension sets it. Extents the kernels
  *                      limit (attention's head width d: 32, 64, 96 or 128;
  *                      the selective scan's N: 1 to 256) are the C++
@@ -123,10 +123,12 @@
   EXPHIL_OP_DIRECTION(selective_scan, backward, "x:in:seq:B,T,D dt:in:seq:B,T,D A:in:f32:D,N B:in:seq:B,T,N C:in:seq:B,T,N grad_y:in:seq:B,T,D dt_bias?:in:f32:D D?:in:f32:D z?:in:seq:B,T,D h0?:in:f32:B,D,N grad_h_final?:in:f32:B,D,N grad_x?:out:seq:B,T,D grad_dt?:out:seq:B,T,D grad_A?:out:f32:D,N grad_B?:out:seq:B,T,N grad_C?:out:seq:B,T,N grad_dt_bias?:out:f32:D:dt_bias grad_D?:out:f32:D:D grad_z?:out:seq:B,T,D:z grad_h0?:out:f32:B,D,N:h0", "softplus:bool=false clamp:bool=false dt_min:f32=0:finite:if(clamp) dt_max:f32=0:finite:if(clamp)", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(attention, forward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:out:seq:B,Hq,T,d lse?:out:f32:B,Hq,T", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(attention, backward, "q:in:seq:B,Hq,T,d k:in:seq:B,Hkv,S,d v:in:seq:B,Hkv,S,d o:in:seq:B,Hq,T,d lse:in:f32:B,Hq,T grad_o:in:seq:B,Hq,T,d grad_q?:out:seq:B,Hq,T,d grad_k?:out:seq:B,Hkv,S,d grad_v?:out:seq:B,Hkv,S,d", "mask:enum(none|causal|window)=none window:i32=0:1..2147483647:if(mask=window) layout:enum(bhtd|bthd)=bhtd scale:f32=0:finite precision:enum(exact|tf32x3)=exact recompute_lse:bool=false", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(gru, forward, "wx:in:seq:B,T,3H R:in:weight:H,3H bias?:in:weight:3H h0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H", "", "cpp c xla") \
-  EXPHIL_OP_DIRECTION(gru, backward, "wx:in:seq:B,T,3H R:in:weight:H,3H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:3H h0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_wx?:out:seq:B,T,3H grad_R?:out:weight:H,3H grad_bias?:out:weight:3H grad_h0?:out:carry:B,H grad_rh?:out:seq:B,T,3H", "", "cpp c xla") \
-  EXPHIL_OP_DIRECTION(lstm, forward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H c_final?:out:carry:B,H", "", "cpp c xla") \
-  EXPHIL_OP_DIRECTION(lstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp c xla")
+  EXPHIL_OP_DIRECTION(slstm, forward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H n0?:in:carry:B,H m0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H c_final?:out:carry:B,H n_final?:out:carry:B,H m_final?:out:carry:B,H", "", "cpp c") \
+  EXPHIL_OP_DIRECTION(slstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H n0?:in:carry:B,H m0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_n_final?:in:carry:B,H grad_m_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_n0?:out:carry:B,H grad_m0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp c") \
+  EXPHIL_OP_DIRECTION(gru, forward, "wx:in:seq:B,T,3H R:in:weight:H,3H bias?:in:weight:3H h0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(gru, backward, "wx:in:seq:B,T,3H R:in:weight:H,3H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:3H h0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_wx?:out:seq:B,T,3H grad_R?:out:weight:H,3H grad_bias?:out:weight:3H grad_h0?:out:carry:B,H grad_rh?:out:seq:B,T,3H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(lstm, forward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H c_final?:out:carry:B,H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(lstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp c nif xla")
 /* clang-format on */
 
 #endif /* EXPHIL_OP_DESCRIPTIONS_H */

@@ -26,7 +26,8 @@
  * misspelt name is never ignored.
  *
  * Optional operands. An optional operand `x` (below: h0, grad_h_final,
- * dt_bias, D, z) goes with an optional i1 attribute has_x:
+ * dt_bias, D, z; the GRU's and LSTM's bias, c0 and grad_c_final) goes with
+ * an optional i1 attribute has_x:
  *   has_x = false  x is absent: its buffer may have any shape (Nx, which has
  *                  no zero-size dimension, passes a scalar) and is never
  *                  read; the gradient result of x, if the target has one,
@@ -157,6 +158,27 @@
  *                         results:  grad_wx, grad_R, grad_bias, grad_h0,
  *                                   grad_c0, grad_rh
  *
+ * GRU and LSTM sequences, y-only form (the operands and results of
+ * Edifice's :fused_gru_scan, :fused_lstm_scan and their backward ops): no
+ * bias, h0 (and c0) always operands, y the forward's only result, no
+ * final-state gradients in, and of the gradients only those Edifice's
+ * template has (grad_R and grad_bias are not computed: Edifice forms
+ * grad_R from grad_rh, or for the LSTM from grad_wx, itself). No
+ * attributes. The same math as above without bias (GRU n = tanh(wx_n +
+ * r * (h R)_n)); dtypes as above (R f32 or the dtype of wx; h0, c0 and
+ * their gradients f32 or that dtype, one per call).
+ *   exphil_gru_y_fwd      operands: wx [B, T, 3H], R [H, 3H], h0 [B, H]
+ *                         results:  y [B, T, H]
+ *   exphil_gru_y_bwd      operands: wx, R, h0, y (the forward's), grad_y
+ *                         results:  grad_wx [B, T, 3H], grad_rh [B, T, 3H],
+ *                                   grad_h0 [B, H]
+ *   exphil_lstm_y_fwd     operands: wx [B, T, 4H], R [H, 4H], h0, c0 [B, H]
+ *                         results:  y [B, T, H]
+ *   exphil_lstm_y_bwd     operands: wx, R, h0, c0, y (the forward's h,
+ *                                   from which the cell states are
+ *                                   recomputed), grad_y
+ *                         results:  grad_wx [B, T, 4H], grad_h0, grad_c0
+ *
  * Errors. A failing handler returns an XLA error whose message starts with
  * the target name, then the library's message (or the handler's, naming the
  * operand, result or attribute). Codes: invalid argument for bad shapes,
@@ -224,6 +246,10 @@ EXPHIL_API struct XLA_FFI_Error* exphil_gru_bwd(struct XLA_FFI_CallFrame* call_f
 EXPHIL_API struct XLA_FFI_Error* exphil_lstm_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_lstm_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_selective_scan_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_y_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_y_bwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

@@ -66,7 +66,11 @@
   EXPHIL_XLA_FFI_TARGET(exphil_gru_fwd, "wx R bias? h0?", "y h_final", "has_bias?:i1 has_h0?:i1") \
   EXPHIL_XLA_FFI_TARGET(exphil_gru_bwd, "wx R y grad_y bias? h0? grad_h_final?", "grad_wx grad_R grad_bias grad_h0 grad_rh", "has_bias?:i1 has_h0?:i1 has_grad_h_final?:i1") \
   EXPHIL_XLA_FFI_TARGET(exphil_lstm_fwd, "wx R bias? h0? c0?", "y h_final c_final", "has_bias?:i1 has_h0?:i1 has_c0?:i1") \
-  EXPHIL_XLA_FFI_TARGET(exphil_lstm_bwd, "wx R y grad_y bias? h0? c0? grad_h_final? grad_c_final?", "grad_wx grad_R grad_bias grad_h0 grad_c0 grad_rh", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1")
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_bwd, "wx R y grad_y bias? h0? c0? grad_h_final? grad_c_final?", "grad_wx grad_R grad_bias grad_h0 grad_c0 grad_rh", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_y_fwd, "wx R h0", "y", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_y_bwd, "wx R h0 y grad_y", "grad_wx grad_rh grad_h0", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_fwd, "wx R h0 c0", "y", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_bwd, "wx R h0 c0 y grad_y", "grad_wx grad_h0 grad_c0", "")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

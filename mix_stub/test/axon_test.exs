@@ -442,6 +442,227 @@ defmodule ExPhil.Native.AxonTest do
     end
   end
 
+  # Axon.gru/Axon.lstm and ours, built alike: `{sequence, carry}` in one container.
+  defp axon_rnn(module, cell, opts, hidden_state \\ nil) do
+    {sequence, carry} =
+      if hidden_state,
+        do: apply(module, cell, [input(), hidden_state, @units, opts]),
+        else: apply(module, cell, [input(), @units, opts])
+
+    Axon.container({sequence, carry})
+  end
+
+  # The ExPhil.Native.Block nodes (targets) a model's prediction traces.
+  defp block_targets(predict_fn, model_state, inputs) do
+    fn state, inputs -> predict_fn.(state, inputs) end
+    |> Nx.Defn.debug_expr()
+    |> apply([model_state, inputs])
+    |> ExPhil.Native.Blocks.find(ExPhil.Native.Block)
+    |> Enum.map(&elem(&1, 0).target)
+  end
+
+  defp flat(container), do: Nx.Defn.Composite.flatten_list([container])
+
+  defp deep_shapes(%Nx.Tensor{} = t), do: Nx.shape(t)
+  defp deep_shapes(%{} = map), do: Map.new(map, fn {k, v} -> {k, deep_shapes(v)} end)
+
+  # Biases of a visible size (Axon's :normal draws them at a scale of 0.01).
+  defp uniform_bias(shape, type, key),
+    do: key |> Nx.Random.uniform(-0.5, 0.5, shape: shape, type: type) |> elem(0)
+
+  # Functions of the cell, not test bodies with it unquoted: the compiler
+  # would see a literal cell compared with the other.
+  defp loads_axon_parameters(cell, use_bias) do
+    opts = [
+      name: "rnn",
+      seed: 5,
+      use_bias: use_bias,
+      bias_initializer: &uniform_bias/3
+    ]
+
+    theirs = axon_rnn(Axon, cell, opts)
+    ours = axon_rnn(Layer, cell, opts)
+    {model_state, predict_theirs} = init(theirs)
+    {ours_state, predict_ours} = init(ours)
+
+    # the same parameters, by name and shape, as Axon's (and the same
+    # values from the same seed)
+    assert deep_shapes(ours_state.data) == deep_shapes(model_state.data)
+    assert ours_state.data == model_state.data
+    assert Map.keys(model_state.data["rnn"]) -- ["bias"] == ["hidden_kernel", "input_kernel"]
+
+    inputs = %{"x" => x()}
+    assert block_targets(predict_ours, model_state, inputs) == ["exphil_#{cell}_fwd"]
+    assert block_targets(predict_theirs, model_state, inputs) == []
+
+    expected = flat(predict_theirs.(model_state, inputs))
+    got = flat(predict_ours.(model_state, inputs))
+    assert length(got) == if(cell == :gru, do: 2, else: 3)
+    Enum.zip_with(got, expected, &assert_close(&1, &2, 2.0e-6))
+  end
+
+  defp gradients_agree_with_axon(cell, use_bias) do
+    opts = [
+      name: "rnn",
+      seed: 5,
+      use_bias: use_bias,
+      bias_initializer: &uniform_bias/3
+    ]
+
+    {model_state, predict_theirs} = init(axon_rnn(Axon, cell, opts))
+    {_, predict_ours} = init(axon_rnn(Layer, cell, opts))
+    inputs = %{"x" => x()}
+
+    weights =
+      predict_theirs.(model_state, inputs)
+      |> flat()
+      |> Enum.with_index(30)
+      |> Enum.map(fn {out, seed} -> random(Nx.shape(out), seed) end)
+
+    loss = fn predict_fn ->
+      fn params ->
+        state = put_in(model_state.data["rnn"], params)
+
+        predict_fn.(state, inputs)
+        |> flat()
+        |> Enum.zip_with(weights, &Nx.sum(Nx.multiply(&1, &2)))
+        |> Enum.reduce(&Nx.add/2)
+      end
+    end
+
+    params = model_state.data["rnn"]
+    expected = Nx.Defn.grad(params, loss.(predict_theirs))
+    got = Nx.Defn.grad(params, loss.(predict_ours))
+
+    for {group, by_name} <- expected, {name, grad} <- by_name do
+      assert_close(got[group][name], grad, 2.0e-5)
+    end
+  end
+
+  describe "gru/3 and lstm/3: Axon's layers on the fused ops" do
+    for cell <- [:gru, :lstm], use_bias <- [true, false] do
+      test "#{cell} use_bias: #{use_bias}: Axon.#{cell}'s parameters load unchanged and give its output",
+        do: loads_axon_parameters(unquote(cell), unquote(use_bias))
+
+      test "#{cell} use_bias: #{use_bias}: gradients in every parameter agree with Axon's",
+        do: gradients_agree_with_axon(unquote(cell), unquote(use_bias))
+    end
+
+    test "from a given hidden state (gru/4, lstm/4), and trains" do
+      h = Axon.input("h", shape: {nil, @units})
+      c = Axon.input("c", shape: {nil, @units})
+
+      templates = %{
+        "h" => Nx.template({@batch, @units}, :f32),
+        "c" => Nx.template({@batch, @units}, :f32)
+      }
+
+      inputs = %{
+        "x" => x(),
+        "h" => random({@batch, @units}, 8),
+        "c" => random({@batch, @units}, 9)
+      }
+
+      for {cell, state} <- [gru: {h}, lstm: {c, h}] do
+        {model_state, predict_theirs} =
+          init(axon_rnn(Axon, cell, [name: "rnn"], state), templates)
+
+        {_, predict_ours} = init(axon_rnn(Layer, cell, [name: "rnn"], state), templates)
+        assert block_targets(predict_ours, model_state, inputs) == ["exphil_#{cell}_fwd"]
+
+        Enum.zip_with(
+          flat(predict_ours.(model_state, inputs)),
+          flat(predict_theirs.(model_state, inputs)),
+          &assert_close(&1, &2, 2.0e-6)
+        )
+      end
+
+      {sequence, _carry} = Layer.lstm(input(), @units)
+      {before, later} = train(sequence, @units)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+
+    test "a mask, or a gate or activation of another kind, runs Axon's own cells" do
+      mask = Axon.input("mask", shape: {nil, @steps})
+      m = Nx.tensor([[0, 0, 1, 0, 1], [1, 0, 0, 0, 0]])
+      templates = %{"mask" => Nx.template({@batch, @steps}, :s64)}
+      inputs = %{"x" => x(), "mask" => m}
+
+      for cell <- [:gru, :lstm],
+          opts <- [[mask: mask], [activation: :relu], [gate: :hard_sigmoid]] do
+        opts = [name: "rnn", seed: 5] ++ opts
+        {model_state, predict_theirs} = init(axon_rnn(Axon, cell, opts), templates)
+        {_, predict_ours} = init(axon_rnn(Layer, cell, opts), templates)
+        assert block_targets(predict_ours, model_state, inputs) == []
+        assert predict_ours.(model_state, inputs) == predict_theirs.(model_state, inputs)
+      end
+    end
+
+    test "Layers.gru/7 and lstm/7 take Axon.Layers' arguments, with a default mask too" do
+      {ih, hh, b} =
+        {%{"wir" => random({4, 3}, 1), "wiz" => random({4, 3}, 2), "win" => random({4, 3}, 3)},
+         %{"whr" => random({3, 3}, 4), "whz" => random({3, 3}, 5), "whn" => random({3, 3}, 6)},
+         %{
+           "br" => random({3}, 7),
+           "bz" => random({3}, 8),
+           "bin" => random({3}, 9),
+           "bhn" => random({3}, 10)
+         }}
+
+      h0 = {random({@batch, 3}, 11)}
+
+      for mask <- [0, Nx.tensor(0)], bias <- [b, []] do
+        args = [x(), h0, mask, ih, hh] ++ if(bias == [], do: [], else: [bias])
+        {y, {h}} = apply(Layers, :gru, args ++ [[unroll: :dynamic]])
+
+        {ey, {eh}} =
+          apply(
+            Axon.Layers,
+            :gru,
+            [x(), h0, Nx.tensor(mask), ih, hh] ++
+              if(bias == [], do: [], else: [bias]) ++ [[unroll: :static]]
+          )
+
+        assert_close(y, ey, 2.0e-6)
+        assert_close(h, eh, 2.0e-6)
+      end
+    end
+
+    test "bad arguments raise ArgumentError naming them" do
+      for cell <- [:gru, :lstm] do
+        fun = "ExPhil.Native.Axon.#{cell}/3"
+
+        assert_raise ArgumentError,
+                     "#{fun}: argument 'input' expected an Axon node, got: 3",
+                     fn ->
+                       apply(Layer, cell, [3, @units])
+                     end
+
+        assert_raise ArgumentError,
+                     "#{fun}: argument 'units' expected a positive integer, got: 0",
+                     fn -> apply(Layer, cell, [input(), 0]) end
+
+        assert_raise ArgumentError,
+                     ~r/#{fun}: unknown options \[:initial_state\], expected one of/,
+                     fn ->
+                       apply(Layer, cell, [input(), @units, [initial_state: input()]])
+                     end
+
+        assert_raise ArgumentError,
+                     ~r/#{fun}: option :kernel_initializer expected one of .* got: :bogus/,
+                     fn -> apply(Layer, cell, [input(), @units, [kernel_initializer: :bogus]]) end
+
+        assert_raise ArgumentError, ~r/#{cell}\/4: unknown options \[:seed\]/, fn ->
+          apply(Layer, cell, [input(), {input()}, @units, [seed: 1]])
+        end
+      end
+
+      assert_raise ArgumentError,
+                   "ExPhil.Native.Axon.lstm/4: argument 'hidden_state' expected {c, h}, Axon nodes, got: {3}",
+                   fn -> Layer.lstm(input(), {3}, @units, []) end
+    end
+  end
+
   describe "bad options raise ArgumentError naming the option" do
     test "common and recurrent options" do
       for builder <- [&Layer.min_gru/3, &Layer.min_lstm/3, &Layer.liquid/3] do

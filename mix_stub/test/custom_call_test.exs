@@ -196,6 +196,91 @@ defmodule ExPhil.Native.CustomCallTest do
     end
   end
 
+  # A function of the cell, not a test body with it unquoted: the compiler
+  # would see a literal cell compared with the other.
+  defp assert_gated_rnn_blocks(cell, type, optional, final_state?) do
+    g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+    {b, t, h} = {2, 4, 3}
+
+    tensors = %{
+      wx: random({b, t, g * h}, type, 1),
+      r: random({h, g * h}, :f32, 2),
+      bias: random({g * h}, :f32, 3),
+      h0: random({b, h}, :f32, 4),
+      c0: random({b, h}, :f32, 5)
+    }
+
+    op_fun = fn tensors ->
+      opts = Enum.map(optional, &{&1, tensors[&1]}) ++ [final_state: final_state?]
+      apply(Ops, cell, [tensors.wx, tensors.r, opts])
+    end
+
+    {forward, backward} = forward_and_backward(op_fun, Map.take(tensors, [:wx, :r | optional]))
+    {_, _, [y | finals]} = assert_matches_target(forward, "exphil_#{cell}_fwd")
+    assert {Nx.shape(y), Nx.type(y)} == {{b, t, h}, type}
+    final_names = if cell == :gru, do: ["h_final"], else: ["h_final", "c_final"]
+    assert length(finals) == length(final_names)
+
+    for state <- finals do
+      assert {Nx.shape(state), Nx.type(state)} == {{b, h}, {:f, 32}}
+    end
+
+    keys = if cell == :gru, do: [:bias, :h0], else: [:bias, :h0, :c0]
+    has = Map.new(keys, &{"has_#{&1}", &1 in optional})
+    assert elem(forward, 0).attributes == has
+
+    {_, operands, results} = assert_matches_target(backward, "exphil_#{cell}_bwd")
+    # Without the final states in the loss their gradients are zero constants: absent.
+    has_finals = Map.new(final_names, &{"has_grad_#{&1}", final_state?})
+    assert elem(backward, 0).attributes == Map.merge(has, has_finals)
+
+    # wx, R, y, grad_y first; y and grad_y in the sequence type.
+    assert Enum.map(Enum.slice(operands, 2, 2), &{Nx.shape(&1), Nx.type(&1)}) ==
+             [{{b, t, h}, type}, {{b, t, h}, type}]
+
+    # Every result, whether or not its input was given: grad_wx, grad_R,
+    # grad_bias, grad_h0, (grad_c0,) grad_rh.
+    state = {{b, h}, {:f, 32}}
+
+    expected =
+      [{{b, t, g * h}, type}, {{h, g * h}, {:f, 32}}, {{g * h}, {:f, 32}}] ++
+        List.duplicate(state, length(final_names)) ++ [{{b, t, g * h}, type}]
+
+    assert Enum.map(results, &{Nx.shape(&1), Nx.type(&1)}) == expected
+  end
+
+  describe "gru and lstm" do
+    for cell <- [:gru, :lstm],
+        type <- [{:f, 32}, {:bf, 16}, {:f, 16}],
+        optional <- [[], [:bias, :h0], [:h0, :c0], [:bias, :h0, :c0]],
+        cell == :lstm or :c0 not in optional,
+        final_state? <- [false, true] do
+      test "#{cell} #{inspect(type)} with #{inspect(optional)} final state: #{final_state?}" do
+        assert_gated_rnn_blocks(
+          unquote(cell),
+          unquote(type),
+          unquote(optional),
+          unquote(final_state?)
+        )
+      end
+    end
+
+    test "r, bias, h0 and c0 reach the targets in f32 whatever their type" do
+      tensors = %{
+        wx: random({1, 2, 8}, :bf16, 1),
+        r: random({2, 8}, :bf16, 2),
+        bias: random({8}, :f16, 3),
+        h0: random({1, 2}, :bf16, 4),
+        c0: random({1, 2}, :f64, 5)
+      }
+
+      op_fun = fn t -> Ops.lstm(t.wx, t.r, bias: t.bias, h0: t.h0, c0: t.c0) end
+      {{block, operands, _}, _backward} = forward_and_backward(op_fun, tensors)
+      assert block.unsupported == nil
+      assert Enum.map(operands, &Nx.type/1) == [{:bf, 16}, {:f, 32}, {:f, 32}, {:f, 32}, {:f, 32}]
+    end
+  end
+
   defp attention_shape(:bhtd, b, heads, steps, d), do: {b, heads, steps, d}
   defp attention_shape(:bthd, b, heads, steps, d), do: {b, steps, heads, d}
 
@@ -368,5 +453,9 @@ defmodule ExPhil.Native.CustomCallTest do
       Blocks.capture(&Ops.selective_scan(&1, &1, &2, &3, &3), [random({1, 2, 3}, :f32, 5), a, b])
 
     assert block.unsupported =~ "257"
+
+    wx = random({1, 2, 6}, :f64, 6)
+    [{block, _, _}] = Blocks.capture(&Ops.gru(&1, &2), [wx, random({2, 6}, :f64, 7)])
+    assert block.unsupported =~ "{:f, 64}"
   end
 end

@@ -1,7 +1,7 @@
 defmodule ExPhil.Native.EdificeTest do
   # Edifice's fused ops against ExPhil.Native.Edifice's table: the blocks
-  # Edifice builds for small MinGRU, MinLSTM, Mamba and InfiniAttention
-  # models, and for every Edifice.CUDA.FusedScan entry point, have the
+  # Edifice builds for small MinGRU, MinLSTM, Mamba, InfiniAttention, LSTM
+  # and GRU models, and for every Edifice.CUDA.FusedScan entry point, have the
   # operand and result counts of the table (Edifice's FUSED_OPS.md), and
   # ExPhil.Native.Edifice.call/4 answers :skip for each on a CUDA and a host
   # client. With the opt-in off (as here), Edifice's models run and train on
@@ -23,7 +23,7 @@ defmodule ExPhil.Native.EdificeTest do
   alias ExPhil.Native.Edifice, as: NativeEdifice
 
   # Edifice.build/2 names: the backbones EDIFICE.md studies.
-  @models [:min_gru, :min_lstm, :mamba, :attention, :infini_attention]
+  @models [:min_gru, :min_lstm, :mamba, :attention, :infini_attention, :lstm, :gru]
 
   @model_opts %{
     min_gru: [
@@ -71,7 +71,9 @@ defmodule ExPhil.Native.EdificeTest do
       seq_len: 4,
       window_size: 4,
       dropout: 0.0
-    ]
+    ],
+    lstm: [embed_dim: 8, hidden_size: 8, num_layers: 2, seq_len: 4, window_size: 4, dropout: 0.0],
+    gru: [embed_dim: 8, hidden_size: 8, num_layers: 2, seq_len: 4, window_size: 4, dropout: 0.0]
   }
 
   # ------------------------------------------------------------------ helpers
@@ -272,6 +274,25 @@ defmodule ExPhil.Native.EdificeTest do
     %{"q" => bhtd, "k" => bhtd, "v" => bhtd, "flag" => {{1}, Nx.type(q)}, "o" => bhtd}
   end
 
+  # The GRU and LSTM targets: no attributes; wx and the gradients of the gate
+  # pre-activations [B, T, G*H] (G = 3 for the GRU, 4 for the LSTM), R
+  # [H, G*H], y and grad_y [B, T, H], the states [B, H], all of wx's type
+  # (Edifice's templates) but R, which may be f32.
+  @gated_rnn_targets ~w(exphil_gru_y_fwd exphil_gru_y_bwd exphil_lstm_y_fwd exphil_lstm_y_bwd)
+  defp block_shapes(target, [wx, r | _], []) when target in @gated_rnn_targets do
+    {batch, steps, width} = Nx.shape(wx)
+    {hidden, ^width} = Nx.shape(r)
+    assert width == hidden * if(String.starts_with?(target, "exphil_gru"), do: 3, else: 4)
+    type = Nx.type(wx)
+    gates = {{batch, steps, width}, type}
+    seq = {{batch, steps, hidden}, type}
+    state = {{batch, hidden}, type}
+
+    %{"wx" => gates, "R" => {{hidden, width}, Nx.type(r)}, "y" => seq, "grad_y" => seq}
+    |> Map.merge(%{"grad_wx" => gates, "grad_rh" => gates})
+    |> Map.merge(%{"h0" => state, "c0" => state, "grad_h0" => state, "grad_c0" => state})
+  end
+
   # The scans' y-only targets: no attributes; the sequences are [B, T, H] and
   # the states (h0, grad_h0) [B, H], all of the first operand's type
   # (Edifice's templates).
@@ -307,7 +328,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------- tables
 
-  test "the table has Edifice's 47 ops, 18 native" do
+  test "the table has Edifice's 47 ops, 22 native" do
     ops = NativeEdifice.ops()
     assert length(ops) == 47
     assert Enum.count(ops, &(&1.direction == :forward)) == 29
@@ -335,7 +356,11 @@ defmodule ExPhil.Native.EdificeTest do
              fused_diag_linear_scan: "exphil_diag_linear_y_fwd",
              fused_linear_scan_backward: "exphil_linear_scan_y_bwd",
              fused_diag_linear_scan_backward: "exphil_linear_scan_y_bwd",
-             fused_selective_scan: "exphil_selective_scan_y_fwd"
+             fused_selective_scan: "exphil_selective_scan_y_fwd",
+             fused_gru_scan: "exphil_gru_y_fwd",
+             fused_gru_scan_backward: "exphil_gru_y_bwd",
+             fused_lstm_scan: "exphil_lstm_y_fwd",
+             fused_lstm_scan_backward: "exphil_lstm_y_bwd"
            }
 
     for {_op, target} <- native, do: assert(%{} = ExPhil.Native.Targets.fetch!(target))
@@ -365,7 +390,7 @@ defmodule ExPhil.Native.EdificeTest do
              Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
 
     counts = Enum.frequencies_by(ops, & &1.status)
-    assert counts == %{native: 18, kernel_op: 4, no_kernel: 25}
+    assert counts == %{native: 22, kernel_op: 4, no_kernel: 21}
 
     # EDIFICE.md carries the table this module renders.
     doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
@@ -433,7 +458,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------ models
 
-  test "Edifice MinGRU, MinLSTM, Mamba, attention, InfiniAttention: their fused-op blocks are the table's" do
+  test "Edifice MinGRU, MinLSTM, Mamba, attention, InfiniAttention, LSTM, GRU: their fused-op blocks are the table's" do
     # Without the tier Edifice builds no fused-op block.
     for model <- @models, do: assert(traced_blocks(model) == [])
 
@@ -721,6 +746,123 @@ defmodule ExPhil.Native.EdificeTest do
 
     assert {:skip, "causal_packed is not a constant of the expression"} =
              NativeEdifice.native_block(b_struct, b_out, [q, k, v, fwd, g, param])
+  end
+
+  test "the GRU and LSTM blocks: native, or :skip where the kernels would refuse them" do
+    {b, t, h} = {2, 5, 6}
+
+    traced =
+      with_native_tier(fn ->
+        for {entry, gates} <- [{:gru_scan, 3}, {:lstm_scan, 4}], type <- [:f32, :bf16] do
+          args =
+            [input({b, t, gates * h}), input({h, gates * h}) |> Nx.divide(4)]
+            |> Enum.map(&Nx.as_type(&1, type))
+
+          call = fn args -> apply(FusedScan, entry, Tuple.to_list(args)) end
+          backward_op = :"fused_#{entry}_backward"
+          assert [forward] = fused_blocks(Nx.Defn.debug_expr(call).(List.to_tuple(args)))
+
+          grad =
+            Nx.Defn.debug_expr(fn args -> Nx.Defn.grad(args, &Nx.sum(call.(&1))) end).(
+              List.to_tuple(args)
+            )
+
+          assert [backward] =
+                   for({%FusedOp{op: ^backward_op}, _, _} = blk <- fused_blocks(grad), do: blk)
+
+          {entry, type, forward, backward}
+        end
+      end)
+
+    for {entry, type, {f_struct, f_args, f_out}, {b_struct, b_args, b_out}} <- traced do
+      {:ok, f_row} = NativeEdifice.fetch(f_struct.op)
+      {:ok, b_row} = NativeEdifice.fetch(b_struct.op)
+      assert f_row.target == "exphil_#{String.trim_trailing("#{entry}", "_scan")}_y_fwd"
+      # Edifice's h0 and c0 are zeros of wx's type; every operand of the
+      # forward is of that type.
+      assert Enum.all?(f_args, &(Nx.type(&1) == Nx.type(hd(f_args))))
+      assert_native_block(f_row, f_struct, f_out, f_args)
+
+      if type == :f32 do
+        assert_native_block(b_row, b_struct, b_out, b_args)
+      else
+        # Nx's cotangent g is f32 under a bf16 wx, and so are the block's
+        # results: the kernels take one sequence type, so :skip.
+        assert Nx.type(List.last(b_args)) == {:f, 32}
+        assert Enum.all?(Blocks.results(b_out), &(Nx.type(&1) == {:f, 32}))
+
+        assert {:skip, "g of type {:f, 32}, wx of type {:bf, 16}: the kernels take one " <> _} =
+                 NativeEdifice.native_block(b_struct, b_out, b_args)
+
+        # With g and the results of wx's type (Edifice's templates), native.
+        b_args = List.update_at(b_args, -1, &Nx.as_type(&1, :bf16))
+        b_out = b_out |> Blocks.results() |> Enum.map(&Nx.template(Nx.shape(&1), :bf16))
+        b_out = List.to_tuple(b_out)
+        assert_native_block(b_row, b_struct, b_out, b_args)
+      end
+    end
+
+    # What the kernels take besides Edifice's own types: R in f32 under a bf16
+    # wx, the states in f32 (and their gradients with them).
+    tpl = &Nx.template/2
+    wx = tpl.({b, t, 4 * h}, :bf16)
+    seq = tpl.({b, t, h}, :bf16)
+    lstm = %FusedOp{op: :fused_lstm_scan, attrs: %{}}
+    lstm_b = %FusedOp{op: :fused_lstm_scan_backward, attrs: %{}}
+    r32 = tpl.({h, 4 * h}, :f32)
+    {s16, s32} = {tpl.({b, h}, :bf16), tpl.({b, h}, :f32)}
+
+    assert {:ok, %{unsupported: nil}} = NativeEdifice.native_block(lstm, seq, [wx, r32, s16, s16])
+    assert {:ok, %{unsupported: nil}} = NativeEdifice.native_block(lstm, seq, [wx, r32, s32, s32])
+
+    assert {:ok, %{unsupported: nil}} =
+             NativeEdifice.native_block(lstm_b, {wx, s32, s32}, [wx, r32, s32, s32, seq, seq])
+
+    # And what they do not: one states type per call, gradients included; R
+    # of a third type; a sequence operand or result of another type; f64.
+    for {op, out, args, why} <- [
+          {lstm, seq, [wx, r32, s32, s16], "the states and their gradients of types"},
+          {lstm_b, {wx, s16, s16}, [wx, r32, s32, s32, seq, seq],
+           "the states and their gradients of types"},
+          {lstm, seq, [wx, tpl.({h, 4 * h}, :f16), s16, s16],
+           "recurrent_weight of type {:f, 16}"},
+          {lstm_b, {wx, s16, s16}, [wx, r32, s16, s16, tpl.({b, t, h}, :f32), seq],
+           "fwd of type {:f, 32}"},
+          {lstm_b, {tpl.({b, t, 4 * h}, :f32), s16, s16}, [wx, r32, s16, s16, seq, seq],
+           "a result of type {:f, 32}"},
+          {lstm, tpl.({b, t, h}, :f64),
+           [tpl.({b, t, 4 * h}, :f64), tpl.({h, 4 * h}, :f64), s32, s32],
+           "the kernels take f32, bf16 or f16"}
+        ] do
+      assert {:skip, reason} = NativeEdifice.native_block(op, out, args)
+      assert reason =~ why
+    end
+
+    # H up to the device's multiprocessors times div(256, G) units: 2
+    # multiprocessors hold an LSTM of H = 128 and a GRU of H = 170.
+    for {gates, fits} <- [{4, 128}, {3, 170}] do
+      for hidden <- [fits, fits + 1] do
+        x = tpl.({1, 3, gates * hidden}, :f32)
+
+        args = [
+          x,
+          tpl.({hidden, gates * hidden}, :f32)
+          | List.duplicate(tpl.({1, hidden}, :f32), gates - 2)
+        ]
+
+        out = tpl.({1, 3, hidden}, :f32)
+        assert NativeEdifice.gated_rnn_check(out, args, nil) == {:ok, %{}}
+
+        if hidden == fits do
+          assert NativeEdifice.gated_rnn_check(out, args, 2) == {:ok, %{}}
+        else
+          assert NativeEdifice.gated_rnn_check(out, args, 2) ==
+                   {:skip,
+                    "H = #{hidden} is more than the device's 2 multiprocessors hold " <>
+                      "(#{fits}, div(256, #{gates}) units each)"}
+        end
+      end
+    end
   end
 
   test "operands of mixed types (an f32 gradient of a bf16 model) are not native" do

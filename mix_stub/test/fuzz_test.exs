@@ -29,7 +29,11 @@ defmodule ExPhil.Native.FuzzTest do
     liquid_forward: 3,
     liquid_backward: 5,
     selective_scan_forward: 6,
-    selective_scan_backward: 7
+    selective_scan_backward: 7,
+    gru_forward: 3,
+    gru_backward: 5,
+    lstm_forward: 3,
+    lstm_backward: 5
   ]
 
   @atoms [
@@ -296,6 +300,99 @@ defmodule ExPhil.Native.FuzzTest do
         other ->
           flunk(
             "#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}"
+          )
+      end
+    end
+
+    assert is_integer(Native.device_count())
+  end
+
+  # GRU and LSTM calls whose tensors have the described shapes (now and
+  # then one extent off by one) and dtypes (now and then another), with any
+  # subset of the optional inputs and outputs: they get through decoding to
+  # the library's checks, which must refuse them (nothing is device memory)
+  # with an ArgumentError or an error, never a crash.
+  test "nearly valid gru and lstm calls are refused cleanly" do
+    seed = :rand.uniform(1 <<< 30)
+    :rand.seed(:exsss, {seed, seed, seed})
+
+    for _ <- 1..2_000 do
+      cell = Enum.random([:gru, :lstm])
+      direction = Enum.random([:forward, :backward])
+      g = if cell == :gru, do: 3, else: 4
+      [b, t, h] = for _ <- 1..3, do: Enum.random([1, 2, 3])
+      seq = Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}])
+
+      tensor = fn shape ->
+        shape =
+          if :rand.uniform(12) == 1,
+            do: put_elem(shape, :rand.uniform(tuple_size(shape)) - 1, 4),
+            else: shape
+
+        type = if :rand.uniform(8) == 1, do: Enum.random([{:f, 32}, {:bf, 16}]), else: seq
+        size = if type == {:f, 32}, do: 4, else: 2
+        address = Enum.random([0, 4096, :rand.uniform(1 <<< 47)])
+        {%{kind: :local, address: address, data_size: Tuple.product(shape) * size}, type, shape}
+      end
+
+      state = fn -> Enum.random([nil, tensor.({b, h})]) end
+      lstm = if cell == :lstm, do: [c0: state.()], else: []
+
+      optional =
+        [bias: Enum.random([nil, tensor.({g * h})]), h0: state.()] ++
+          lstm ++
+          if direction == :backward,
+            do:
+              [grad_h_final: state.()] ++
+                if(cell == :lstm, do: [grad_c_final: state.()], else: []),
+            else: []
+
+      outputs =
+        case direction do
+          :forward ->
+            [y: tensor.({b, t, h}), h_final: tensor.({b, h})] ++
+              if(cell == :lstm, do: [c_final: tensor.({b, h})], else: [])
+
+          :backward ->
+            [
+              grad_wx: tensor.({b, t, g * h}),
+              grad_r: tensor.({h, g * h}),
+              grad_bias: tensor.({g * h}),
+              grad_h0: tensor.({b, h}),
+              grad_rh: tensor.({b, t, g * h})
+            ] ++ if(cell == :lstm, do: [grad_c0: tensor.({b, h})], else: [])
+        end
+
+      outputs = Enum.take_random(outputs, :rand.uniform(length(outputs) + 1) - 1)
+
+      opts =
+        Enum.take_random(optional, :rand.uniform(length(optional) + 1) - 1) ++
+          [sync: Enum.random([true, false])] ++
+          if(outputs == [], do: [], else: [outputs: outputs])
+
+      args =
+        [tensor.({b, t, g * h}), tensor.({h, g * h})] ++
+          if(direction == :backward, do: [tensor.({b, t, h}), tensor.({b, t, h})], else: [])
+
+      name = :"#{cell}_#{direction}"
+
+      result =
+        try do
+          apply(Native, name, args ++ [opts])
+        rescue
+          e -> {:raised, e.__struct__}
+        end
+
+      case result do
+        {:raised, ArgumentError} ->
+          :ok
+
+        {:error, _} ->
+          :ok
+
+        other ->
+          flunk(
+            "#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args ++ [opts], limit: 12)}"
           )
       end
     end

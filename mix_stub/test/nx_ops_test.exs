@@ -8,6 +8,7 @@ defmodule ExPhil.Native.NxOpsTest do
   use ExUnit.Case, async: true
 
   alias ExPhil.Native.{Ops, Pure}
+  alias ExPhil.Native.Ops.Args
 
   # f32 gradients by two routes (a hand-written backward, Nx's autodiff of
   # the forward) differ by rounding only: relative to the family's largest
@@ -274,6 +275,185 @@ defmodule ExPhil.Native.NxOpsTest do
          "option :scale expected nil or a nonzero number, got: 0"},
         {fn -> Ops.attention(t.q, Nx.as_type(t.k, :f16), t.v) end,
          "argument 'k' expected type {:f, 32} (the type of 'q'), got: {:f, 16}"}
+      ]
+
+      assert_errors(errors)
+    end
+  end
+
+  describe "gru and lstm" do
+    # {batch, steps, hidden}; the optional inputs of each cell.
+    @rnn_dims {2, 6, 3}
+    @rnn_optional %{gru: [:bias, :h0], lstm: [:bias, :h0, :c0]}
+
+    # wx, r and every optional input of `cell`, of sequence type `type`.
+    defp rnn_inputs(cell, type, {b, t, h} \\ @rnn_dims) do
+      g = Pure.GatedRnn.gates(cell)
+
+      optional = %{
+        bias: random({g * h}, type, 3, {-0.5, 0.5}),
+        h0: random({b, h}, type, 4),
+        c0: random({b, h}, type, 5)
+      }
+
+      %{
+        wx: random({b, t, g * h}, type, 1, {-2.0, 2.0}),
+        r: random({h, g * h}, type, 2, {-0.6, 0.6})
+      }
+      |> Map.merge(Map.take(optional, @rnn_optional[cell]))
+    end
+
+    # The op's call on `inputs` (a map), with the optional inputs among `keys`.
+    defp rnn_call(cell, inputs, keys, opts \\ []) do
+      optional = for key <- keys, do: {key, inputs[key]}
+      apply(Ops, cell, [inputs.wx, inputs.r, optional ++ opts])
+    end
+
+    # The pure forward's results as the op returns them with final_state: true.
+    defp rnn_pure(cell, inputs, keys) do
+      state = Args.state_type(Nx.type(inputs.wx))
+      up = &Nx.as_type(&1, state)
+      optional = for key <- keys, do: {key, up.(inputs[key])}
+      out = Pure.GatedRnn.forward(cell, inputs.wx, up.(inputs.r), optional)
+
+      case cell do
+        :gru -> {out.y, out.h_final}
+        :lstm -> {out.y, out.h_final, out.c_final}
+      end
+    end
+
+    for cell <- [:gru, :lstm] do
+      test "#{cell}: eager values are the pure implementation's, with and without the optional inputs" do
+        cell = unquote(cell)
+
+        for type <- [{:f, 32}, {:bf, 16}], keys <- [[], [:h0], @rnn_optional[cell]] do
+          inputs = rnn_inputs(cell, type)
+          out = rnn_call(cell, inputs, keys, final_state: true)
+          assert out == rnn_pure(cell, inputs, keys)
+          assert rnn_call(cell, inputs, keys) == elem(out, 0)
+          assert Nx.type(elem(out, 0)) == type
+          assert Nx.type(elem(out, 1)) == {:f, 32}
+        end
+      end
+
+      test "#{cell}: inside defn, its gradient in every input equals Nx's derivative of the pure forward" do
+        cell = unquote(cell)
+        {b, t, h} = @rnn_dims
+
+        # every optional input and final state; none; h0 alone without the final states
+        for {keys, finals?} <- [{@rnn_optional[cell], true}, {[], true}, {[:h0], false}] do
+          inputs = rnn_inputs(cell, {:f, 32}) |> Map.take([:wx, :r | keys])
+          w_y = random({b, t, h}, :f32, 10)
+
+          w_finals =
+            if finals?, do: [random({b, h}, :f32, 11), random({b, h}, :f32, 12)], else: []
+
+          loss = fn forward ->
+            fn inputs ->
+              [y | finals] = inputs |> forward.() |> Tuple.to_list()
+
+              Enum.zip_with(finals, w_finals, &Nx.sum(Nx.multiply(&1, &2)))
+              |> Enum.reduce(Nx.sum(Nx.multiply(y, w_y)), &Nx.add/2)
+            end
+          end
+
+          native = loss.(&rnn_call(cell, &1, keys, final_state: true))
+          pure = loss.(&rnn_pure(cell, &1, keys))
+
+          assert_close(Nx.Defn.jit(native).(inputs), pure.(inputs))
+          grads = Nx.Defn.grad(inputs, native)
+          expected = Nx.Defn.grad(inputs, pure)
+          assert Map.keys(grads) == Map.keys(inputs)
+
+          for key <- Map.keys(inputs) do
+            assert_close(grads[key], expected[key])
+          end
+        end
+      end
+
+      test "#{cell}: f64 (the default function only) keeps f64, and its gradient is the pure forward's derivative" do
+        cell = unquote(cell)
+        keys = @rnn_optional[cell]
+        inputs = rnn_inputs(cell, {:f, 64})
+        out = rnn_call(cell, inputs, keys, final_state: true)
+        assert Enum.map(Tuple.to_list(out), &Nx.type/1) |> Enum.uniq() == [{:f, 64}]
+
+        {b, t, h} = @rnn_dims
+        w_y = random({b, t, h}, :f64, 20)
+        w_f = random({b, h}, :f64, 21)
+
+        loss = fn forward ->
+          fn inputs ->
+            [y | finals] = Tuple.to_list(forward.(inputs))
+
+            Enum.reduce(finals, Nx.sum(Nx.multiply(y, w_y)), fn f, acc ->
+              Nx.add(acc, Nx.sum(Nx.multiply(f, w_f)))
+            end)
+          end
+        end
+
+        grads = Nx.Defn.grad(inputs, loss.(&rnn_call(cell, &1, keys, final_state: true)))
+        expected = Nx.Defn.grad(inputs, loss.(&rnn_pure(cell, &1, keys)))
+
+        for key <- Map.keys(inputs) do
+          assert Nx.type(grads[key]) == {:f, 64}
+          assert_close(grads[key], expected[key], 1.0e-12)
+        end
+      end
+    end
+
+    test "r, bias, h0 and c0 of another float type are converted to f32" do
+      inputs = rnn_inputs(:lstm, {:f, 32})
+      keys = @rnn_optional[:lstm]
+
+      half =
+        Map.new(inputs, fn {k, t} -> {k, if(k == :wx, do: t, else: Nx.as_type(t, :bf16))} end)
+
+      f32 = Map.new(half, fn {k, t} -> {k, Nx.as_type(t, :f32)} end)
+
+      assert rnn_call(:lstm, half, keys, final_state: true) ==
+               rnn_call(:lstm, f32, keys, final_state: true)
+
+      # Nx passes a gradient through as_type unconverted: it stays f32.
+      grads = Nx.Defn.grad(half, &Nx.sum(rnn_call(:lstm, &1, keys)))
+
+      expected =
+        Nx.Defn.grad(
+          half,
+          &Nx.sum(rnn_call(:lstm, Map.new(&1, fn {k, t} -> {k, Nx.as_type(t, :f32)} end), keys))
+        )
+
+      assert grads == expected
+    end
+
+    test "bad arguments raise, naming the argument, the expected and the received value" do
+      %{wx: wx, r: r, h0: h0} = rnn_inputs(:gru, {:f, 32})
+      %{wx: wx4, r: r4} = rnn_inputs(:lstm, {:f, 32})
+
+      errors = [
+        {fn -> Ops.gru(Nx.reshape(wx, {12, 9}), r) end,
+         "ExPhil.Native.Ops.gru/3: argument 'wx' expected rank 3 ({batch, steps, 3 * hidden}), got shape: {12, 9}"},
+        {fn -> Ops.gru(wx, Nx.reshape(r, {27})) end,
+         "argument 'r' expected rank 2 ({hidden, 3 * hidden}), got shape: {27}"},
+        {fn -> Ops.gru(wx, r4) end,
+         "argument 'r' expected shape {3, 9} ({hidden, 3 * hidden}, hidden from its first axis), got: {3, 12}"},
+        {fn -> Ops.lstm(wx, r4) end,
+         "ExPhil.Native.Ops.lstm/3: argument 'wx' expected shape {2, 6, 12} ({batch, steps, 4 * hidden}, hidden from 'r'), got: {2, 6, 9}"},
+        {fn -> Ops.gru(Nx.as_type(wx, :s32), r) end,
+         "argument 'wx' expected a floating-point tensor, got type: {:s, 32}"},
+        {fn -> Ops.gru(wx, Nx.as_type(r, :s32)) end,
+         "argument 'r' expected a floating-point tensor, got type: {:s, 32}"},
+        {fn -> Ops.gru([1.0], r) end, "argument 'wx' expected a tensor, got: [1.0]"},
+        {fn -> Ops.gru(wx, r, bias: Nx.iota({3}, type: :f32)) end,
+         "argument 'bias' expected shape {9} ({3 * hidden} of 'r'), got: {3}"},
+        {fn -> Ops.gru(wx, r, h0: Nx.transpose(h0)) end,
+         "argument 'h0' expected shape {2, 3} ({batch, hidden} of 'wx' and 'r'), got: {3, 2}"},
+        {fn -> Ops.lstm(wx4, r4, c0: false) end,
+         "ExPhil.Native.Ops.lstm/3: argument 'c0' expected a tensor, got: false"},
+        {fn -> Ops.gru(wx, r, c0: h0) end,
+         "ExPhil.Native.Ops.gru/3: unknown options [:c0], expected one of [:bias, :h0, :final_state]"},
+        {fn -> Ops.gru(wx, r, final_state: :yes) end,
+         "ExPhil.Native.Ops.gru/3: option :final_state expected a boolean, got: :yes"}
       ]
 
       assert_errors(errors)

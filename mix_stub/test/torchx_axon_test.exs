@@ -1,5 +1,6 @@
 defmodule ExPhil.Native.TorchxAxonTest do
-  # Each ExPhil.Native.Axon layer trains with Axon.Loop on Torchx CUDA
+  # Each ExPhil.Native.Axon layer (GRU and LSTM: Axon's own graphs on the
+  # fused ops) trains with Axon.Loop on Torchx CUDA
   # tensors through the native path (issue 28): 50 Adam steps from the same
   # initial parameters, natively (the fused kernels through the NIF, forward
   # and backward, counted by telemetry) and with the kernels off
@@ -20,7 +21,7 @@ defmodule ExPhil.Native.TorchxAxonTest do
   # code whose sums run in another order, through 50 Adam steps.
   @rtol 1.0e-3
 
-  @layers [:min_gru, :min_lstm, :liquid, :mamba, :attention]
+  @layers [:min_gru, :min_lstm, :liquid, :mamba, :attention, :gru, :lstm]
 
   defp layer(input, :min_gru), do: Layers.min_gru(input, 16, name: "layer")
   defp layer(input, :min_lstm), do: Layers.min_lstm(input, 16, name: "layer")
@@ -29,6 +30,10 @@ defmodule ExPhil.Native.TorchxAxonTest do
 
   defp layer(input, :attention),
     do: Layers.attention(input, num_heads: 2, head_size: 32, causal: true, name: "layer")
+
+  # Axon.gru's and Axon.lstm's layers and parameters: {sequence, carry}.
+  defp layer(input, cell) when cell in [:gru, :lstm],
+    do: elem(apply(Layers, cell, [input, 16, [name: "layer"]]), 0)
 
   setup do
     Nx.default_backend(@cuda)

@@ -71,6 +71,8 @@ defmodule ExPhil.Native.TorchxTest do
 
   @seq {2, 16, 32}
 
+  @all_ops [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention, :gru, :lstm]
+
   defp op_case(op, type, variant \\ :full)
 
   defp op_case(op, type, variant) when op in [:linear_scan, :min_gru, :min_lstm, :liquid] do
@@ -125,6 +127,31 @@ defmodule ExPhil.Native.TorchxTest do
       call: fn t ->
         opts = Enum.map(Keyword.keys(optional), &{&1, t[&1]}) ++ flags ++ [final_state: true]
         Ops.selective_scan(t[:x], t[:dt], t[:a], t[:b], t[:c], opts)
+      end
+    }
+  end
+
+  defp op_case(cell, type, variant) when cell in [:gru, :lstm] do
+    {b, t, h} = @seq
+    g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+
+    required = [
+      wx: random({b, t, g * h}, type, 1, {-2.0, 2.0}),
+      r: random({h, g * h}, :f32, 2, {-0.3, 0.3})
+    ]
+
+    optional =
+      if variant == :full,
+        do:
+          [bias: random({g * h}, :f32, 3, {-0.5, 0.5}), h0: random({b, h}, :f32, 4)] ++
+            if(cell == :lstm, do: [c0: random({b, h}, :f32, 5)], else: []),
+        else: []
+
+    %{
+      tensors: required ++ optional,
+      call: fn t ->
+        opts = Enum.map(Keyword.keys(optional), &{&1, t[&1]}) ++ [final_state: true]
+        apply(Ops, cell, [t[:wx], t[:r], opts])
       end
     }
   end
@@ -259,7 +286,7 @@ defmodule ExPhil.Native.TorchxTest do
     end
 
     test "while tracing (inside defn) the default functions never reach the NIF nor emit events" do
-      for op <- [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention] do
+      for op <- @all_ops do
         c = op_case(op, {:f, 32})
         keys = Keyword.keys(c.tensors)
         fun = fn vars -> c.call.(Map.new(Enum.zip(keys, Tuple.to_list(vars)))) end
@@ -272,7 +299,7 @@ defmodule ExPhil.Native.TorchxTest do
     end
 
     test "Nx.Defn.grad with the Evaluator reaches the backward block's default function" do
-      for op <- [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention] do
+      for op <- @all_ops do
         c = op_case(op, {:f, 32})
         w = weights(c)
         events()
@@ -344,7 +371,7 @@ defmodule ExPhil.Native.TorchxTest do
 
   ## Torchx CUDA
 
-  @ops [:linear_scan, :min_gru, :min_lstm, :liquid, :selective_scan, :attention]
+  @ops @all_ops
 
   for op <- @ops, type <- [{:f, 32}, {:bf, 16}, {:f, 16}] do
     @tag :torchx
@@ -515,8 +542,14 @@ defmodule ExPhil.Native.TorchxTest do
   end
 
   @tag :torchx
-  test "absent optional inputs (no h0, a plain selective scan): placeholders both ways" do
-    for {op, variant} <- [min_gru: :minimal, liquid: :minimal, selective_scan: :minimal] do
+  test "absent optional inputs (no h0, a plain selective scan, a GRU and an LSTM without bias, h0, c0): placeholders both ways" do
+    for {op, variant} <- [
+          min_gru: :minimal,
+          liquid: :minimal,
+          selective_scan: :minimal,
+          gru: :minimal,
+          lstm: :minimal
+        ] do
       c = op_case(op, {:f, 32}, variant)
       want = pure(fn -> run(c, c.tensors) end) |> flat()
       w = weights(c)

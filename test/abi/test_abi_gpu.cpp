@@ -1,20 +1,31 @@
 // The C ABI of libexphil.so on a GPU: every op through exphil.h against the
-// reference (attention in both precisions of f32), and the device-side
-// checks: host, pinned and out-of-allocation memory rejected by name,
-// managed memory and caller streams accepted.
+// reference (attention in both precisions of f32; GRU and LSTM with every
+// optional tensor present, absent, and with only Edifice's gradients asked
+// for), and the device-side checks: host, pinned and out-of-allocation
+// memory rejected by name, managed memory and caller streams accepted.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "abi_calls.hpp"
 #include "attention_harness.hpp"
+#include "compare.hpp"
+#include "device_buffer.hpp"
 #include "exphil/exphil.h"
+#include "gated_rnn_reference.hpp"
 #include "scan_harness.hpp"
+#include "scan_problems.hpp"
 
 using Catch::Matchers::Contains;
 using namespace exphil;
@@ -88,6 +99,198 @@ TEST_CASE("attention through the C ABI, f32 exact and tf32x3, matches the refere
   CHECK(t.failures.empty());
   CHECK(t.outputs.o != e.outputs.o);
   CHECK(t.outputs.grad_k != e.outputs.grad_k);
+}
+
+namespace {
+
+using exphil::reference::GatedRnnKind;
+using exphil::reference::GatedRnnProblem;
+
+// test/gpu/test_gated_rnn.cpp's tolerances of the gated RNNs (its header
+// says why): the backward recomputes the gates from y rounded to the dtype.
+Tolerance abi_gated_rnn_tolerance(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return {5e-5, 5e-5};
+    case DType::f16: return {5e-3, 5e-3};
+    case DType::bf16: return {4e-2, 3e-2};
+  }
+  return {0, 0};
+}
+
+const char* abi_dtype_name(DType d) { return d == DType::f32 ? "f32" : d == DType::f16 ? "f16" : "bf16"; }
+
+// Which of a call's optional tensors are passed (NULL otherwise).
+enum class AbiRnnForm {
+  everything,  // bias, h0, c0, grad_h_final, grad_c_final; every output
+  nothing,     // no optional input, no final state; every gradient (at zero bias and states)
+  edifice,     // h0 and c0; y alone; grad_wx, grad_rh, grad_h0, grad_c0 (no grad_R, grad_bias)
+};
+
+struct AbiRnnCase {
+  GatedRnnKind kind = GatedRnnKind::gru;
+  DType dtype = DType::f32, weight_dtype = DType::f32, state_dtype = DType::f32;
+  int64_t B = 1, T = 1, H = 1;
+  AbiRnnForm form = AbiRnnForm::everything;
+
+  std::string describe() const {
+    static const char* const forms[] = {"everything", "nothing", "edifice"};
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s %s (R %s, states %s) B%lld T%lld H%lld, optional tensors: %s",
+                  kind == GatedRnnKind::gru ? "GRU" : "LSTM", abi_dtype_name(dtype),
+                  abi_dtype_name(weight_dtype), abi_dtype_name(state_dtype), static_cast<long long>(B),
+                  static_cast<long long>(T), static_cast<long long>(H), forms[static_cast<int>(form)]);
+    return buf;
+  }
+};
+
+// One case through exphil_{gru,lstm}_{forward,backward} on `stream` (NULL:
+// the library's managed stream): inputs random and rounded to their dtypes,
+// every output poisoned, the forward's y fed to the backward, and every
+// output written compared with the double reference (and its guard zones
+// intact). Returns the worst error / allowed.
+double run_abi_gated_rnn(const AbiRnnCase& c, exphil_stream stream, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const bool lstm = c.kind == GatedRnnKind::lstm;
+  const bool all = c.form == AbiRnnForm::everything;
+  const bool states = c.form != AbiRnnForm::nothing;
+  const int64_t GH = (lstm ? 4 : 3) * c.H;
+  const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
+  using Shape = std::vector<int64_t>;
+  const Shape seq{c.B, c.T, c.H}, gates{c.B, c.T, GH}, weights{c.H, GH}, bias_shape{GH}, state{c.B, c.H};
+
+  GatedRnnProblem p;
+  p.kind = c.kind;
+  p.batch = c.B;
+  p.steps = c.T;
+  p.hidden = c.H;
+  const double r = 1.5 / std::sqrt(static_cast<double>(c.H));
+  p.wx = random_values(n(c.B * c.T * GH), -1.5, 1.5, c.dtype, rng);
+  p.R = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng);
+  if (all) p.bias = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng);
+  if (states) p.h0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+  if (states && lstm) p.c0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+  const std::vector<double> grad_y = random_values(n(c.B * c.T * c.H), -1, 1, c.dtype, rng);
+  std::vector<double> grad_hf, grad_cf;
+  if (all) grad_hf = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+  if (all && lstm) grad_cf = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+
+  using Owned = std::unique_ptr<DeviceTensor>;
+  const auto input = [](const std::vector<double>& v, DType d, const Shape& s) {
+    return v.empty() ? Owned() : std::make_unique<DeviceTensor>(v, d, s);
+  };
+  const auto output = [](bool wanted, DType d, const Shape& s) {
+    return wanted ? std::make_unique<DeviceTensor>(d, s) : Owned();
+  };
+  const auto ptr = [](const Owned& t) { return t ? t->ptr() : nullptr; };
+  const Owned wx = input(p.wx, c.dtype, gates), R = input(p.R, c.weight_dtype, weights),
+              bias = input(p.bias, c.weight_dtype, bias_shape), h0 = input(p.h0, c.state_dtype, state),
+              c0 = input(p.c0, c.state_dtype, state), gy = input(grad_y, c.dtype, seq),
+              ghf = input(grad_hf, c.state_dtype, state), gcf = input(grad_cf, c.state_dtype, state);
+  const Owned y = output(true, c.dtype, seq), hf = output(all, c.state_dtype, state),
+              cf = output(all && lstm, c.state_dtype, state), gwx = output(true, c.dtype, gates),
+              gR = output(c.form != AbiRnnForm::edifice, c.weight_dtype, weights),
+              gb = output(c.form != AbiRnnForm::edifice, c.weight_dtype, bias_shape),
+              gh0 = output(true, c.state_dtype, state), gc0 = output(lstm, c.state_dtype, state),
+              grh = output(true, c.dtype, gates);
+  // The uploads and poison are on the legacy stream, which the library's
+  // own stream does not wait for.
+  device_synchronize();
+
+  const auto sync = [&](exphil_status s, const char* what) {
+    INFO(c.describe() << ": " << what);
+    REQUIRE(s == EXPHIL_OK);
+    if (stream)
+      REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) == cudaSuccess);
+    else
+      REQUIRE(exphil_synchronize(0) == EXPHIL_OK);
+  };
+  if (lstm) {
+    const exphil_status s = exphil_lstm_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(c0), ptr(y), ptr(hf),
+                                                ptr(cf), stream);
+    INFO(exphil_last_error());
+    sync(s, "exphil_lstm_forward");
+    const exphil_status b = exphil_lstm_backward(ptr(wx), ptr(R), ptr(y), ptr(gy), ptr(bias), ptr(h0), ptr(c0),
+                                                 ptr(ghf), ptr(gcf), ptr(gwx), ptr(gR), ptr(gb), ptr(gh0),
+                                                 ptr(gc0), ptr(grh), stream);
+    INFO(exphil_last_error());
+    sync(b, "exphil_lstm_backward");
+  } else {
+    const exphil_status s = exphil_gru_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(y), ptr(hf), stream);
+    INFO(exphil_last_error());
+    sync(s, "exphil_gru_forward");
+    const exphil_status b = exphil_gru_backward(ptr(wx), ptr(R), ptr(y), ptr(gy), ptr(bias), ptr(h0), ptr(ghf),
+                                                ptr(gwx), ptr(gR), ptr(gb), ptr(gh0), ptr(grh), stream);
+    INFO(exphil_last_error());
+    sync(b, "exphil_gru_backward");
+  }
+
+  const Tolerance tol = abi_gated_rnn_tolerance(c.dtype);
+  const Tolerance wtol = abi_gated_rnn_tolerance(c.weight_dtype == DType::f32 ? c.dtype : c.weight_dtype);
+  const Tolerance stol = abi_gated_rnn_tolerance(c.state_dtype == DType::f32 ? c.dtype : c.state_dtype);
+  const auto f = exphil::reference::gated_rnn_forward(p);
+  const auto g = exphil::reference::gated_rnn_backward(p, grad_y, grad_hf, grad_cf);
+  double worst = 0;
+  int judged = 0;
+  const auto judge = [&](const Owned& t, const std::vector<double>& ref, Tolerance tl, double scale,
+                         const char* name) {
+    if (!t) return;
+    const Comparison cmp = compare(t->values(), ref, tl, scale);
+    INFO(c.describe() << (stream ? " on a caller stream" : " on the managed stream") << ", seed " << seed
+                      << "\n" << cmp.describe(name));
+    CHECK(cmp.ok);
+    CHECK(t->guards_intact());
+    worst = std::max(worst, cmp.worst_ratio);
+    ++judged;
+  };
+  const double hscale = std::max({max_abs(f.y), max_abs(f.h_final), max_abs(p.h0)});
+  judge(y, f.y, tol, hscale, "y");
+  judge(hf, f.h_final, stol, hscale, "h_final");
+  judge(cf, f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p.c0)), "c_final");
+  const double gscale = std::max({max_abs(g.wx), max_abs(g.rh), max_abs(g.h0), max_abs(g.c0)});
+  judge(gwx, g.wx, tol, gscale, "grad_wx");
+  judge(grh, g.rh, tol, gscale, "grad_rh");
+  judge(gR, g.R, wtol, std::max(gscale, max_abs(g.R_terms)), "grad_R");
+  judge(gb, g.bias, wtol, std::max(gscale, max_abs(g.bias_terms)), "grad_bias");
+  judge(gh0, g.h0, stol, gscale, "grad_h0");
+  judge(gc0, g.c0, stol, gscale, "grad_c0");
+  // y, the gradients always asked for, and the form's others.
+  const int expected = 4 + (lstm ? 1 : 0) + (all ? 1 + (lstm ? 1 : 0) : 0) +
+                       (c.form != AbiRnnForm::edifice ? 2 : 0);
+  CHECK(judged == expected);
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("GRU and LSTM through the C ABI match the reference", "[gpu][abi]") {
+  cudaStream_t stream = nullptr;
+  REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+  const uint64_t seed = test_seed();
+  uint64_t i = 0;
+  double worst = 0;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      for (AbiRnnForm form : {AbiRnnForm::everything, AbiRnnForm::nothing, AbiRnnForm::edifice}) {
+        AbiRnnCase c;
+        c.kind = kind;
+        c.dtype = dtype;
+        c.form = form;
+        // Weights and states in f32 or the sequence dtype, by turns.
+        c.weight_dtype = form == AbiRnnForm::nothing ? DType::f32 : dtype;
+        c.state_dtype = form == AbiRnnForm::everything ? DType::f32 : dtype;
+        // B above one batch tile of 32 once; H beyond one block's 256 columns.
+        c.B = form == AbiRnnForm::nothing ? 33 : 3;
+        c.T = form == AbiRnnForm::edifice ? 40 : 9;
+        c.H = form == AbiRnnForm::everything ? 130 : 37;
+        for (exphil_stream s : {static_cast<exphil_stream>(nullptr), static_cast<exphil_stream>(stream)})
+          worst = std::max(worst, run_abi_gated_rnn(c, s, seed + i++));
+      }
+    }
+  }
+  std::printf("GRU and LSTM through the C ABI: %llu calls of each direction, worst error/allowed %.3g "
+              "(EXPHIL_TEST_SEED=%llu)\n",
+              static_cast<unsigned long long>(i), worst, static_cast<unsigned long long>(seed));
+  CHECK(cudaStreamDestroy(stream) == cudaSuccess);
 }
 
 TEST_CASE("memory that is not on the device is rejected by name", "[gpu][abi]") {

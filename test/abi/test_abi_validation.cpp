@@ -351,3 +351,54 @@ TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", 
     CHECK_THAT(exphil_last_error(), Contains("argument 'grad_h_final': expected dtype f32 (the dtype of 'h0'), got f16"));
   }
 }
+
+TEST_CASE("sLSTM through the C ABI: bad input named, before the device", "[abi]") {
+  // B=2, T=5, H=4: wx [2, 5, 4H].
+  uintptr_t next = uintptr_t{1} << 32;
+  const auto tensor = [&](std::initializer_list<int64_t> shape) {
+    exphil_tensor t{};
+    t.data = reinterpret_cast<void*>(next);
+    next += uintptr_t{1} << 20;
+    t.dtype = EXPHIL_F32;
+    t.rank = static_cast<int32_t>(shape.size());
+    int i = 0;
+    for (int64_t d : shape) t.shape[i++] = d;
+    return t;
+  };
+  exphil_tensor wx = tensor({2, 5, 16}), R = tensor({4, 16}), y = tensor({2, 5, 4}), gy = tensor({2, 5, 4});
+  exphil_tensor n0 = tensor({2, 4}), m0 = tensor({2, 4});
+
+  SECTION("R's width is 4H") {
+    exphil_tensor wrong = tensor({4, 12});
+    CHECK(exphil_slstm_forward(&wx, &wrong, nullptr, nullptr, nullptr, nullptr, nullptr, &y, nullptr, nullptr,
+                               nullptr, nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("slstm forward: argument 'R': expected shape [H, 4H]"));
+  }
+  SECTION("a NULL y") {
+    CHECK(exphil_slstm_forward(&wx, &R, nullptr, nullptr, nullptr, &n0, &m0, nullptr, nullptr, nullptr, nullptr,
+                               nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("slstm forward: argument 'y': the tensor descriptor is NULL"));
+  }
+  SECTION("the stabiliser's shape") {
+    exphil_tensor wrong = tensor({2, 5});
+    CHECK(exphil_slstm_forward(&wx, &R, nullptr, nullptr, nullptr, &n0, &wrong, &y, nullptr, nullptr, nullptr,
+                               nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'm0': expected shape [2, 4]"));
+  }
+  SECTION("a gradient output overlapping an input") {
+    exphil_tensor grad_n0 = n0;  // the same memory as n0
+    CHECK(exphil_slstm_backward(&wx, &R, &y, &gy, nullptr, nullptr, nullptr, &n0, nullptr, nullptr, nullptr,
+                                nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &grad_n0, nullptr,
+                                nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(), Contains("argument 'grad_n0': output memory"));
+  }
+  SECTION("the states share one dtype") {
+    exphil_tensor half = tensor({2, 4});
+    half.dtype = EXPHIL_F16;
+    CHECK(exphil_slstm_backward(&wx, &R, &y, &gy, nullptr, nullptr, nullptr, &n0, nullptr, nullptr, nullptr,
+                                nullptr, &half, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(),
+               Contains("argument 'grad_m_final': expected dtype f32 (the dtype of 'n0'), got f16"));
+  }
+}

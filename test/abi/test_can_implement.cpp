@@ -183,3 +183,71 @@ TEST_CASE("can_implement: GRU and LSTM sequences, with their own rules", "[can_i
     expect_invalid(exphil::can_implement(args), "lstm forward: argument 'R': expected shape [H, 4H] with 4H = 12");
   }
 }
+
+TEST_CASE("can_implement: sLSTM sequences, their n and m states and the cells that lack them",
+          "[can_implement]") {
+  // B 2, T 5, H 4: wx [2, 5, 16] for the four gates i, f, z, o.
+  Tensor wx = input(0, {2, 5, 16}), R = input(1, {4, 16}), h0 = input(2, {2, 4}), c0 = input(3, {2, 4});
+  Tensor n0 = input(4, {2, 4}), m0 = input(5, {2, 4});
+  Tensor y = unallocated({2, 5, 4}), h_final = unallocated({2, 4}), n_final = unallocated({2, 4}),
+         m_final = unallocated({2, 4});
+  exphil::GatedRnnForwardArgs args;
+  args.cell = exphil::GatedRnnCell::slstm;
+  args.wx = &wx;
+  args.R = &R;
+  args.h0 = &h0;
+  args.c0 = &c0;
+  args.n0 = &n0;
+  args.m0 = &m0;
+  args.y = &y;
+  args.h_final = &h_final;
+  args.n_final = &n_final;
+  args.m_final = &m_final;
+  CHECK(exphil::can_implement(args).ok());
+
+  SECTION("the states are [B, H]") {
+    Tensor wrong = input(4, {2, 5});
+    args.n0 = &wrong;
+    expect_invalid(exphil::can_implement(args),
+                   "slstm forward: argument 'n0': expected shape [2, 4] ([B, H] from 'wx' and 'R'), got [2, 5]");
+  }
+  SECTION("n and m are the sLSTM's alone") {
+    args.cell = exphil::GatedRnnCell::lstm;
+    expect_invalid(exphil::can_implement(args),
+                   "lstm forward: argument 'n0': expected NULL: only an sLSTM has the normaliser n and the "
+                   "stabiliser m, this is an LSTM");
+    args.n0 = args.m0 = nullptr;
+    expect_invalid(exphil::can_implement(args), "argument 'n_final': expected NULL");
+    args.n_final = args.m_final = nullptr;
+    CHECK(exphil::can_implement(args).ok());
+  }
+  SECTION("the states take one dtype") {
+    Tensor wx16 = input(0, {2, 5, 16}, DType::bf16), y16 = unallocated({2, 5, 4}, DType::bf16);
+    Tensor m16 = input(5, {2, 4}, DType::bf16);
+    args.wx = &wx16;
+    args.y = &y16;
+    args.m0 = &m16;
+    expect_invalid(exphil::can_implement(args), "argument 'm0': expected dtype f32 (the dtype of 'h0'), got bf16");
+  }
+  SECTION("the backward: every state's gradient, with or without the state") {
+    Tensor gy = input(6, {2, 5, 4}), yin = input(7, {2, 5, 4}), gmf = input(8, {2, 4});
+    Tensor gn0 = unallocated({2, 4}), gm0 = unallocated({2, 4}), gwx = unallocated({2, 5, 16});
+    exphil::GatedRnnBackwardArgs b;
+    b.cell = exphil::GatedRnnCell::slstm;
+    b.wx = &wx;
+    b.R = &R;
+    b.y = &yin;
+    b.grad_y = &gy;
+    b.grad_m_final = &gmf;
+    b.grad_wx = &gwx;
+    b.grad_n0 = &gn0;
+    b.grad_m0 = &gm0;
+    CHECK(exphil::can_implement(b).ok());
+    b.cell = exphil::GatedRnnCell::gru;
+    expect_invalid(exphil::can_implement(b), "argument 'R': expected shape [H, 3H]");
+  }
+  SECTION("an unknown cell is named") {
+    args.cell = static_cast<exphil::GatedRnnCell>(7);
+    expect_invalid(exphil::can_implement(args), "argument 'cell': expected gru (0), lstm (1) or slstm (2), got 7");
+  }
+}

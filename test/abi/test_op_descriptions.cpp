@@ -100,7 +100,7 @@ class Call {
   Status check() {
     if (row_.op == "selective_scan") return selective_scan();
     if (row_.op == "attention") return attention();
-    if (row_.op == "gru" || row_.op == "lstm") return gated_rnn();
+    if (row_.op == "gru" || row_.op == "lstm" || row_.op == "slstm") return gated_rnn();
     return scan();
   }
 
@@ -152,7 +152,9 @@ class Call {
   }
 
   Status gated_rnn() {
-    const exphil::GatedRnnCell cell = row_.op == "gru" ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
+    const exphil::GatedRnnCell cell = row_.op == "gru"    ? exphil::GatedRnnCell::gru
+                                      : row_.op == "lstm" ? exphil::GatedRnnCell::lstm
+                                                          : exphil::GatedRnnCell::slstm;
     REQUIRE(row_.op == exphil::gated_rnn_cell_name(cell));
     return by_direction<exphil::GatedRnnForwardArgs, exphil::GatedRnnBackwardArgs>([&](auto& a) { a.cell = cell; });
   }
@@ -238,7 +240,7 @@ TEST_CASE("every op direction is described, once", "[op_descriptions]") {
   for (const Row& row : exphil::op_descriptions()) ++seen[row.op + " " + row.direction];
   for (exphil::ScanOp op : exphil::kAllScanOps)
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(exphil::scan_op_name(op)) + " " + d] == 1);
-  for (const char* op : {"selective_scan", "attention", "gru", "lstm"})
+  for (const char* op : {"selective_scan", "attention", "gru", "lstm", "slstm"})
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(op) + " " + d] == 1);
   CHECK(exphil::op_descriptions().size() == seen.size());
   CHECK(exphil::op_descriptions().size() == kRawRows.size());

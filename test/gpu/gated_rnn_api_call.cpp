@@ -21,8 +21,14 @@ Status bind(Args& args, const std::map<std::string, const Tensor*>& tensors) {
 Status gated_rnn_api_call(const std::string& op, const std::string& direction,
                           const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream,
                           GatedRnnApiLayout* layout) {
-  if (op != "gru" && op != "lstm") return {StatusCode::internal, "no gated RNN op '" + op + "'"};
-  const GatedRnnCell cell = op == "lstm" ? GatedRnnCell::lstm : GatedRnnCell::gru;
+  GatedRnnCell cell = GatedRnnCell::gru;
+  if (op == "lstm") {
+    cell = GatedRnnCell::lstm;
+  } else if (op == "slstm") {
+    cell = GatedRnnCell::slstm;
+  } else if (op != "gru") {
+    return {StatusCode::internal, "no gated RNN op '" + op + "'"};
+  }
   GatedRnnLaunchInfo info;
   GatedRnnLaunchOptions options;
   options.chosen = &info;

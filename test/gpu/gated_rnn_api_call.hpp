@@ -1,4 +1,4 @@
-// The GRU and LSTM sequences through the public C++ API, for
+// The GRU, LSTM and sLSTM sequences through the public C++ API, for
 // test_gated_rnn.cpp (which works with the kernels' own types of the same
 // names, so it cannot include exphil/gated_rnn.hpp): the tensors are bound
 // by the names of the op's description, as the bindings bind them.
@@ -24,7 +24,7 @@ struct GatedRnnApiLayout {
   int kernels = 0;
 };
 
-// op "gru" or "lstm", direction "forward" or "backward"; an unknown op or a
+// op "gru", "lstm" or "slstm", direction "forward" or "backward"; an unknown op or a
 // name the args have no member for fails the call as an internal error.
 Status gated_rnn_api_call(const std::string& op, const std::string& direction,
                           const std::map<std::string, const Tensor*>& tensors, cudaStream_t stream,

@@ -1,17 +1,18 @@
-// Fused GRU and LSTM sequences (cuda/gated_rnn/) against the double
+// Fused GRU, LSTM and sLSTM sequences (cuda/gated_rnn/) against the double
 // reference, forward and backward, through the kernel launchers directly
-// (no public API exists for these ops yet).
+// and through the public C++ API.
 //
 // Every case: inputs random in each dtype (rounded before the reference
 // sees them), every output and the workspace poisoned (NaN) before each
 // call and inside guard zones, the forward's y fed to the backward (as a
 // caller would), and every output compared elementwise with
 //     |got - ref| <= atol * scale + rtol * |ref|
-// where scale is, for y, h_final and c_final, the largest reference state
-// magnitude (|y|, |h_final|, |h0|; |c_final|, |c0| for c), and for the
-// gradients the largest reference gradient magnitude of the call (grad_wx,
-// grad_rh, grad_h0, grad_c0), and for grad_R and grad_bias, sums over batch
-// and time, also the largest sum of their terms' magnitudes.
+// where scale is, for y, h_final and the other final states, the largest
+// reference magnitude of that state (|y|, |h_final|, |h0|; |c_final|, |c0|
+// for c; likewise n and m), and for the gradients the largest reference
+// gradient magnitude of the call (grad_wx, grad_rh and the initial states'),
+// and for grad_R and grad_bias, sums over batch and time, also the largest
+// sum of their terms' magnitudes.
 //
 // Tolerances (kTolerances below), one line per dtype:
 //   f32   the state and every sum are f32; products of length up to 4096
@@ -21,12 +22,28 @@
 //   bf16  the same with bf16's 2^-8: 4e-2 absolute at the scale, 3e-2 rtol
 //         (the project's bf16 tolerance, tolerance.hpp, plus a third for
 //         the recompute from rounded y).
+// The sLSTM takes the same lines. Its backward recomputes c, n and m from
+// rounded y too. With n0 >= 1 (the default, and what chained calls pass)
+// and no gradient of c_final, n_final or m_final its gradient is continuous
+// (cuda/gated_rnn/slstm_cell.cuh), so the recompute costs only rounding.
+// Otherwise the gradient jumps at max()'s ties, and a recompute from
+// f16/bf16 y can land on the other side of one near the reference's point,
+// an O(1) difference: such calls (n0 < 1; those final-state gradients at
+// T > 1) run in f32 only, where the recompute and the reference differ by
+// f32 rounding and a flipped tie is rare (a host emulation of the kernels'
+// arithmetic ran this file's sLSTM f32 grid and clamp cases 260 times,
+// 5,200 calls: worst error/allowed 0.26; its f16/bf16 grid 81 times: 0.21).
+// At T = 1 the recompute reads no y, and every dtype takes them. Exact
+// ties (built at t = 0, where pre = wx exactly) run in every dtype: the
+// kernels split the gradient there as the reference does (Nx's rule, half
+// to each side).
 //
 // Sizes: T in {1, 2, 3, 6, 7, 20, 32, 300}, H in {1, 3, 37, 64, 70, 100,
 // 256, 257, 1024}, B in {1, 2, 3, 5, 9, 33, 40} (batch tiles of 32 and a
-// remainder); both cells; with and without bias, h0, c0
-// and the final-state gradients; forced units per block (1, 3, 85),
-// forced batch tile 1, forced streamed weights (the tiled path); bitwise
+// remainder); every cell; with and without bias, h0, c0 (and the sLSTM's
+// n0, m0) and the final-state gradients; the sLSTM with its clamp active
+// and at exact ties; forced units per block (1, 3, 37, and the most
+// columns: 85 for the GRU, 64 for the (s)LSTM), forced batch tile 1, forced streamed weights (the tiled path); bitwise
 // determinism of two runs; capture into a CUDA graph and replay. The
 // hidden [.timing] case prints device times (bench/RESULTS.md, issue 30).
 #include <catch2/catch.hpp>
@@ -95,23 +112,44 @@ struct GatedCase {
   DType state_dtype = DType::f32;
   int64_t B = 1, T = 1, H = 1;
   bool bias = false, h0 = false, c0 = false, finals = false;
+  // sLSTM only: n0 and m0 given; n0 below 1 (the clamp active at first);
+  // exact ties of max() built at t = 0 (with h0, bias and m0 absent);
+  // with finals, also the gradients of c_final, n_final and m_final (else
+  // grad_h_final alone).
+  bool n0 = false, m0 = false, clamp = false, ties = false, cell_finals = true;
   GatedRnnLaunchOptions options{};
 
   std::string describe() const {
-    char buf[320];
+    char buf[400];
     std::snprintf(buf, sizeof buf,
-                  "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d "
-                  "units=%d tile=%d streamed=%d",
-                  kind == GatedRnnKind::gru ? "GRU" : "LSTM", rnn_dtype_name(dtype),
-                  rnn_dtype_name(weight_dtype), rnn_dtype_name(state_dtype), static_cast<long long>(B),
-                  static_cast<long long>(T), static_cast<long long>(H), bias, h0, c0, finals,
-                  options.units_per_block, options.batch_tile, options.streamed_weights);
+                  "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
+                  "units=%d tile=%d streamed=%d unit_warps=%d",
+                  kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
+                  rnn_dtype_name(dtype), rnn_dtype_name(weight_dtype), rnn_dtype_name(state_dtype),
+                  static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
+                  c0, finals,
+                  kind != GatedRnnKind::slstm ? ""
+                  : ties                     ? " ties"
+                  : clamp                    ? (m0 ? " n0<1 m0" : " n0<1")
+                  : n0 && m0                 ? " n0 m0"
+                  : n0                       ? " n0"
+                  : m0                       ? " m0"
+                                             : "",
+                  kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
+                  options.units_per_block, options.batch_tile, options.streamed_weights,
+                  options.unit_warps);
     return buf;
   }
 };
 
 GatedRnnCell cell_of(GatedRnnKind k) {
-  return k == GatedRnnKind::gru ? GatedRnnCell::gru : GatedRnnCell::lstm;
+  return k == GatedRnnKind::gru ? GatedRnnCell::gru
+         : k == GatedRnnKind::lstm ? GatedRnnCell::lstm
+                                   : GatedRnnCell::slstm;
+}
+
+const char* op_of(GatedRnnKind k) {
+  return k == GatedRnnKind::gru ? "gru" : k == GatedRnnKind::lstm ? "lstm" : "slstm";
 }
 
 // Device memory without guards, for the workspace (poisoned before each use).
@@ -162,38 +200,63 @@ class GatedRun {
     p_.R = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng_);
     if (c.bias) p_.bias = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng_);
     if (c.h0) p_.h0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
-    if (c.c0 && c.kind == GatedRnnKind::lstm)
+    const bool slstm = c.kind == GatedRnnKind::slstm;
+    if (c.c0 && c.kind != GatedRnnKind::gru)
       p_.c0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
+    // n0 >= 1 unless the case asks for the clamp: the normaliser as the
+    // default and earlier calls leave it.
+    if (slstm && (c.n0 || c.clamp))
+      p_.n0 = c.clamp ? random_values(n(c.B * c.H), -1.5, 0.9, c.state_dtype, rng_)
+                      : random_values(n(c.B * c.H), 1, 2, c.state_dtype, rng_);
+    if (slstm && c.m0) p_.m0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
+    if (slstm && c.ties) {
+      if (c.h0 || c.bias || c.m0) throw std::runtime_error("ties are built with h0, bias and m0 absent");
+      build_ties();
+    }
     grad_y_ = random_values(n(c.B * c.T * c.H), -1, 1, c.dtype, rng_);
     if (c.finals) {
       grad_hf_ = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
-      if (c.kind == GatedRnnKind::lstm)
+      if (c.kind == GatedRnnKind::lstm || (slstm && c.cell_finals))
         grad_cf_ = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
+      if (slstm && c.cell_finals) {
+        grad_nf_ = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
+        grad_mf_ = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng_);
+      }
     }
 
     wx_ = std::make_unique<DeviceTensor>(p_.wx, c.dtype, std::vector<int64_t>{c.B, c.T, GH});
     R_ = std::make_unique<DeviceTensor>(p_.R, c.weight_dtype, std::vector<int64_t>{c.H, GH});
     if (c.bias) bias_ = std::make_unique<DeviceTensor>(p_.bias, c.weight_dtype, std::vector<int64_t>{GH});
     if (c.h0) h0_ = std::make_unique<DeviceTensor>(p_.h0, c.state_dtype, std::vector<int64_t>{c.B, c.H});
-    if (!p_.c0.empty())
-      c0_ = std::make_unique<DeviceTensor>(p_.c0, c.state_dtype, std::vector<int64_t>{c.B, c.H});
+    const std::vector<int64_t> state{c.B, c.H};
+    const auto state_input = [&](const std::vector<double>& v) {
+      return v.empty() ? nullptr : std::make_unique<DeviceTensor>(v, c.state_dtype, state);
+    };
+    const auto state_output = [&](bool wanted) {
+      return wanted ? std::make_unique<DeviceTensor>(c.state_dtype, state) : nullptr;
+    };
+    c0_ = state_input(p_.c0);
+    n0_ = state_input(p_.n0);
+    m0_ = state_input(p_.m0);
     gy_ = std::make_unique<DeviceTensor>(grad_y_, c.dtype, std::vector<int64_t>{c.B, c.T, c.H});
-    if (!grad_hf_.empty())
-      ghf_ = std::make_unique<DeviceTensor>(grad_hf_, c.state_dtype, std::vector<int64_t>{c.B, c.H});
-    if (!grad_cf_.empty())
-      gcf_ = std::make_unique<DeviceTensor>(grad_cf_, c.state_dtype, std::vector<int64_t>{c.B, c.H});
+    ghf_ = state_input(grad_hf_);
+    gcf_ = state_input(grad_cf_);
+    gnf_ = state_input(grad_nf_);
+    gmf_ = state_input(grad_mf_);
 
     y_ = std::make_unique<DeviceTensor>(c.dtype, std::vector<int64_t>{c.B, c.T, c.H});
-    hf_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{c.B, c.H});
-    if (c.kind == GatedRnnKind::lstm)
-      cf_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{c.B, c.H});
+    hf_ = state_output(true);
+    cf_ = state_output(c.kind != GatedRnnKind::gru);
+    nf_ = state_output(slstm);
+    mf_ = state_output(slstm);
     gwx_ = std::make_unique<DeviceTensor>(c.dtype, std::vector<int64_t>{c.B, c.T, GH});
     grh_ = std::make_unique<DeviceTensor>(c.dtype, std::vector<int64_t>{c.B, c.T, GH});
     gR_ = std::make_unique<DeviceTensor>(c.weight_dtype, std::vector<int64_t>{c.H, GH});
     gb_ = std::make_unique<DeviceTensor>(c.weight_dtype, std::vector<int64_t>{GH});
-    gh0_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{c.B, c.H});
-    if (c.kind == GatedRnnKind::lstm)
-      gc0_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{c.B, c.H});
+    gh0_ = state_output(true);
+    gc0_ = state_output(c.kind != GatedRnnKind::gru);
+    gn0_ = state_output(slstm);
+    gm0_ = state_output(slstm);
 
     const GatedRnnShape shape{c.B, c.T, c.H};
     const GatedRnnDevice dev = device_info();
@@ -224,25 +287,33 @@ class GatedRun {
     f.d_R = R_->desc().data;
     f.d_bias = bias_ ? bias_->desc().data : nullptr;
     f.d_h0 = h0_ ? h0_->desc().data : nullptr;
-    f.d_c0 = c0_ ? c0_->desc().data : nullptr;
+    f.d_c0 = data(c0_);
+    f.d_n0 = data(n0_);
+    f.d_m0 = data(m0_);
     f.d_y = y_->desc().data;
     f.d_h_final = hf_->desc().data;
-    f.d_c_final = cf_ ? cf_->desc().data : nullptr;
+    f.d_c_final = data(cf_);
+    f.d_n_final = data(nf_);
+    f.d_m_final = data(mf_);
     return f;
   }
 
   GatedRnnBackwardParams backward_params() const {
     GatedRnnBackwardParams b;
     b.fwd = forward_params();
-    b.fwd.d_h_final = b.fwd.d_c_final = nullptr;
+    b.fwd.d_h_final = b.fwd.d_c_final = b.fwd.d_n_final = b.fwd.d_m_final = nullptr;
     b.d_grad_y = gy_->desc().data;
-    b.d_grad_h_final = ghf_ ? ghf_->desc().data : nullptr;
-    b.d_grad_c_final = gcf_ ? gcf_->desc().data : nullptr;
+    b.d_grad_h_final = data(ghf_);
+    b.d_grad_c_final = data(gcf_);
+    b.d_grad_n_final = data(gnf_);
+    b.d_grad_m_final = data(gmf_);
     b.d_grad_wx = gwx_->desc().data;
     b.d_grad_R = gR_->desc().data;
     b.d_grad_bias = gb_->desc().data;
     b.d_grad_h0 = gh0_->desc().data;
-    b.d_grad_c0 = gc0_ ? gc0_->desc().data : nullptr;
+    b.d_grad_c0 = data(gc0_);
+    b.d_grad_n0 = data(gn0_);
+    b.d_grad_m0 = data(gm0_);
     b.d_grad_rh = grh_->desc().data;
     return b;
   }
@@ -250,14 +321,11 @@ class GatedRun {
   float* workspace() const { return static_cast<float*>(ws_->p); }
 
   void poison_forward() const {
-    y_->poison();
-    hf_->poison();
-    if (cf_) cf_->poison();
+    for (DeviceTensor* t : forward_outputs()) t->poison();
     ws_->poison();
   }
   void poison_backward() const {
-    for (DeviceTensor* t : {gwx_.get(), grh_.get(), gR_.get(), gb_.get(), gh0_.get(), gc0_.get()})
-      if (t) t->poison();
+    for (DeviceTensor* t : backward_outputs()) t->poison();
     ws_->poison();
   }
 
@@ -285,6 +353,8 @@ class GatedRun {
     t["y"] = &y_->desc();
     t["h_final"] = &hf_->desc();
     if (cf_) t["c_final"] = &cf_->desc();
+    if (nf_) t["n_final"] = &nf_->desc();
+    if (mf_) t["m_final"] = &mf_->desc();
     api_call("forward", t, stream, layout);
   }
   void api_backward(cudaStream_t stream, GatedRnnApiLayout* layout = nullptr) const {
@@ -294,25 +364,28 @@ class GatedRun {
     t["grad_y"] = &gy_->desc();
     if (ghf_) t["grad_h_final"] = &ghf_->desc();
     if (gcf_) t["grad_c_final"] = &gcf_->desc();
+    if (gnf_) t["grad_n_final"] = &gnf_->desc();
+    if (gmf_) t["grad_m_final"] = &gmf_->desc();
     t["grad_wx"] = &gwx_->desc();
     t["grad_R"] = &gR_->desc();
     t["grad_bias"] = &gb_->desc();
     t["grad_h0"] = &gh0_->desc();
     if (gc0_) t["grad_c0"] = &gc0_->desc();
+    if (gn0_) t["grad_n0"] = &gn0_->desc();
+    if (gm0_) t["grad_m0"] = &gm0_->desc();
     t["grad_rh"] = &grh_->desc();
     api_call("backward", t, stream, layout);
   }
 
   // The outputs' bytes, for bitwise comparisons.
   std::vector<std::vector<unsigned char>> forward_bytes() const {
-    std::vector<std::vector<unsigned char>> v{y_->raw(), hf_->raw()};
-    if (cf_) v.push_back(cf_->raw());
+    std::vector<std::vector<unsigned char>> v;
+    for (DeviceTensor* t : forward_outputs()) v.push_back(t->raw());
     return v;
   }
   std::vector<std::vector<unsigned char>> backward_bytes() const {
     std::vector<std::vector<unsigned char>> v;
-    for (DeviceTensor* t : {gwx_.get(), grh_.get(), gR_.get(), gb_.get(), gh0_.get(), gc0_.get()})
-      if (t) v.push_back(t->raw());
+    for (DeviceTensor* t : backward_outputs()) v.push_back(t->raw());
     return v;
   }
 
@@ -325,7 +398,8 @@ class GatedRun {
     const Tolerance stol = gated_rnn_tolerance(c_.state_dtype == DType::f32 ? c_.dtype
                                                                              : c_.state_dtype);
     const auto f = exphil::reference::gated_rnn_forward(p_);
-    const auto g = exphil::reference::gated_rnn_backward(p_, grad_y_, grad_hf_, grad_cf_);
+    const auto g =
+        exphil::reference::gated_rnn_backward(p_, grad_y_, grad_hf_, grad_cf_, grad_nf_, grad_mf_);
     double worst = 0;
     const auto judge = [&](const DeviceTensor& t, const std::vector<double>& ref, Tolerance tl,
                            double scale, const char* name) {
@@ -339,29 +413,78 @@ class GatedRun {
     judge(*y_, f.y, tol, hscale, "y");
     judge(*hf_, f.h_final, stol, hscale, "h_final");
     if (cf_) judge(*cf_, f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p_.c0)), "c_final");
+    // The normaliser starts at 1 when n0 is absent.
+    if (nf_) judge(*nf_, f.n_final, stol, std::max({max_abs(f.n_final), max_abs(p_.n0), 1.0}), "n_final");
+    if (mf_) judge(*mf_, f.m_final, stol, std::max(max_abs(f.m_final), max_abs(p_.m0)), "m_final");
 
-    const double gscale = std::max({max_abs(g.wx), max_abs(g.rh), max_abs(g.h0), max_abs(g.c0)});
+    const double gscale = std::max({max_abs(g.wx), max_abs(g.rh), max_abs(g.h0), max_abs(g.c0),
+                                    max_abs(g.n0), max_abs(g.m0)});
     judge(*gwx_, g.wx, tol, gscale, "grad_wx");
     judge(*grh_, g.rh, tol, gscale, "grad_rh");
     judge(*gR_, g.R, wtol, std::max(gscale, max_abs(g.R_terms)), "grad_R");
     judge(*gb_, g.bias, wtol, std::max(gscale, max_abs(g.bias_terms)), "grad_bias");
     judge(*gh0_, g.h0, stol, gscale, "grad_h0");
     if (gc0_) judge(*gc0_, g.c0, stol, gscale, "grad_c0");
+    if (gn0_) judge(*gn0_, g.n0, stol, gscale, "grad_n0");
+    if (gm0_) judge(*gm0_, g.m0, stol, gscale, "grad_m0");
     return worst;
   }
 
  private:
+  static void* data(const std::unique_ptr<DeviceTensor>& t) { return t ? t->desc().data : nullptr; }
+
+  std::vector<DeviceTensor*> forward_outputs() const {
+    std::vector<DeviceTensor*> v;
+    for (DeviceTensor* t : {y_.get(), hf_.get(), cf_.get(), nf_.get(), mf_.get()})
+      if (t) v.push_back(t);
+    return v;
+  }
+  std::vector<DeviceTensor*> backward_outputs() const {
+    std::vector<DeviceTensor*> v;
+    for (DeviceTensor* t : {gwx_.get(), grh_.get(), gR_.get(), gb_.get(), gh0_.get(), gc0_.get(), gn0_.get(),
+                            gm0_.get()})
+      if (t) v.push_back(t);
+    return v;
+  }
+
+  // The sLSTM's ties at t = 0, where pre = wx exactly (h0, bias and m0
+  // absent, so the backward's recompute meets them too): unit u % 3 == 0
+  // has log_f + m0 = log_i and n0 = 0, so n_1 = 1 (both ties at once); 1,
+  // m's tie with n0 = -1/2, so |n_1| = 1/2 and the clamp is active; 2, n0 = 0
+  // with log_i well above log_f, so i' = 1 and n_1 = 1 exactly. Values
+  // exact in every dtype.
+  void build_ties() {
+    const int64_t H = c_.H, G = 4;
+    p_.n0.assign(static_cast<std::size_t>(c_.B * H), 0.0);
+    for (int64_t b = 0; b < c_.B; ++b)
+      for (int64_t u = 0; u < H; ++u) {
+        double* w = &p_.wx[static_cast<std::size_t>(b * c_.T * G * H)];
+        switch (u % 3) {
+          case 0: w[H + u] = w[u]; break;
+          case 1:
+            w[H + u] = w[u];
+            p_.n0[static_cast<std::size_t>(b * H + u)] = -0.5;
+            break;
+          default:
+            w[u] = 1.75;
+            w[H + u] = -1.0;
+            break;
+        }
+      }
+  }
+
   std::map<std::string, const Tensor*> inputs() const {
     std::map<std::string, const Tensor*> t{{"wx", &wx_->desc()}, {"R", &R_->desc()}};
     if (bias_) t["bias"] = &bias_->desc();
     if (h0_) t["h0"] = &h0_->desc();
     if (c0_) t["c0"] = &c0_->desc();
+    if (n0_) t["n0"] = &n0_->desc();
+    if (m0_) t["m0"] = &m0_->desc();
     return t;
   }
   void api_call(const char* direction, const std::map<std::string, const Tensor*>& t, cudaStream_t stream,
                 GatedRnnApiLayout* layout) const {
-    const Status s =
-        gated_rnn_api_call(c_.kind == GatedRnnKind::gru ? "gru" : "lstm", direction, t, stream, layout);
+    const Status s = gated_rnn_api_call(op_of(c_.kind), direction, t, stream, layout);
     if (!s.ok()) throw std::runtime_error(s.message());
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (API call)");
   }
@@ -369,9 +492,9 @@ class GatedRun {
   GatedCase c_;
   std::mt19937_64 rng_;
   GatedRnnProblem p_;
-  std::vector<double> grad_y_, grad_hf_, grad_cf_;
-  std::unique_ptr<DeviceTensor> wx_, R_, bias_, h0_, c0_, gy_, ghf_, gcf_;
-  std::unique_ptr<DeviceTensor> y_, hf_, cf_, gwx_, grh_, gR_, gb_, gh0_, gc0_;
+  std::vector<double> grad_y_, grad_hf_, grad_cf_, grad_nf_, grad_mf_;
+  std::unique_ptr<DeviceTensor> wx_, R_, bias_, h0_, c0_, n0_, m0_, gy_, ghf_, gcf_, gnf_, gmf_;
+  std::unique_ptr<DeviceTensor> y_, hf_, cf_, nf_, mf_, gwx_, grh_, gR_, gb_, gh0_, gc0_, gn0_, gm0_;
   GatedRnnPlan fwd_plan_{}, bwd_plan_{};
   std::unique_ptr<DeviceScratch> ws_;
 };
@@ -424,12 +547,17 @@ std::vector<GatedCase> shape_grid(GatedRnnKind kind, DType dtype) {
     c.T = s.T;
     c.H = s.H;
     // Options rotate: each on in about half the cases, all on in the first
-    // and all off in the second.
-    const unsigned bits = i == 0 ? 15u : i == 1 ? 0u : (7u * static_cast<unsigned>(i) + 3u) & 15u;
+    // and all off in the second (the sLSTM's n0 and m0 with them).
+    const unsigned u = static_cast<unsigned>(i);
+    const unsigned bits = kind == GatedRnnKind::slstm
+                              ? (i == 0 ? 63u : i == 1 ? 0u : (13u * u + 5u) & 63u)
+                              : (i == 0 ? 15u : i == 1 ? 0u : (7u * u + 3u) & 15u);
     c.bias = bits & 1;
     c.h0 = bits & 2;
     c.c0 = bits & 4;
     c.finals = bits & 8;
+    c.n0 = bits & 16;
+    c.m0 = bits & 32;
     cases.push_back(c);
     ++i;
   }
@@ -446,16 +574,70 @@ TEST_CASE("gated RNN: LSTM f32 against the reference", "[gpu][gated_rnn]") {
   run_cases("LSTM f32", shape_grid(GatedRnnKind::lstm, DType::f32));
 }
 
+TEST_CASE("gated RNN: sLSTM f32 against the reference", "[gpu][gated_rnn]") {
+  run_cases("sLSTM f32", shape_grid(GatedRnnKind::slstm, DType::f32));
+}
+
+// n0 < 1: the clamp max(|n|, 1) active in the first steps, where the
+// gradient jumps at max()'s ties (f32 only, small: see the top).
+TEST_CASE("gated RNN: sLSTM with its clamp active (n0 < 1), f32", "[gpu][gated_rnn]") {
+  std::vector<GatedCase> cases;
+  const struct {
+    int64_t B, T, H;
+  } shapes[] = {{1, 1, 37}, {3, 9, 37}, {2, 5, 70}, {4, 3, 33}};
+  int i = 0;
+  for (const auto& sh : shapes)
+    for (bool streamed : {false, true}) {
+      GatedCase c;
+      c.kind = GatedRnnKind::slstm;
+      c.B = sh.B, c.T = sh.T, c.H = sh.H;
+      c.clamp = true;
+      c.bias = i & 1;
+      c.h0 = i & 2;
+      c.c0 = c.finals = true;
+      c.m0 = i & 4;
+      c.options.streamed_weights = streamed;
+      cases.push_back(c);
+      ++i;
+    }
+  run_cases("sLSTM clamp active", cases);
+}
+
+// Exact ties at t = 0 (GatedRun::build_ties): log_f + m0 = log_i, |n_1| = 1,
+// and both at once; the kernels split there as the reference does. T = 1
+// in f16 and bf16, where the recompute of later steps from rounded y could
+// cross a kink of the clamp that the ties leave active.
+TEST_CASE("gated RNN: sLSTM at exact ties of max(), every dtype", "[gpu][gated_rnn]") {
+  std::vector<GatedCase> cases;
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+    for (int variant = 0; variant < 3; ++variant) {
+      GatedCase c;
+      c.kind = GatedRnnKind::slstm;
+      c.dtype = dtype;
+      c.state_dtype = variant == 2 ? dtype : DType::f32;
+      c.ties = true;
+      c.c0 = variant != 1;
+      c.finals = variant != 0;
+      c.B = variant == 0 ? 1 : 5;
+      c.H = variant == 2 ? 257 : 37;
+      c.T = dtype == DType::f32 ? 1 + 3 * variant : 1;
+      cases.push_back(c);
+    }
+  run_cases("sLSTM ties", cases);
+}
+
 TEST_CASE("gated RNN: bf16 and f16 against the reference", "[gpu][gated_rnn]") {
   for (DType dtype : {DType::bf16, DType::f16}) {
-    for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+    for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm}) {
       std::vector<GatedCase> cases = shape_grid(kind, dtype);
-      // Weights and states in the sequence dtype in every other case.
-      for (std::size_t i = 0; i < cases.size(); ++i)
+      // Weights and states in the sequence dtype in every other case. The
+      // sLSTM's final c, n, m take gradients at T = 1 only (see the top).
+      for (std::size_t i = 0; i < cases.size(); ++i) {
         if (i % 2) cases[i].weight_dtype = cases[i].state_dtype = dtype;
-      run_cases(kind == GatedRnnKind::gru ? (dtype == DType::bf16 ? "GRU bf16" : "GRU f16")
-                                          : (dtype == DType::bf16 ? "LSTM bf16" : "LSTM f16"),
-                cases);
+        cases[i].cell_finals = cases[i].T == 1;
+      }
+      const std::string name = std::string(op_of(kind)) + (dtype == DType::bf16 ? " bf16" : " f16");
+      run_cases(name.c_str(), cases);
     }
   }
 }
@@ -463,10 +645,10 @@ TEST_CASE("gated RNN: bf16 and f16 against the reference", "[gpu][gated_rnn]") {
 TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weights)",
           "[gpu][gated_rnn]") {
   std::vector<GatedCase> cases;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm}) {
     GatedCase c;
     c.kind = kind;
-    c.bias = c.h0 = c.c0 = c.finals = true;
+    c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
     c.B = 5, c.T = 9, c.H = 37;
     for (int units : {1, 3, 37}) {
       c.options = {};
@@ -491,15 +673,54 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
   run_cases("forced layouts", cases);
 }
 
-TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
+// The forward's two layouts at B <= 4 (the unit-warps layout is the
+// default there, so every small case above runs it; here the block layout
+// forced, and the unit-warps layout over its units per block and sizes),
+// each checked to be the layout it claims before the reference judges it.
+TEST_CASE("gated RNN: unit-warps and block layouts at small batches", "[gpu][gated_rnn]") {
+  exphil::kernels::GatedRnnDevice device;
+  int current = 0;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  REQUIRE(exphil::kernels::query_gated_rnn_device(current, device) == cudaSuccess);
   std::vector<GatedCase> cases;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
-    for (bool streamed : {false, true}) {
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+    for (DType dtype : {DType::f32, DType::bf16}) {
       GatedCase c;
       c.kind = kind;
-      c.bias = c.h0 = c.c0 = c.finals = true;
+      c.dtype = dtype;
+      c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
+      c.cell_finals = dtype == DType::f32;  // (see the top)
+      struct Layout {
+        int64_t B, T, H;
+        int unit_warps, units;
+      };
+      for (const Layout& l : {Layout{1, 33, 256, 0, 0}, Layout{1, 33, 256, 1, 0}, Layout{4, 9, 37, 0, 0},
+                              Layout{4, 9, 37, 1, 1}, Layout{3, 1, 37, 1, 3}, Layout{2, 17, 257, 1, 8},
+                              Layout{1, 5, 1024, 1, 0}, Layout{3, 12, 70, 1, 5}}) {
+        c.B = l.B, c.T = l.T, c.H = l.H;
+        c.options = {};
+        c.options.unit_warps = l.unit_warps;
+        c.options.units_per_block = l.units;
+        const auto plan = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
+                                                          {c.B, c.T, c.H}, device, c.options);
+        INFO(c.describe());
+        CHECK(plan.unit_warps == (l.unit_warps == 1));
+        cases.push_back(c);
+      }
+    }
+  run_cases("unit-warps and block layouts", cases);
+}
+
+TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
+  std::vector<GatedCase> cases;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+    for (int layout : {0, 1, 2}) {  // resident, streamed, unit warps
+      GatedCase c;
+      c.kind = kind;
+      c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       c.B = 3, c.T = 4, c.H = 37;
-      c.options.streamed_weights = streamed;
+      c.options.streamed_weights = layout == 1;
+      c.options.unit_warps = layout == 2 ? 1 : -1;
       c.options.units_per_block = 8;
       cases.push_back(c);
     }
@@ -508,10 +729,10 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 
 TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
   RnnStream stream;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm}) {
     GatedCase c;
     c.kind = kind;
-    c.bias = c.h0 = c.c0 = c.finals = true;
+    c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
     c.B = 9, c.T = 40, c.H = 257;
     GatedRun run(c, test_seed());
     run.forward(stream.s);
@@ -535,7 +756,7 @@ TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
 // (which it reports).
 TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu][gated_rnn]") {
   RnnStream stream;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
     for (DType dtype : {DType::f32, DType::bf16})
       for (int variant : {0, 1, 2}) {
         const bool optional_inputs = variant > 0, streamed = variant == 2;
@@ -543,7 +764,8 @@ TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu]
         c.kind = kind;
         c.dtype = dtype;
         c.weight_dtype = optional_inputs ? dtype : DType::f32;
-        c.bias = c.h0 = c.c0 = c.finals = optional_inputs;
+        c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = optional_inputs;
+        c.cell_finals = dtype == DType::f32;  // (see the top)
         c.B = optional_inputs ? 3 : 1, c.T = 33, c.H = 70;
         c.options.streamed_weights = streamed;
         GatedRun run(c, test_seed());
@@ -596,10 +818,10 @@ void launch_or_throw(const exphil::kernels::LaunchResult& r) {
 TEST_CASE("gated RNN: captured into a CUDA graph and replayed, bitwise as direct calls",
           "[gpu][gated_rnn]") {
   RnnStream stream;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm}) {
     GatedCase c;
     c.kind = kind;
-    c.bias = c.h0 = c.c0 = c.finals = true;
+    c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
     c.B = 2, c.T = 32, c.H = 256;
     GatedRun run(c, test_seed());
     run.forward(stream.s);

@@ -9,32 +9,53 @@ namespace {
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-double at_or_zero(const std::vector<double>& v, int64_t i) {
-  return v.empty() ? 0.0 : v[static_cast<std::size_t>(i)];
+double at_or(const std::vector<double>& v, int64_t i, double absent) {
+  return v.empty() ? absent : v[static_cast<std::size_t>(i)];
+}
+
+double at_or_zero(const std::vector<double>& v, int64_t i) { return at_or(v, i, 0.0); }
+
+// The share of max(a, b)'s gradient that a takes: Nx's rule, half at a tie.
+double max_share(double a, double b) { return a > b ? 1.0 : a < b ? 0.0 : 0.5; }
+
+// d max(|n|, 1) / dn, by the same rule (and abs's sign(0) = +1).
+double clamp_slope(double n) {
+  const double a = std::fabs(n);
+  const double w = a > 1.0 ? 1.0 : a < 1.0 ? 0.0 : 0.5;
+  return n < 0.0 ? -w : w;
 }
 
 // Everything the forward computes per (b, t), kept for the backward.
 struct Trace {
   std::vector<double> h;      // [B, T+1, H]: h_{-1} = h0 at t index 0
-  std::vector<double> c;      // [B, T+1, H] (LSTM)
-  std::vector<double> gates;  // [B, T, G, H] activated gates
+  std::vector<double> c;      // [B, T+1, H] (LSTM, sLSTM)
+  std::vector<double> n, m;   // [B, T+1, H] (sLSTM)
+  std::vector<double> gates;  // [B, T, G, H] activated gates (sLSTM: i', f', z, o)
+  std::vector<double> share;  // [B, T, H] (sLSTM): max_share(log f + m_{t-1}, log i)
   std::vector<double> rh;     // [B, T, G*H] h_{t-1} R + bias
 };
 
 Trace run(const GatedRnnProblem& p) {
   const int64_t B = p.batch, T = p.steps, H = p.hidden, G = p.gates(), GH = G * H;
-  const bool lstm = p.kind == GatedRnnKind::lstm;
+  const bool slstm = p.kind == GatedRnnKind::slstm;
   Trace tr;
   tr.h.assign(static_cast<std::size_t>(B * (T + 1) * H), 0.0);
   tr.c.assign(static_cast<std::size_t>(B * (T + 1) * H), 0.0);
+  tr.n.assign(static_cast<std::size_t>(B * (T + 1) * H), 0.0);
+  tr.m.assign(static_cast<std::size_t>(B * (T + 1) * H), 0.0);
   tr.gates.assign(static_cast<std::size_t>(B * T * GH), 0.0);
+  tr.share.assign(static_cast<std::size_t>(B * T * H), 0.0);
   tr.rh.assign(static_cast<std::size_t>(B * T * GH), 0.0);
   for (int64_t b = 0; b < B; ++b) {
     double* h = &tr.h[static_cast<std::size_t>(b * (T + 1) * H)];
     double* c = &tr.c[static_cast<std::size_t>(b * (T + 1) * H)];
+    double* nn = &tr.n[static_cast<std::size_t>(b * (T + 1) * H)];
+    double* mm = &tr.m[static_cast<std::size_t>(b * (T + 1) * H)];
     for (int64_t u = 0; u < H; ++u) {
       h[u] = at_or_zero(p.h0, b * H + u);
       c[u] = at_or_zero(p.c0, b * H + u);
+      nn[u] = at_or(p.n0, b * H + u, 1.0);  // Edifice's initial normaliser
+      mm[u] = at_or_zero(p.m0, b * H + u);
     }
     for (int64_t t = 0; t < T; ++t) {
       const double* hp = h + t * H;
@@ -47,7 +68,7 @@ Trace run(const GatedRnnProblem& p) {
       const double* wx = &p.wx[static_cast<std::size_t>((b * T + t) * GH)];
       double* gt = &tr.gates[static_cast<std::size_t>((b * T + t) * GH)];
       for (int64_t u = 0; u < H; ++u) {
-        if (!lstm) {
+        if (p.kind == GatedRnnKind::gru) {
           const double r = sigmoid(wx[u] + rh[u]);
           const double z = sigmoid(wx[H + u] + rh[H + u]);
           const double n = std::tanh(wx[2 * H + u] + r * rh[2 * H + u]);
@@ -55,6 +76,25 @@ Trace run(const GatedRnnProblem& p) {
           gt[H + u] = z;
           gt[2 * H + u] = n;
           h[(t + 1) * H + u] = (1.0 - z) * n + z * hp[u];
+        } else if (slstm) {
+          // Edifice's slstm_scan_fallback, expression by expression.
+          const double log_i = wx[u] + rh[u], log_f = wx[H + u] + rh[H + u];
+          const double z = std::tanh(wx[2 * H + u] + rh[2 * H + u]);
+          const double o = sigmoid(wx[3 * H + u] + rh[3 * H + u]);
+          const double a = log_f + mm[t * H + u];
+          const double m = std::fmax(a, log_i);
+          const double i = std::exp(log_i - m), f = std::exp(a - m);
+          const double cn = f * c[t * H + u] + i * z;
+          const double nn_t = f * nn[t * H + u] + i;
+          gt[u] = i;
+          gt[H + u] = f;
+          gt[2 * H + u] = z;
+          gt[3 * H + u] = o;
+          tr.share[static_cast<std::size_t>((b * T + t) * H + u)] = max_share(a, log_i);
+          c[(t + 1) * H + u] = cn;
+          nn[(t + 1) * H + u] = nn_t;
+          mm[(t + 1) * H + u] = m;
+          h[(t + 1) * H + u] = o * (cn / std::fmax(std::fabs(nn_t), 1.0));
         } else {
           const double i = sigmoid(wx[u] + rh[u]);
           const double f = sigmoid(wx[H + u] + rh[H + u]);
@@ -78,21 +118,29 @@ Trace run(const GatedRnnProblem& p) {
 
 GatedRnnForwardResult gated_rnn_forward(const GatedRnnProblem& p) {
   const int64_t B = p.batch, T = p.steps, H = p.hidden;
+  const bool cell = p.kind != GatedRnnKind::gru, slstm = p.kind == GatedRnnKind::slstm;
   const Trace tr = run(p);
   GatedRnnForwardResult out;
   out.y.resize(static_cast<std::size_t>(B * T * H));
   out.h_final.resize(static_cast<std::size_t>(B * H));
-  if (p.kind == GatedRnnKind::lstm) out.c_final.resize(static_cast<std::size_t>(B * H));
+  if (cell) out.c_final.resize(static_cast<std::size_t>(B * H));
+  if (slstm) {
+    out.n_final.resize(static_cast<std::size_t>(B * H));
+    out.m_final.resize(static_cast<std::size_t>(B * H));
+  }
   for (int64_t b = 0; b < B; ++b)
     for (int64_t u = 0; u < H; ++u) {
       for (int64_t t = 0; t < T; ++t)
         out.y[static_cast<std::size_t>((b * T + t) * H + u)] =
             tr.h[static_cast<std::size_t>((b * (T + 1) + t + 1) * H + u)];
-      out.h_final[static_cast<std::size_t>(b * H + u)] =
-          tr.h[static_cast<std::size_t>((b * (T + 1) + T) * H + u)];
-      if (p.kind == GatedRnnKind::lstm)
-        out.c_final[static_cast<std::size_t>(b * H + u)] =
-            tr.c[static_cast<std::size_t>((b * (T + 1) + T) * H + u)];
+      const auto last = static_cast<std::size_t>((b * (T + 1) + T) * H + u);
+      const auto at = static_cast<std::size_t>(b * H + u);
+      out.h_final[at] = tr.h[last];
+      if (cell) out.c_final[at] = tr.c[last];
+      if (slstm) {
+        out.n_final[at] = tr.n[last];
+        out.m_final[at] = tr.m[last];
+      }
     }
   return out;
 }
@@ -100,9 +148,11 @@ GatedRnnForwardResult gated_rnn_forward(const GatedRnnProblem& p) {
 GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
                                           const std::vector<double>& grad_y,
                                           const std::vector<double>& grad_h_final,
-                                          const std::vector<double>& grad_c_final) {
+                                          const std::vector<double>& grad_c_final,
+                                          const std::vector<double>& grad_n_final,
+                                          const std::vector<double>& grad_m_final) {
   const int64_t B = p.batch, T = p.steps, H = p.hidden, G = p.gates(), GH = G * H;
-  const bool lstm = p.kind == GatedRnnKind::lstm;
+  const bool lstm = p.kind == GatedRnnKind::lstm, slstm = p.kind == GatedRnnKind::slstm;
   const Trace tr = run(p);
   GatedRnnBackwardResult g;
   g.wx.assign(static_cast<std::size_t>(B * T * GH), 0.0);
@@ -112,17 +162,25 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
   g.bias.assign(static_cast<std::size_t>(GH), 0.0);
   g.bias_terms.assign(static_cast<std::size_t>(GH), 0.0);
   g.h0.assign(static_cast<std::size_t>(B * H), 0.0);
-  if (lstm) g.c0.assign(static_cast<std::size_t>(B * H), 0.0);
+  if (lstm || slstm) g.c0.assign(static_cast<std::size_t>(B * H), 0.0);
+  if (slstm) {
+    g.n0.assign(static_cast<std::size_t>(B * H), 0.0);
+    g.m0.assign(static_cast<std::size_t>(B * H), 0.0);
+  }
 
-  std::vector<double> dh(static_cast<std::size_t>(H)), dc(static_cast<std::size_t>(H));
-  std::vector<double> dh_prev(static_cast<std::size_t>(H));
+  const auto zeros = [&] { return std::vector<double>(static_cast<std::size_t>(H), 0.0); };
+  // The carried gradients of h, c and the sLSTM's n (dnorm) and m (dstab).
+  std::vector<double> dh = zeros(), dc = zeros(), dnorm = zeros(), dstab = zeros(), dh_prev = zeros();
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t u = 0; u < H; ++u) {
       dh[u] = at_or_zero(grad_h_final, b * H + u);
-      dc[u] = lstm ? at_or_zero(grad_c_final, b * H + u) : 0.0;
+      dc[u] = lstm || slstm ? at_or_zero(grad_c_final, b * H + u) : 0.0;
+      dnorm[u] = slstm ? at_or_zero(grad_n_final, b * H + u) : 0.0;
+      dstab[u] = slstm ? at_or_zero(grad_m_final, b * H + u) : 0.0;
     }
     const double* h = &tr.h[static_cast<std::size_t>(b * (T + 1) * H)];
     const double* c = &tr.c[static_cast<std::size_t>(b * (T + 1) * H)];
+    const double* nn = &tr.n[static_cast<std::size_t>(b * (T + 1) * H)];
     for (int64_t t = T - 1; t >= 0; --t) {
       const int64_t m = b * T + t;
       const double* gt = &tr.gates[static_cast<std::size_t>(m * GH)];
@@ -132,7 +190,7 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
       const double* hp = h + t * H;
       for (int64_t u = 0; u < H; ++u) {
         const double d = dh[u] + grad_y[static_cast<std::size_t>(m * H + u)];
-        if (!lstm) {
+        if (p.kind == GatedRnnKind::gru) {
           const double r = gt[u], z = gt[H + u], n = gt[2 * H + u];
           const double dn = d * (1.0 - z);
           const double dz = d * (hp[u] - n);
@@ -146,6 +204,29 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
           drh[H + u] = daz;
           drh[2 * H + u] = dan * r;
           dh_prev[u] = d * z;
+        } else if (slstm) {
+          // h = o q, q = c / D, D = max(|n|, 1).
+          const double i = gt[u], f = gt[H + u], z = gt[2 * H + u], o = gt[3 * H + u];
+          const double cn = c[(t + 1) * H + u], cp = c[t * H + u];
+          const double n_t = nn[(t + 1) * H + u], np = nn[t * H + u];
+          const double D = std::fmax(std::fabs(n_t), 1.0), q = cn / D;
+          const double s = tr.share[static_cast<std::size_t>(m * H + u)];
+          const double dct = dc[u] + d * o / D;
+          const double dnt = dnorm[u] - d * o * q / D * clamp_slope(n_t);
+          // i = exp(log_i - m_t), f = exp(log_f + m_{t-1} - m_t): each
+          // exponential's gradient goes to its argument, m_t taking minus it.
+          const double dli = (dct * z + dnt) * i;
+          const double dlf = (dct * cp + dnt * np) * f;
+          const double dmt = dstab[u] - dli - dlf;
+          dwx[u] = dli + (1.0 - s) * dmt;
+          dwx[H + u] = dlf + s * dmt;
+          dwx[2 * H + u] = dct * i * (1.0 - z * z);
+          dwx[3 * H + u] = d * q * o * (1.0 - o);
+          for (int64_t k = 0; k < 4; ++k) drh[k * H + u] = dwx[k * H + u];
+          dc[u] = dct * f;
+          dnorm[u] = dnt * f;
+          dstab[u] = dwx[H + u];  // m_{t-1} enters only through log_f + m_{t-1}
+          dh_prev[u] = 0.0;
         } else {
           const double i = gt[u], f = gt[H + u], gg = gt[2 * H + u], o = gt[3 * H + u];
           const double cn = c[(t + 1) * H + u], cp = c[t * H + u];
@@ -178,8 +259,13 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
       dh.swap(dh_prev);
     }
     for (int64_t u = 0; u < H; ++u) {
-      g.h0[static_cast<std::size_t>(b * H + u)] = dh[u];
-      if (lstm) g.c0[static_cast<std::size_t>(b * H + u)] = dc[u];
+      const auto at = static_cast<std::size_t>(b * H + u);
+      g.h0[at] = dh[u];
+      if (lstm || slstm) g.c0[at] = dc[u];
+      if (slstm) {
+        g.n0[at] = dnorm[u];
+        g.m0[at] = dstab[u];
+      }
     }
   }
   return g;

@@ -1,11 +1,13 @@
-// CPU reference of the fused GRU and LSTM sequences
-// (cuda/gated_rnn/gated_rnn_forward.cuh gives the math), forward and
-// backward, in double.
+// CPU reference of the fused GRU, LSTM and sLSTM sequences
+// (cuda/gated_rnn/gated_rnn_forward.cuh gives the math, slstm_cell.cuh the
+// sLSTM's step and its ties), forward and backward, in double.
 //
-// Written step by step from the definition, with the backward derived by
-// hand and checked against central finite differences of the forward
-// (test/unit/test_gated_rnn_reference.cpp). The GPU results are checked
-// against it.
+// Written step by step from the definition (the sLSTM's line by line from
+// Edifice's slstm_scan_fallback), with the backward derived by hand and
+// checked against central finite differences of the forward
+// (test/unit/test_gated_rnn_reference.cpp), at max()'s ties too, where it
+// takes Nx's rule (half to each side), which is what a central difference
+// across the kink sees. The GPU results are checked against it.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +15,7 @@
 
 namespace exphil::reference {
 
-enum class GatedRnnKind { gru, lstm };
+enum class GatedRnnKind { gru, lstm, slstm };
 
 // One problem, all row-major in double. Optional inputs are empty when
 // absent (zeros).
@@ -24,7 +26,9 @@ struct GatedRnnProblem {
   std::vector<double> R;     // [H, G*H]
   std::vector<double> bias;  // [G*H] or empty
   std::vector<double> h0;    // [B, H] or empty
-  std::vector<double> c0;    // [B, H] or empty (LSTM)
+  std::vector<double> c0;    // [B, H] or empty (LSTM, sLSTM)
+  std::vector<double> n0;    // [B, H] or empty (sLSTM; ones)
+  std::vector<double> m0;    // [B, H] or empty (sLSTM; zeros)
 
   int64_t gates() const { return kind == GatedRnnKind::gru ? 3 : 4; }
   int64_t gate_width() const { return gates() * hidden; }
@@ -35,25 +39,30 @@ struct GatedRnnProblem {
 struct GatedRnnForwardResult {
   std::vector<double> y;        // [B, T, H]
   std::vector<double> h_final;  // [B, H]
-  std::vector<double> c_final;  // [B, H] (LSTM; empty for the GRU)
+  std::vector<double> c_final;  // [B, H] (LSTM, sLSTM; empty for the GRU)
+  std::vector<double> n_final;  // [B, H] (sLSTM; empty for the others)
+  std::vector<double> m_final;  // [B, H] (sLSTM; empty for the others)
 };
 
-// Gradients of every input (bias and R always, as if present; h0 and c0
-// always, at their zero default when absent), and grad_rh, the gradient of
+// Gradients of every input (bias and R always, as if present; h0 and the
+// cell's other initial states always, at their default when absent), and
+// grad_rh, the gradient of
 // the recurrent pre-activations h_{t-1} R + bias [B, T, G*H]. R and bias are
 // sums over batch and time, so they come with the sums of the absolute
 // values of their terms, the scale of a float sum's rounding error.
 struct GatedRnnBackwardResult {
-  std::vector<double> wx, R, bias, h0, c0, rh;
+  std::vector<double> wx, R, bias, h0, c0, n0, m0, rh;  // c0: LSTM, sLSTM; n0, m0: sLSTM
   std::vector<double> R_terms, bias_terms;
 };
 
 GatedRnnForwardResult gated_rnn_forward(const GatedRnnProblem& p);
 
-// grad_y [B, T, H]; grad_h_final, grad_c_final [B, H] or empty.
+// grad_y [B, T, H]; the final states' gradients [B, H] or empty (zeros).
 GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
                                           const std::vector<double>& grad_y,
                                           const std::vector<double>& grad_h_final,
-                                          const std::vector<double>& grad_c_final);
+                                          const std::vector<double>& grad_c_final,
+                                          const std::vector<double>& grad_n_final = {},
+                                          const std::vector<double>& grad_m_final = {});
 
 }  // namespace exphil::reference

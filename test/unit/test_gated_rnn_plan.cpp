@@ -1,6 +1,7 @@
 // The gated-RNN planner (cuda/gated_rnn/gated_rnn_plan.cpp): units per
-// block, batch tile, resident or streamed weights, workspace layout and the
-// can-implement check, on the numbers of an H100 and an A100 (no GPU).
+// block, batch tile, resident or streamed weights, workspace layout (each
+// cell's own states included) and the can-implement check, on the numbers
+// of an H100 and an A100 (no GPU).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -35,7 +36,7 @@ void check_workspace(const GatedRnnPlan& p) {
 }  // namespace
 
 TEST_CASE("gated RNN plan: one block per SM, tiles, resident or streamed", "[gated_rnn][plan]") {
-  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm})
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
     for (GatedRnnDirection dir : {GatedRnnDirection::forward, GatedRnnDirection::backward}) {
       const int G = gated_rnn_gates(cell);
       INFO("cell " << G << " gates, " << (dir == GatedRnnDirection::forward ? "forward" : "backward"));
@@ -49,9 +50,9 @@ TEST_CASE("gated RNN plan: one block per SM, tiles, resident or streamed", "[gat
       check_workspace(p);
       // Batch tiles are powers of two up to 32.
       CHECK(plan_gated_rnn(dir, cell, {5, 3, 37}, kH100).batch_tile == 8);
-      // (The LSTM backward's 32 rows of 4 x 512 floats would not fit with its slice.)
+      // (The (s)LSTM backward's 32 rows of 4 x 512 floats would not fit with its slice.)
       CHECK(plan_gated_rnn(dir, cell, {64, 256, 512}, kH100).batch_tile ==
-            (dir == GatedRnnDirection::backward && cell == GatedRnnCell::lstm ? 16 : 32));
+            (dir == GatedRnnDirection::backward && G == 4 ? 16 : 32));
       GatedRnnLaunchOptions o;
       o.batch_tile = 3;
       CHECK(plan_gated_rnn(dir, cell, {5, 3, 37}, kH100, o).batch_tile == 4);
@@ -82,4 +83,114 @@ TEST_CASE("gated RNN plan: one block per SM, tiles, resident or streamed", "[gat
       CHECK(gated_rnn_unsupported(plan_gated_rnn(dir, cell, {0, 4, 8}, kH100), cell, {0, 4, 8},
                                   kH100) != nullptr);
     }
+}
+
+namespace {
+
+// The floats from a piece's offset to the next piece (or the end).
+int64_t room(const GatedRnnPlan& p, int64_t at) {
+  int64_t next = p.ws_floats;
+  for (int64_t o : {p.ws_weights, p.ws_state, p.ws_exchange, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c})
+    if (o > at && o < next) next = o;
+  return next - at;
+}
+
+}  // namespace
+
+TEST_CASE("gated RNN plan: the cells' own states in the workspace", "[gated_rnn][plan]") {
+  const GatedRnnShape shape{5, 7, 37};
+  const int64_t B = shape.batch, T = shape.steps, H = shape.hidden;
+  for (bool streamed : {false, true}) {
+    GatedRnnLaunchOptions o;
+    o.streamed_weights = streamed;
+    INFO("streamed " << streamed);
+    // GRU: h only.
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, GatedRnnCell::gru, shape, kH100, o);
+    CHECK(p.ws_cell < 0);
+    p = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, shape, kH100, o);
+    CHECK(p.ws_cell < 0);
+    CHECK(p.ws_c < 0);
+    // LSTM: c (forward), every c_t and the dc carry (backward).
+    p = plan_gated_rnn(GatedRnnDirection::forward, GatedRnnCell::lstm, shape, kH100, o);
+    CHECK(room(p, p.ws_cell) >= B * H);
+    p = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::lstm, shape, kH100, o);
+    CHECK(room(p, p.ws_c) >= B * T * H);
+    CHECK(room(p, p.ws_cell) >= B * H);
+    // sLSTM: c, n, m (forward); every c_t, n_t and max's share, and the dc,
+    // dn, dm carries (backward).
+    p = plan_gated_rnn(GatedRnnDirection::forward, GatedRnnCell::slstm, shape, kH100, o);
+    CHECK(room(p, p.ws_cell) >= 3 * B * H);
+    CHECK(p.ws_c < 0);
+    check_workspace(p);
+    p = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::slstm, shape, kH100, o);
+    CHECK(room(p, p.ws_gates) >= B * T * 4 * H);
+    CHECK(room(p, p.ws_c) >= B * T * 3 * H);
+    CHECK(room(p, p.ws_cell) >= 3 * B * H);
+    CHECK(room(p, p.ws_state) >= B * H);
+    CHECK(room(p, p.ws_rh) >= B * T * 4 * H);
+    check_workspace(p);
+    CHECK(gated_rnn_unsupported(p, GatedRnnCell::slstm, shape, kH100) == nullptr);
+  }
+  // A cell outside the enum is refused, with a reason.
+  const auto unknown = static_cast<GatedRnnCell>(3);
+  CHECK(gated_rnn_unsupported(plan_gated_rnn(GatedRnnDirection::forward, GatedRnnCell::lstm, shape, kH100),
+                              unknown, shape, kH100) != nullptr);
+}
+
+TEST_CASE("gated RNN plan: the forward's unit-warps layout at small batches", "[gated_rnn][plan]") {
+  constexpr GatedRnnDevice kRtx4090{128, 101376, 102400};
+  GatedRnnLaunchOptions uw;
+  uw.unit_warps = 1;
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm}) {
+    const int G = gated_rnn_gates(cell);
+    INFO("cell " << G << " gates");
+    // Only when asked for.
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {1, 32, 256}, kH100).unit_warps);
+    // B1 T32 H256 on an H100: a warp per unit, 2 a block, 128 blocks; only
+    // the exchange in the workspace (the cell's state stays in registers).
+    const GatedRnnShape b1{1, 32, 256};
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, uw);
+    CHECK(p.unit_warps);
+    CHECK(p.units_per_block == 2);
+    CHECK(p.threads == 64);
+    CHECK(p.blocks == 128);
+    CHECK(p.shared_bytes == 2 * G * 256 * 4);
+    CHECK(p.ws_cell < 0);
+    CHECK(room(p, p.ws_state) >= 2 * 2 * 256);
+    check_workspace(p);
+    CHECK(gated_rnn_unsupported(p, cell, b1, kH100) == nullptr);
+    // Up to 4 rows, H not a multiple of 32 (columns padded to 64 floats).
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 3, 37}, kH100, uw);
+    CHECK(p.unit_warps);
+    CHECK(p.batch_tile == 4);
+    CHECK(p.shared_bytes == G * 64 * 4);
+    // Not taken: 5 rows, the backward, forced off, streamed weights asked for.
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {5, 3, 37}, kH100, uw).unit_warps);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b1, kH100, uw).unit_warps);
+    GatedRnnLaunchOptions o;
+    o.unit_warps = 0;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o);
+    CHECK_FALSE(p.unit_warps);
+    CHECK(p.threads == 256);
+    o = uw;
+    o.streamed_weights = true;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o).unit_warps);
+    // More than 8 units a block (H = 2048 on 132 SMs), or columns beyond
+    // shared memory (H = 1024 with 4 gates on an RTX 4090's 99 KB): the
+    // block layout.
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {1, 4, 2048}, kH100, uw).unit_warps);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {1, 4, 1024}, kRtx4090, uw);
+    CHECK(p.unit_warps == (G == 3));
+    CHECK(p.shared_bytes <= kRtx4090.max_shared_per_block);
+    CHECK(gated_rnn_unsupported(p, cell, {1, 4, 1024}, kRtx4090) == nullptr);
+    // Units per block chosen: 1 to 8 warps.
+    o = uw;
+    o.units_per_block = 1;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o);
+    CHECK(p.unit_warps);
+    CHECK(p.blocks == 256);
+    CHECK(p.threads == 32);
+    // A unit-warps plan stretched past its rows is refused, with a reason.
+    CHECK(gated_rnn_unsupported(p, cell, {5, 32, 256}, kH100) != nullptr);
+  }
 }

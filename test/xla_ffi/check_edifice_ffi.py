@@ -34,6 +34,15 @@ and the selective-scan backward and attention targets:
   exphil_attention_o_bwd         (q, k, v, fwd, g, causal_packed) -> (grad_q, grad_k, grad_v)
                                  :fused_flash_attention_backward (lse recomputed)
 
+and the GRU and LSTM targets:
+
+  exphil_gru_y_fwd               (wx, R, h0) -> y                 :fused_gru_scan
+  exphil_gru_y_bwd               (wx, R, h0, fwd, g) -> (grad_wx, grad_rh, grad_h0)
+                                 :fused_gru_scan_backward
+  exphil_lstm_y_fwd              (wx, R, h0, c0) -> y             :fused_lstm_scan
+  exphil_lstm_y_bwd              (wx, R, h0, c0, fwd, g) -> (grad_wx, grad_h0, grad_c0)
+                                 :fused_lstm_scan_backward
+
 Each is registered by pointer from the library (after exphil_jax.load, which
 registers the others) and called with jax.ffi.ffi_call inside jax.jit, against
 float64 JAX references of Edifice's math on the same (rounded) inputs:
@@ -65,6 +74,18 @@ causal_packed, Nx.tensor([causal]) of q's dtype, as Edifice passes it. The
 attention backward against Edifice's backward fallback (fused_scan.ex:3527-3570),
 given as fwd the reference's o rounded to the dtype (as Edifice passes its
 forward's output); tolerances and the gradients' scale are check_jax_ffi.py's.
+
+The GRU and LSTM against Edifice's fallbacks in float64: the forward
+recurrences (fused_scan.ex:2493-2531, 2437-2463: wx + h R, no recurrent
+bias; GRU n = tanh(wx_n + r (h R)_n)) and Edifice's hand-written backward
+ops (fused_scan.ex:1124-1182, 1044-1102), the GRU's with its h_prev from
+fwd (the reference forward's y rounded to the dtype, as Edifice passes its
+forward's output); each case also holds that backward, given the exact y,
+to jax.vjp of the forward (grad_rh: of a zero added to h R), which it must
+equal to 1e-9. R and the states (h0, c0) of the sequence dtype (as Edifice
+passes them) or f32; the states zeros (Edifice's) or random. Tolerances and
+scales are check_jax_ffi.py's GATED_TOL with one scale per call (the states
+for y; the largest reference gradient for the gradients).
 
 f32, bf16 and f16; h0 of the sequence dtype (as Edifice passes it) or f32;
 T = 1, odd sizes and random shapes. Tolerances and scales are
@@ -120,7 +141,11 @@ SS_TARGET = "exphil_selective_scan_y_bwd"
 SS_F_TARGET = "exphil_selective_scan_y_fwd"
 ATT_F_TARGET = "exphil_attention_o_fwd"
 ATT_B_TARGET = "exphil_attention_o_bwd"
-NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, SS_F_TARGET, ATT_F_TARGET, ATT_B_TARGET)
+# target -> cell (Edifice's :fused_gru_scan, :fused_lstm_scan and their backward ops)
+RNN_FORWARD = {"exphil_gru_y_fwd": "gru", "exphil_lstm_y_fwd": "lstm"}
+RNN_BACKWARD = {"exphil_gru_y_bwd": "gru", "exphil_lstm_y_bwd": "lstm"}
+RNN_TARGETS = tuple(RNN_FORWARD) + tuple(RNN_BACKWARD)
+NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, SS_F_TARGET, ATT_F_TARGET, ATT_B_TARGET) + RNN_TARGETS
 SS_LO, SS_HI = float(np.float32(0.001)), float(np.float32(0.1))  # fused_scan.ex:1465, 1513
 
 
@@ -491,6 +516,220 @@ def check_attention_backward(dtype, shape, causal, seed, tol_scale):
     return cj.summarize(m)
 
 
+# ---------------------------------------------------------------------------
+# GRU and LSTM (Edifice's :fused_gru_scan, :fused_lstm_scan and their backward ops)
+# ---------------------------------------------------------------------------
+def _sig(x):
+    return 1.0 / (1.0 + jnp.exp(-x))
+
+
+def _tm(a):
+    return jnp.swapaxes(a, 0, 1)  # [B, T, ...] <-> [T, B, ...]
+
+
+def rnn_forward_ref(cell, wx, R, h0, c0):
+    """Edifice's gru_scan_fallback and lstm_scan_fallback (fused_scan.ex:2493-2531,
+    2437-2463), float64: [y, then the GRU's r, z, n and (h R)_n, or the
+    LSTM's i, f, g, o and c], each [B, T, H]."""
+    H = R.shape[0]
+
+    def step(carry, wx_t):
+        h_p = carry[0]
+        rh = h_p @ R
+        if cell == "gru":
+            r = _sig(wx_t[:, :H] + rh[:, :H])
+            z = _sig(wx_t[:, H:2 * H] + rh[:, H:2 * H])
+            rh_n = rh[:, 2 * H:]
+            n = jnp.tanh(wx_t[:, 2 * H:] + r * rh_n)
+            h = (1.0 - z) * n + z * h_p
+            return (h,), (h, r, z, n, rh_n)
+        gates = wx_t + rh
+        i, f = _sig(gates[:, :H]), _sig(gates[:, H:2 * H])
+        g, o = jnp.tanh(gates[:, 2 * H:3 * H]), _sig(gates[:, 3 * H:])
+        c = f * carry[1] + i * g
+        h = o * jnp.tanh(c)
+        return (h, c), (h, i, f, g, o, c)
+
+    _, outs = lax.scan(step, (h0,) if cell == "gru" else (h0, c0), _tm(wx))
+    return [_tm(o) for o in outs]
+
+
+def rnn_backward_ref(cell, wx, R, h0, c0, fwd, g):
+    """Edifice's gru_backward_fallback and lstm_backward_fallback
+    (fused_scan.ex:1124-1182, 1044-1102), float64, line by line: the gates
+    recomputed by its own forward; the GRU's h_prev from fwd. Returns the
+    target's results: GRU (grad_wx, grad_rh, grad_h0), LSTM (grad_wx,
+    grad_h0, grad_c0)."""
+    outs = rnn_forward_ref(cell, wx, R, h0, c0)
+    zeros = jnp.zeros_like(h0)
+    if cell == "gru":
+        _, r, z, n, rh_n = outs
+        h_prev = jnp.concatenate([h0[:, None, :], fwd[:, :-1, :]], axis=1)
+
+        def step(dh_prev, t_in):
+            g_t, r_t, z_t, n_t, rhn_t, hp_t = t_in
+            dh = g_t + dh_prev
+            dn = dh * (1.0 - z_t)
+            dz_pre = dh * (hp_t - n_t) * (z_t * (1.0 - z_t))
+            dn_pre = dn * (1.0 - n_t * n_t)
+            dr_pre = dn_pre * rhn_t * (r_t * (1.0 - r_t))
+            d_rh_n = dn_pre * r_t
+            gwx = jnp.concatenate([dr_pre, dz_pre, dn_pre], axis=1)
+            grh = jnp.concatenate([dr_pre, dz_pre, d_rh_n], axis=1)
+            return dh * z_t + grh @ R.T, (gwx, grh)
+
+        dh0, (gwx, grh) = lax.scan(
+            step, zeros, tuple(_tm(a) for a in (g, r, z, n, rh_n, h_prev)), reverse=True)
+        return [_tm(gwx), _tm(grh), dh0]
+
+    _, i, f, gg, o, c = outs
+    c_prev = jnp.concatenate([c0[:, None, :], c[:, :-1, :]], axis=1)
+
+    def step(carry, t_in):
+        dh_prev, dc_prev = carry
+        g_t, i_t, f_t, gg_t, o_t, c_t, cp_t = t_in
+        dh = g_t + dh_prev
+        tanh_c = jnp.tanh(c_t)
+        do_pre = dh * tanh_c * (o_t * (1.0 - o_t))
+        dc = dh * o_t * (1.0 - tanh_c * tanh_c) + dc_prev
+        di_pre = dc * gg_t * (i_t * (1.0 - i_t))
+        df_pre = dc * cp_t * (f_t * (1.0 - f_t))
+        dg_pre = dc * i_t * (1.0 - gg_t * gg_t)
+        gwx = jnp.concatenate([di_pre, df_pre, dg_pre, do_pre], axis=1)
+        return (gwx @ R.T, dc * f_t), gwx
+
+    (dh0, dc0), gwx = lax.scan(
+        step, (zeros, zeros), tuple(_tm(a) for a in (g, i, f, gg, o, c, c_prev)), reverse=True)
+    return [_tm(gwx), dh0, dc0]
+
+
+def rnn_vjp_ref(cell, wx, R, h0, c0, g):
+    """The same results as jax.vjp of check_jax_ffi.py's gated_ref without
+    bias (the exact gradient of the forward)."""
+    b, h = h0.shape
+    gh = wx.shape[2]
+    zeros = jnp.zeros((b, h), F64)
+    r = cj.gated_all_ref(cell, wx, R, jnp.zeros((gh,), F64), h0, c0, g, zeros,
+                         zeros if cell == "lstm" else None)
+    return [r["wx"], r["rh"], r["h0"]] if cell == "gru" else [r["wx"], r["h0"], r["c0"]]
+
+
+def rnn_inputs(cell, dtype, weight_dtype, state_dtype, shape, zero_states, rng):
+    """wx, R and the states (h0, and c0 for the LSTM), rounded to their
+    dtypes; test_gated_rnn.cpp's ranges (R within 1.5 / sqrt(H))."""
+    b, t, h = shape
+    gh = cj.GATES[cell] * h
+    r = 1.5 / np.sqrt(h)
+    wx = cj.dev(rng.uniform(-1.5, 1.5, (b, t, gh)), dtype)
+    R = cj.dev(rng.uniform(-r, r, (h, gh)), weight_dtype)
+    states = [cj.dev(np.zeros((b, h)) if zero_states else rng.uniform(-1.0, 1.0, (b, h)),
+                     state_dtype) for _ in range(1 if cell == "gru" else 2)]
+    return wx, R, states
+
+
+def _states64(states):
+    s = [cj.up(x) for x in states]
+    return s[0], (s[1] if len(s) > 1 else None)
+
+
+def check_rnn_forward(target, dtype, weight_dtype, state_dtype, shape, zero_states, seed,
+                      tol_scale):
+    cell = RNN_FORWARD[target]
+    rng = np.random.default_rng(seed)
+    b, t, h = shape
+    wx, R, states = rnn_inputs(cell, dtype, weight_dtype, state_dtype, shape, zero_states, rng)
+
+    @jax.jit
+    def ours(wx, R, states):
+        return jax.ffi.ffi_call(target, jax.ShapeDtypeStruct((b, t, h), dtype))(wx, R, *states)
+
+    y = jax.block_until_ready(ours(wx, R, states))
+    h0, c0 = _states64(states)
+    ry = jax.jit(lambda wx, R, h0, c0: rnn_forward_ref(cell, wx, R, h0, c0)[0])(
+        cj.up(wx), cj.up(R), h0, c0)
+    scale = max([cj.amax(ry)] + [cj.amax(s) for s in states])
+    m = [cj.compare("y", y, ry, cj.GATED_TOL[cj.key_of(dtype)], dtype, scale, tol_scale)]
+    if jnp.dtype(y.dtype) != jnp.dtype(dtype):
+        m.append(cj.Metric("dtype", False, float("inf"), float("inf"), f"y {y.dtype}"))
+    return cj.summarize(m)
+
+
+def check_rnn_backward(target, dtype, weight_dtype, state_dtype, shape, zero_states, seed,
+                       tol_scale):
+    cell = RNN_BACKWARD[target]
+    rng = np.random.default_rng(seed)
+    b, t, h = shape
+    gh = cj.GATES[cell] * h
+    wx, R, states = rnn_inputs(cell, dtype, weight_dtype, state_dtype, shape, zero_states, rng)
+    g = cj.dev(rng.uniform(-1.0, 1.0, (b, t, h)), dtype)
+    wx64, R64, g64 = cj.up(wx), cj.up(R), cj.up(g)
+    h0, c0 = _states64(states)
+    # Edifice passes its forward's output as fwd: the reference's, rounded.
+    y64 = jax.jit(lambda wx, R, h0, c0: rnn_forward_ref(cell, wx, R, h0, c0)[0])(wx64, R64, h0, c0)
+    fwd = y64.astype(dtype)
+    S = jax.ShapeDtypeStruct
+    seq, state = S((b, t, gh), dtype), S((b, h), state_dtype)
+    results = (seq, seq, state) if cell == "gru" else (seq, state, state)
+    names = ("grad_wx", "grad_rh", "grad_h0") if cell == "gru" else ("grad_wx", "grad_h0", "grad_c0")
+
+    @jax.jit
+    def ours(wx, R, states, fwd, g):
+        return jax.ffi.ffi_call(target, results)(wx, R, *states, fwd, g)
+
+    out = jax.block_until_ready(ours(wx, R, states, fwd, g))
+    backward = jax.jit(lambda wx, R, h0, c0, y, g: rnn_backward_ref(cell, wx, R, h0, c0, y, g))
+    refs = backward(wx64, R64, h0, c0, cj.up(fwd), g64)
+    scale = max(cj.amax(r) for r in refs)
+    k, ks = cj.key_of(dtype), cj.gated_tol_key(dtype, state_dtype)
+    m = []
+    for name, o, r, res in zip(names, out, refs, results):
+        state_result = name in ("grad_h0", "grad_c0")
+        m.append(cj.compare(name, o, r, cj.GATED_TOL[ks if state_result else k], res.dtype, scale,
+                            tol_scale))
+    # The reference itself: Edifice's backward, given the exact y, is the
+    # exact gradient of its forward.
+    exact = backward(wx64, R64, h0, c0, y64, g64)
+    vjp = jax.jit(lambda wx, R, h0, c0, g: rnn_vjp_ref(cell, wx, R, h0, c0, g))(wx64, R64, h0, c0, g64)
+    gap = max(float(jnp.max(jnp.abs(a - v))) for a, v in zip(exact, vjp))
+    vscale = max(max(cj.amax(v) for v in vjp), 1e-300)
+    ratio = gap / (1e-9 * vscale)
+    m.append(cj.Metric("edifice=vjp", ratio <= 1.0, ratio, gap / vscale,
+                       "" if ratio <= 1.0 else "Edifice's backward is not jax.vjp of its forward"))
+    bad = [str(o.dtype) for o, res in zip(out, results) if jnp.dtype(o.dtype) != jnp.dtype(res.dtype)]
+    if bad:
+        m.append(cj.Metric("dtypes", False, float("inf"), float("inf"), f"{bad}"))
+    return cj.summarize(m)
+
+
+def rnn_cases(runner, args, dtypes, rng):
+    fixed = [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if args.quick else \
+        [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
+    idx = 0
+    for target in RNN_TARGETS:
+        check = check_rnn_forward if target in RNN_FORWARD else check_rnn_backward
+        for dn in dtypes:
+            dtype = cj.DTYPES[dn]
+            shapes = fixed + [(int(rng.integers(1, 5)), int(rng.integers(1, 200)),
+                               int(rng.integers(1, 300)))]
+            for shape in shapes:
+                # Edifice's: R and zero states of the sequence dtype; also f32
+                # R, f32 states and random states, by turns
+                zero_states = idx % 4 == 0
+                weight_dtype = jnp.float32 if idx % 2 == 1 else dtype
+                state_dtype = jnp.float32 if idx % 3 == 2 else dtype
+                idx += 1
+                seed = int(rng.integers(0, 2 ** 31))
+                name = (f"{target} {dn} B{shape[0]} T{shape[1]} H{shape[2]} "
+                        f"R {cj.key_of(weight_dtype)} states {cj.key_of(state_dtype)} "
+                        f"{'zero' if zero_states else 'random'}")
+                runner.case("edifice", name,
+                            lambda target=target, check=check, dtype=dtype,
+                            weight_dtype=weight_dtype, state_dtype=state_dtype, shape=shape,
+                            zero_states=zero_states, seed=seed:
+                            check(target, dtype, weight_dtype, state_dtype, shape, zero_states,
+                                  seed, args.tol_scale))
+
+
 def scan_cases(runner, args, dtypes, rng):
     fixed = [(1, 1, 1), (2, 5, 3), (1, 64, 256)] if args.quick else \
         [(1, 1, 1), (1, 1, 8), (2, 5, 3), (3, 33, 4), (1, 300, 17), (2, 128, 256), (1, 1000, 64)]
@@ -557,7 +796,7 @@ def attention_cases(runner, args, dtypes, rng):
                                 check(cj.DTYPES[dn], shape, causal, seed, args.tol_scale))
 
 
-PARTS = ("scans", "selective", "attention")
+PARTS = ("scans", "selective", "attention", "rnn")
 
 
 def main(argv=None):
@@ -594,6 +833,8 @@ def main(argv=None):
         selective_cases(runner, args, np.random.default_rng([args.seed, 8]))
     if "attention" in parts:
         attention_cases(runner, args, dtypes, np.random.default_rng([args.seed, 9]))
+    if "rnn" in parts:
+        rnn_cases(runner, args, dtypes, np.random.default_rng([args.seed, 10]))
     failed = [(n, d) for _, n, ok, d, _ in runner.results if not ok]
     total = len(runner.results)
     print(f"\ntotal {total - len(failed)}/{total} passed (seed {args.seed})")

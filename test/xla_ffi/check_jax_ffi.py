@@ -27,6 +27,17 @@ first so that both sides see identical values. Sections, each independent
              plus edge cases (T = 1, S = 1, T > S under causal so that rows
              see no key, window 1, window > S); cotangent of o only (lse
              unused) or of both o and lse (the wrapper's extra pass).
+  gated      the GRU and LSTM targets, exphil_{gru,lstm}_fwd and _bwd
+             (registered here by pointer, as exphil_jax does the others), f32/
+             bf16/f16, R and the states in f32 or the sequence dtype: the
+             forward, then the backward on its y, in one jit, against jax.vjp
+             of a float64 GRU/LSTM (exphil/gated_rnn.hpp's math; grad_rh as
+             the gradient of a zero added to h R + bias); the optional
+             operands (bias, h0, c0, the final states' cotangents) all
+             present, all absent and mixed, absent ones passed as
+             zero-element buffers (JAX's way) or as scalars with has_* =
+             false (Nx's way); T = 1, H = 1, B past a batch tile of 32, H past
+             a block's 256 columns; and a bad R, named by the handler.
   errors     bad calls must raise a Python exception whose message names the
              problem: the Python-side validation (mismatched T between gate
              and candidate, float64 inputs) and the handlers' own checks,
@@ -57,8 +68,14 @@ always fails. (atol, rtol) by the output's own dtype:
     attention lse (f32)      f32 (1e-5, 1e-5)   f16 (1e-3, 1e-3)   bf16 (2e-3, 2e-3)
     attention gradients      f32 (2e-4, 2e-4)   f16 (1e-2, 1e-2)   bf16 (2e-2, 2e-2)
     stack (loss, gradients)  f32 (1e-4, 1e-4)                      bf16 (3e-2, 2e-2)
+    GRU and LSTM             f32 (1e-4, 1e-4)   f16 (5e-3, 5e-3)   bf16 (4e-2, 3e-2)
 
-scale: scans: y and h_final share max(|y_ref|, |h_final_ref|), the input
+scale: GRU and LSTM as test/gpu/test_gated_rnn.cpp: y and h_final share
+max(|y_ref|, |h_final_ref|, |h0|), c_final max(|c_final_ref|, |c0|); the
+gradients the largest of grad_wx, grad_rh, grad_h0 and grad_c0, and grad_R and
+grad_bias (sums over batch and time) at least the largest sum of their terms'
+magnitudes; an f32 weight or state output of a half-precision call is held to
+that dtype's tolerance. Scans: y and h_final share max(|y_ref|, |h_final_ref|), the input
 gradients and grad_h0 share the largest reference gradient of the call (the
 backward rebuilds its states from y, rounded to the dtype, so its error is
 relative to the states and gradients, not to each element). Selective scan
@@ -74,7 +91,7 @@ passes) for its worst tensor.
 Run (GPU machine, jax with the CUDA plugin; build the library first):
 
     python3 test/xla_ffi/check_jax_ffi.py [--lib PATH] [--seed N] [--quick]
-        [--only SUBSTRING] [--sections scans,selective,attention,errors,stack]
+        [--only SUBSTRING] [--sections scans,selective,attention,gated,errors,stack]
         [--tol-scale X] [--graphs]
 
 --graphs adds --xla_gpu_graph_min_graph_size=1 to XLA_FLAGS before JAX
@@ -106,6 +123,7 @@ import jax
 jax.config.update("jax_enable_x64", True)  # the references run in float64
 
 import jax.numpy as jnp  # noqa: E402
+from jax import lax  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "bench" / "peers"))
@@ -120,6 +138,9 @@ DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16, "f16": jnp.float16}
 DTYPE_KEY = {jnp.dtype(v): k for k, v in DTYPES.items()}
 
 SCAN_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (3e-2, 2e-2)}
+# GRU and LSTM: test/gpu/test_gated_rnn.cpp's bf16 (a third more than the
+# scans', for the gates the backward recomputes from y rounded to bf16).
+GATED_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (4e-2, 3e-2)}
 ATTN_TOL = {
     "f32": {"o": (1e-4, 1e-4), "lse": (1e-5, 1e-5), "grad": (2e-4, 2e-4)},
     "f16": {"o": (5e-3, 5e-3), "lse": (1e-3, 1e-3), "grad": (1e-2, 1e-2)},
@@ -582,6 +603,235 @@ def section_attention(runner, args):
 
 
 # ---------------------------------------------------------------------------
+# GRU and LSTM sequences (exphil/gated_rnn.hpp; targets exphil_{gru,lstm}_{fwd,bwd})
+# ---------------------------------------------------------------------------
+GATED_TARGETS = ("exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd")
+GATES = {"gru": 3, "lstm": 4}
+_registered_here = set()
+
+
+def register_targets(names):
+    """Registers targets that exphil_jax does not (by pointer, for CUDA),
+    from the library it loaded; once each."""
+    lib = ex.load()
+    for name in names:
+        if name not in _registered_here:
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA")
+            _registered_here.add(name)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + jnp.exp(-x))
+
+
+def gated_ref(cell, wx, R, bias, h0, c0, e):
+    """exphil/gated_rnn.hpp's GRU (gates r, z, n; the bias of n inside the
+    reset product) or LSTM (i, f, g, o) over the sequence: y, h_final and
+    c_final (None for the GRU). e [B, T, G*H] is added to the recurrent
+    pre-activations h R + bias: zeros, so that its gradient is grad_rh."""
+    H = R.shape[0]
+
+    def step(carry, t_in):
+        wx_t, e_t = t_in
+        h = carry[0]
+        rh = h @ R + bias + e_t
+        if cell == "gru":
+            r = _sigmoid(wx_t[:, :H] + rh[:, :H])
+            z = _sigmoid(wx_t[:, H:2 * H] + rh[:, H:2 * H])
+            n = jnp.tanh(wx_t[:, 2 * H:] + r * rh[:, 2 * H:])
+            h = (1.0 - z) * n + z * h
+            return (h,), h
+        g = wx_t + rh
+        i, f = _sigmoid(g[:, :H]), _sigmoid(g[:, H:2 * H])
+        gg, o = jnp.tanh(g[:, 2 * H:3 * H]), _sigmoid(g[:, 3 * H:])
+        c = f * carry[1] + i * gg
+        h = o * jnp.tanh(c)
+        return (h, c), h
+
+    init = (h0,) if cell == "gru" else (h0, c0)
+    carry, ys = lax.scan(step, init, (jnp.swapaxes(wx, 0, 1), jnp.swapaxes(e, 0, 1)))
+    return jnp.swapaxes(ys, 0, 1), carry[0], (carry[1] if cell == "lstm" else None)
+
+
+def gated_all_ref(cell, wx, R, bias, h0, c0, gy, ghf, gcf):
+    """The forward's outputs and jax.vjp of gated_ref: the gradients of wx,
+    R, bias, h0, c0 (None for the GRU) and of the recurrent pre-activations
+    (grad_rh), and the sums of the magnitudes of grad_R's and grad_bias's
+    terms over batch and time (the scale of a float sum's rounding)."""
+    e = jnp.zeros_like(wx)
+    if cell == "gru":
+        (y, hf), vjp = jax.vjp(lambda a, r, b, h, z: gated_ref(cell, a, r, b, h, None, z)[:2],
+                               wx, R, bias, h0, e)
+        gwx, gR, gb, gh0, grh = vjp((gy, ghf))
+        cf = gc0 = None
+    else:
+        (y, hf, cf), vjp = jax.vjp(lambda a, r, b, h, c, z: gated_ref(cell, a, r, b, h, c, z),
+                                   wx, R, bias, h0, c0, e)
+        gwx, gR, gb, gh0, gc0, grh = vjp((gy, ghf, gcf))
+    h_prev = jnp.concatenate([h0[:, None, :], y[:, :-1, :]], axis=1)
+    return dict(y=y, h_final=hf, c_final=cf, wx=gwx, R=gR, bias=gb, h0=gh0, c0=gc0, rh=grh,
+                R_terms=jnp.einsum("bti,btj->ij", jnp.abs(h_prev), jnp.abs(grh)),
+                bias_terms=jnp.sum(jnp.abs(grh), axis=(0, 1)))
+
+
+def gated_tol_key(dtype, own):
+    """The tolerance of an output in `own` dtype (weights, states) of a call
+    in `dtype`: an f32 output computed from rounded half-precision inputs
+    owes that dtype's accuracy (test_gated_rnn.cpp's rule)."""
+    return key_of(dtype if jnp.dtype(own) == jnp.dtype(jnp.float32) else own)
+
+
+def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
+                     tol_scale):
+    """exphil_<cell>_fwd, then exphil_<cell>_bwd on its y, in one jit, against
+    gated_all_ref in float64. present: which of bias, h0, c0 and the final
+    states' cotangents ("finals") are passed; the others are absent, as
+    zero-element buffers without has_* attributes (placeholders "empty",
+    JAX's way) or as f32 scalars with has_* = false ("has", Nx's way; the
+    present ones then get has_* = true)."""
+    rng = np.random.default_rng(seed)
+    b, t, h = shape
+    lstm = cell == "lstm"
+    gh = GATES[cell] * h
+    u = rng.uniform
+    r = 1.5 / math.sqrt(h)
+    wx = dev(u(-1.5, 1.5, (b, t, gh)), dtype)
+    R = dev(u(-r, r, (h, gh)), weight_dtype)
+    gy = dev(u(-1.0, 1.0, (b, t, h)), dtype)
+
+    def maybe(name, values, dt, wanted=True):
+        return dev(values, dt) if wanted and name in present else None
+
+    bias = maybe("bias", u(-0.5, 0.5, gh), weight_dtype)
+    h0 = maybe("h0", u(-1.0, 1.0, (b, h)), state_dtype)
+    c0 = maybe("c0", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
+    ghf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype)
+    gcf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
+
+    placeholder = jnp.zeros((0,) if placeholders == "empty" else (), jnp.float32)
+    fwd_optional = [("bias", bias), ("h0", h0)] + ([("c0", c0)] if lstm else [])
+    bwd_optional = fwd_optional + [("grad_h_final", ghf)] + ([("grad_c_final", gcf)] if lstm else [])
+
+    def attrs(optional):
+        if placeholders != "has":
+            return {}
+        return {f"has_{n}": np.bool_(v is not None) for n, v in optional}
+
+    fwd_attrs, bwd_attrs = attrs(fwd_optional), attrs(bwd_optional)
+    S = jax.ShapeDtypeStruct
+    state = S((b, h), state_dtype)
+    fwd_results = (S((b, t, h), dtype), state) + ((state,) if lstm else ())
+    bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype), state)
+                   + ((state,) if lstm else ()) + (S((b, t, gh), dtype),))
+
+    @jax.jit
+    def ours(wx, R, gy, fwd_opt, bwd_extra):
+        fwd_opt = [placeholder if v is None else v for v in fwd_opt]
+        bwd_extra = [placeholder if v is None else v for v in bwd_extra]
+        outs = jax.ffi.ffi_call(f"exphil_{cell}_fwd", fwd_results)(wx, R, *fwd_opt, **fwd_attrs)
+        grads = jax.ffi.ffi_call(f"exphil_{cell}_bwd", bwd_results)(
+            wx, R, outs[0], gy, *fwd_opt, *bwd_extra, **bwd_attrs)
+        return outs, grads
+
+    outs, grads = jax.block_until_ready(
+        ours(wx, R, gy, [v for _, v in fwd_optional], [ghf] + ([gcf] if lstm else [])))
+
+    def up_or_zeros(x, shp):
+        return up(x) if x is not None else jnp.zeros(shp, F64)
+
+    ref_args = (up(wx), up(R), up_or_zeros(bias, (gh,)), up_or_zeros(h0, (b, h)),
+                up_or_zeros(c0, (b, h)) if lstm else None, up(gy), up_or_zeros(ghf, (b, h)),
+                up_or_zeros(gcf, (b, h)) if lstm else None)
+    ref_ = jax.block_until_ready(jax.jit(lambda *a: gated_all_ref(cell, *a))(*ref_args))
+
+    k = key_of(dtype)
+    kw, ks = gated_tol_key(dtype, weight_dtype), gated_tol_key(dtype, state_dtype)
+    hscale = max(amax(ref_["y"]), amax(ref_["h_final"]), amax(ref_args[3]))
+    m = [compare("y", outs[0], ref_["y"], GATED_TOL[k], dtype, hscale, tol_scale),
+         compare("h_final", outs[1], ref_["h_final"], GATED_TOL[ks], state_dtype, hscale, tol_scale)]
+    if lstm:
+        cscale = max(amax(ref_["c_final"]), amax(ref_args[4]))
+        m.append(compare("c_final", outs[2], ref_["c_final"], GATED_TOL[ks], state_dtype, cscale,
+                         tol_scale))
+    gscale = max(amax(ref_[n]) for n in (("wx", "rh", "h0", "c0") if lstm else ("wx", "rh", "h0")))
+    names = ["grad_wx", "grad_R", "grad_bias", "grad_h0"] + (["grad_c0"] if lstm else []) + ["grad_rh"]
+    for name, got in zip(names, grads):
+        key = name[5:]
+        if key in ("R", "bias"):
+            tol, dt, scale = GATED_TOL[kw], weight_dtype, max(gscale, amax(ref_[key + "_terms"]))
+        elif key in ("h0", "c0"):
+            tol, dt, scale = GATED_TOL[ks], state_dtype, gscale
+        else:
+            tol, dt, scale = GATED_TOL[k], dtype, gscale
+        m.append(compare(name, got, ref_[key], tol, dt, scale, tol_scale))
+    want = [o.dtype for o in fwd_results + bwd_results]
+    got = [o.dtype for o in list(outs) + list(grads)]
+    if [jnp.dtype(x) for x in got] != [jnp.dtype(x) for x in want]:
+        m.append(Metric("dtypes", False, math.inf, math.inf, f"got {got}, want {want}"))
+    return summarize(m)
+
+
+GATED_PRESENT = [
+    ("bias", "h0", "c0", "finals"),
+    (),
+    ("h0", "finals"),
+    ("bias", "c0"),
+]
+
+
+def section_gated(runner, args):
+    register_targets(GATED_TARGETS)
+    rng = np.random.default_rng([args.seed, 7])
+    fixed = [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if args.quick else \
+        [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
+    idx = 0
+    for cell in GATES:
+        for dn in args.dtypes:
+            dtype = DTYPES[dn]
+            shapes = fixed + [(int(rng.integers(1, 5)), int(rng.integers(1, 200)),
+                               int(rng.integers(1, 300)))]
+            for shape in shapes:
+                # every option set with both ways of passing an absent operand;
+                # weights and states in f32 or the sequence dtype, by turns
+                present = GATED_PRESENT[idx % 4]
+                placeholders = ("empty", "has")[(idx // 4) % 2]
+                weight_dtype = jnp.float32 if idx % 2 else dtype
+                state_dtype = jnp.float32 if idx % 3 == 0 else dtype
+                idx += 1
+                seed = int(rng.integers(0, 2 ** 31))
+                shown = [n for n in present if cell == "lstm" or n != "c0"]
+                name = (f"gated {cell} {dn} B{shape[0]} T{shape[1]} H{shape[2]} "
+                        f"[{','.join(shown) or 'none'}] absent={placeholders} "
+                        f"R {key_of(weight_dtype)} states {key_of(state_dtype)}")
+                runner.case("gated", name,
+                            lambda cell=cell, dtype=dtype, weight_dtype=weight_dtype,
+                            state_dtype=state_dtype, shape=shape, present=present,
+                            placeholders=placeholders, seed=seed:
+                            check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present,
+                                             placeholders, seed, args.tol_scale))
+
+    # The handler's own check comes back as a Python exception naming R; a
+    # good call still runs afterwards.
+    f32 = jnp.float32
+    wx = jnp.ones((2, 4, 12), f32)
+    r_bad = jnp.ones((4, 9), f32)
+    empty = jnp.zeros((0,), f32)
+
+    def bad_call():
+        results = (jax.ShapeDtypeStruct((2, 4, 4), f32), jax.ShapeDtypeStruct((2, 4), f32))
+        return jax.jit(lambda wx, r: jax.ffi.ffi_call("exphil_gru_fwd", results)(wx, r, empty, empty))(
+            wx, r_bad)
+
+    def error_case():
+        ok, detail = expect_error(bad_call, ["exphil_gru_fwd: gru forward: argument 'R'"],
+                                  "R [4, 9] for wx [2, 4, 12]")
+        ok2, detail2 = check_gated_case("gru", f32, f32, f32, (2, 6, 4), ("h0",), "empty", 99,
+                                        args.tol_scale)
+        return ok and ok2, detail + ("" if ok2 else f"; good call afterwards FAILED: {detail2}")
+    runner.case("gated", "error handler: gru_fwd R of the wrong shape names R", error_case)
+
+
+# ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
 def expect_error(fn, keywords, what):
@@ -789,6 +1039,7 @@ SECTIONS = {
     "scans": section_scans,
     "selective": section_selective,
     "attention": section_attention,
+    "gated": section_gated,
     "errors": section_errors,
     "stack": section_stack,
     "graphs": section_graphs,

@@ -922,3 +922,177 @@ TEST_CASE("handlers: Edifice's selective-scan and attention targets", "[xla_ffi]
   }
   CHECK(fake_runtime().control->live_errors() == 0);
 }
+
+TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  const auto bf16 = XLA_FFI_DataType_BF16;
+  // B = 2, T = 3, H = 4: wx [2, 3, G*4], R [4, G*4], states [2, 4].
+  const std::vector<int64_t> seq = {2, 3, 4}, state = {2, 4};
+  const auto gates = [](int G) { return std::vector<int64_t>{2, 3, 4 * G}; };
+  const auto weights = [](int G) { return std::vector<int64_t>{4, 4 * G}; };
+
+  SECTION("full forms: every optional tensor present reaches the library by its name") {
+    // exphil_gru_bwd: wx R y grad_y bias? h0? grad_h_final? ->
+    // grad_wx grad_R grad_bias grad_h0 grad_rh; `bad` gets a shape one
+    // longer in its last dimension, which the library refuses by name.
+    auto gru_bwd = [&](const std::string& bad) {
+      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
+        if (name == bad) ++s.back();
+        return s;
+      };
+      return CallFrameBuilder(api)
+          .operand(f32, shape("wx", gates(3)))
+          .operand(f32, shape("R", weights(3)))
+          .operand(f32, shape("y", seq))
+          .operand(f32, shape("grad_y", seq))
+          .operand(f32, shape("bias", {12}))
+          .operand(f32, shape("h0", state))
+          .operand(f32, shape("grad_h_final", state))
+          .result(f32, shape("grad_wx", gates(3)))
+          .result(f32, shape("grad_R", weights(3)))
+          .result(f32, shape("grad_bias", {12}))
+          .result(f32, shape("grad_h0", state))
+          .result(f32, shape("grad_rh", gates(3)))
+          .call(exphil_gru_bwd);
+    };
+    check_reached_library(gru_bwd(""), "exphil_gru_bwd");
+    // (wx and R fix the sizes, so each of the others is refused as itself;
+    // grad_bias and grad_h0 are always written, so the library checks them.)
+    for (const char* name : {"y", "grad_y", "bias", "h0", "grad_h_final", "grad_wx", "grad_R",
+                             "grad_bias", "grad_h0", "grad_rh"}) {
+      INFO(name);
+      const HandlerOutcome o = gru_bwd(name);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(std::string("exphil_gru_bwd: gru backward: argument '") +
+                                       name + "'"));
+    }
+
+    const HandlerOutcome lstm = CallFrameBuilder(api)
+                                    .operand(bf16, gates(4))    // wx
+                                    .operand(f32, weights(4))   // R
+                                    .operand(f32, {16})         // bias
+                                    .operand(bf16, state)       // h0
+                                    .operand(bf16, {2, 5})      // c0: the wrong width
+                                    .result(bf16, seq)          // y
+                                    .result(bf16, state)        // h_final
+                                    .result(bf16, state)        // c_final
+                                    .call(exphil_lstm_fwd);
+    CHECK(lstm.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(lstm.message, StartsWith("exphil_lstm_fwd: lstm forward: argument 'c0'"));
+  }
+  SECTION("y-only forwards: no bias, no final states reach the library") {
+    for (const XLA_FFI_DataType weight_type : {f32, bf16}) {
+      for (const XLA_FFI_DataType state_type : {f32, bf16}) {
+        INFO("R " << static_cast<int>(weight_type) << ", h0 " << static_cast<int>(state_type));
+        const HandlerOutcome gru = CallFrameBuilder(api)
+                                       .operand(bf16, gates(3))          // wx
+                                       .operand(weight_type, weights(3))  // R
+                                       .operand(state_type, state)       // h0
+                                       .result(bf16, seq)                // y
+                                       .call(exphil_gru_y_fwd);
+        check_reached_library(gru, "exphil_gru_y_fwd", {"bias", "h_final"});
+        const HandlerOutcome lstm = CallFrameBuilder(api)
+                                        .operand(bf16, gates(4))          // wx
+                                        .operand(weight_type, weights(4))  // R
+                                        .operands(2, state_type, state)   // h0, c0
+                                        .result(bf16, seq)                // y
+                                        .call(exphil_lstm_y_fwd);
+        check_reached_library(lstm, "exphil_lstm_y_fwd", {"bias", "h_final", "c_final"});
+      }
+    }
+  }
+  SECTION("y-only backwards: Edifice's gradients only, none of the final states") {
+    const HandlerOutcome gru = CallFrameBuilder(api)
+                                   .operand(bf16, gates(3))    // wx
+                                   .operand(f32, weights(3))   // R
+                                   .operand(bf16, state)       // h0
+                                   .operands(2, bf16, seq)     // y, grad_y
+                                   .results(2, bf16, gates(3))  // grad_wx, grad_rh
+                                   .result(bf16, state)        // grad_h0
+                                   .call(exphil_gru_y_bwd);
+    check_reached_library(gru, "exphil_gru_y_bwd",
+                          {"bias", "grad_h_final", "grad_R", "grad_bias"});
+    const HandlerOutcome lstm = CallFrameBuilder(api)
+                                    .operand(bf16, gates(4))   // wx
+                                    .operand(bf16, weights(4))  // R
+                                    .operands(2, f32, state)   // h0, c0
+                                    .operands(2, bf16, seq)    // y, grad_y
+                                    .result(bf16, gates(4))    // grad_wx
+                                    .results(2, f32, state)    // grad_h0, grad_c0
+                                    .call(exphil_lstm_y_bwd);
+    check_reached_library(lstm, "exphil_lstm_y_bwd",
+                          {"bias", "grad_h_final", "grad_c_final", "grad_R", "grad_bias",
+                           "grad_rh"});
+  }
+  SECTION("y-only: each tensor bound by its name (a wrong shape is named by the library)") {
+    // exphil_lstm_y_bwd: wx R h0 c0 y grad_y -> grad_wx grad_h0 grad_c0.
+    for (const char* bad : {"h0", "c0", "y", "grad_y", "grad_wx", "grad_h0", "grad_c0"}) {
+      INFO(bad);
+      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
+        if (name == bad) ++s.back();
+        return s;
+      };
+      const HandlerOutcome o = CallFrameBuilder(api)
+                                   .operand(f32, gates(4))
+                                   .operand(f32, weights(4))
+                                   .operand(f32, shape("h0", state))
+                                   .operand(f32, shape("c0", state))
+                                   .operand(f32, shape("y", seq))
+                                   .operand(f32, shape("grad_y", seq))
+                                   .result(f32, shape("grad_wx", gates(4)))
+                                   .result(f32, shape("grad_h0", state))
+                                   .result(f32, shape("grad_c0", state))
+                                   .call(exphil_lstm_y_bwd);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(std::string("exphil_lstm_y_bwd: lstm backward: argument '") +
+                                       bad + "'"));
+    }
+    // exphil_gru_y_bwd's grad_rh, third of Edifice's results.
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operand(f32, gates(3))
+                                 .operand(f32, weights(3))
+                                 .operand(f32, state)
+                                 .operands(2, f32, seq)
+                                 .result(f32, gates(3))     // grad_wx
+                                 .result(f32, {2, 3, 11})   // grad_rh
+                                 .result(f32, state)        // grad_h0
+                                 .call(exphil_gru_y_bwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_gru_y_bwd: gru backward: argument 'grad_rh'"));
+  }
+  SECTION("y-only: the states share one dtype, h0's, which grad_h0 must have") {
+    const HandlerOutcome o = CallFrameBuilder(api)
+                                 .operand(bf16, gates(3))    // wx
+                                 .operand(bf16, weights(3))  // R
+                                 .operand(f32, state)        // h0
+                                 .operands(2, bf16, seq)     // y, grad_y
+                                 .results(2, bf16, gates(3))  // grad_wx, grad_rh
+                                 .result(bf16, state)        // grad_h0
+                                 .call(exphil_gru_y_bwd);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith("exphil_gru_y_bwd: gru backward: argument 'grad_h0': "
+                                     "expected dtype f32 (the dtype of 'h0'), got bf16"));
+  }
+  SECTION("y-only: h0 and c0 are required, has_h0 is no attribute of theirs") {
+    const HandlerOutcome empty = CallFrameBuilder(api)
+                                     .operand(f32, gates(4))
+                                     .operand(f32, weights(4))
+                                     .operand(f32, state)  // h0
+                                     .operand(f32, {0})    // c0
+                                     .result(f32, seq)
+                                     .call(exphil_lstm_y_fwd);
+    CHECK(empty.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(empty.message, StartsWith("exphil_lstm_y_fwd: operand 'c0': has zero elements"));
+    const HandlerOutcome flag = CallFrameBuilder(api)
+                                    .operand(f32, gates(3))
+                                    .operand(f32, weights(3))
+                                    .operand(f32, state)
+                                    .result(f32, seq)
+                                    .attribute("has_h0", true)
+                                    .call(exphil_gru_y_fwd);
+    CHECK(flag.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(flag.message, StartsWith("exphil_gru_y_fwd: attribute 'has_h0': unknown; "));
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}

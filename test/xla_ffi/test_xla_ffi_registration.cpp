@@ -38,6 +38,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_selective_scan_y_fwd",
     // GRU and LSTM sequences
     "exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd",
+    // Edifice's GRU and LSTM scans and their backward ops (y-only form)
+    "exphil_gru_y_fwd", "exphil_gru_y_bwd", "exphil_lstm_y_fwd", "exphil_lstm_y_bwd",
 };
 
 bool is_loaded(const char* path) {

@@ -33,6 +33,12 @@ defmodule ExPhil.Native do
   `:window`, `:layout`, `:scale` and `:precision` (its docs say which); `:outputs`,
   `:sync` and `:stream` are as below.
 
+  GRU and LSTM sequences with the recurrent product fused in,
+  `gru_forward/3`, `gru_backward/5`, `lstm_forward/3` and `lstm_backward/5`,
+  take the input projection `wx` and the recurrent weights `r`, and
+  `:bias`, `:h0` (`:c0`) as options (their docs say which); `:outputs`,
+  `:sync` and `:stream` are as below.
+
   Options of the linear recurrences (keyword list or map):
 
     * `:h0` - initial state `[B, H]` (zeros when absent)
@@ -544,6 +550,122 @@ defmodule ExPhil.Native do
           [attention_option()] | map()
         ) :: op_result()
   defnative(attention_backward(q, k, v, o, lse, grad_o, opts \\ []))
+
+  ## GRU and LSTM sequences
+
+  @typedoc """
+  Options of `gru_forward/3` and `lstm_forward/3`, as a keyword list or a
+  map. `nil` stands for an absent tensor.
+  """
+  @type gated_rnn_option ::
+          {:bias, tensor() | nil}
+          | {:h0, tensor() | nil}
+          | {:c0, tensor() | nil}
+          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
+          | {:sync, boolean()}
+          | {:stream, :managed | :legacy_default | Stream.t()}
+
+  @typedoc "Options of `gru_backward/5` and `lstm_backward/5`: the forward's and the final states' gradients."
+  @type gated_rnn_backward_option ::
+          gated_rnn_option()
+          | {:grad_h_final, tensor() | nil}
+          | {:grad_c_final, tensor() | nil}
+
+  @doc """
+  A GRU over a whole sequence (Axon's `gru_cell`, PyTorch's and cuDNN's GRU),
+  the recurrent product fused in. With `wx` `[B, T, 3H]` the input projection
+  of every step (`x W + b`, the caller's), `r` `[H, 3H]` the recurrent weights
+  and `:bias` `[3H]` the recurrent bias, gates r, z, n side by side, for each
+  step, with `rh = h_{t-1} r + bias`:
+
+      r   = sigmoid(wx_r + rh_r)
+      z   = sigmoid(wx_z + rh_z)
+      n   = tanh(wx_n + r * rh_n)
+      h_t = (1 - z) * n + z * h_{t-1}
+
+  `wx` (and `y`) are `{:f, 32}`, `{:f, 16}` or `{:bf, 16}`; `r` and `:bias`
+  one type, `{:f, 32}` or that of `wx`; the states one type, `{:f, 32}` or
+  that of `wx`. Arithmetic and the carried state are f32.
+
+  Options:
+
+    * `:bias` - the recurrent bias `[3H]` (none when absent or `nil`):
+      Axon's `bhn` is `[0, 0, bhn]`, its `br`, `bz`, `bin` belong in `wx`
+    * `:h0` - the initial state `[B, H]` (zeros when absent or `nil`)
+    * `:outputs` - destination passing, as for every op: `:y` (required) and
+      `:h_final` (optional). Without it, both are new buffers (`:h_final` of
+      the type of `:h0`, `{:f, 32}` without it).
+    * `:sync`, `:stream` - as for every op (see the module doc)
+
+  Outputs: `:y` `[B, T, H]` (every `h_t`) of the type of `wx`, and `:h_final`
+  `[B, H]`. H is at most 256 / 3 hidden units per multiprocessor of the
+  device; a larger one is refused when the call meets the device.
+  """
+  @spec gru_forward(tensor(), tensor(), [gated_rnn_option()] | map()) :: op_result()
+  defnative(gru_forward(wx, r, opts \\ []))
+
+  @doc """
+  Gradients of `gru_forward/3`, given its `wx`, `r` and options (`:bias`,
+  `:h0`), its `y` and `grad_y` `[B, T, H]` (type of `wx`). The gates are
+  recomputed from `y`.
+
+  Options, besides the forward's:
+
+    * `:grad_h_final` - the gradient with respect to the final state `[B, H]`
+      (none when absent or `nil`)
+    * `:outputs` - the gradients to write, by name: any of the outputs below,
+      at least one; only those are written.
+
+  Outputs: `:grad_wx` `[B, T, 3H]` (type of `wx`); `:grad_r` `[H, 3H]` and
+  `:grad_bias` `[3H]` (type of `r`); `:grad_h0` `[B, H]` (type of the states
+  given, `{:f, 32}` without any); `:grad_rh` `[B, T, 3H]` (type of `wx`), the
+  gradient of the recurrent pre-activations `h_{t-1} r + bias`: `:grad_wx`
+  but for the n gate, where it is `r` times it. `:grad_bias` and `:grad_h0`
+  are the gradients at zero for a call without `:bias` or `:h0`. Without
+  `:outputs`, all five are new buffers. Sums over batch and time
+  (`:grad_r`, `:grad_bias`) are taken in a fixed order: results are bitwise
+  the same from run to run.
+  """
+  @spec gru_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [gated_rnn_backward_option()] | map()
+        ) :: op_result()
+  defnative(gru_backward(wx, r, y, grad_y, opts \\ []))
+
+  @doc """
+  An LSTM over a whole sequence (Axon's `lstm_cell`, PyTorch's and cuDNN's
+  LSTM), the recurrent product fused in. With `wx` `[B, T, 4H]` the input
+  projection of every step, `r` `[H, 4H]` and `:bias` `[4H]`, gates i, f, g,
+  o side by side, and `rh = h_{t-1} r + bias`:
+
+      i, f, o = sigmoid(wx + rh)      g = tanh(wx_g + rh_g)
+      c_t = f * c_{t-1} + i * g       h_t = o * tanh(c_t)
+
+  Types as in `gru_forward/3`. Options as there, and `:c0`, the initial cell
+  `[B, H]` (zeros when absent or `nil`; Axon's carry `{c, h}` is `c0: c,
+  h0: h`). Outputs: `:y` `[B, T, H]`, `:h_final` and `:c_final` `[B, H]`
+  (both optional under `:outputs`). H is at most 64 hidden units per
+  multiprocessor of the device.
+  """
+  @spec lstm_forward(tensor(), tensor(), [gated_rnn_option()] | map()) :: op_result()
+  defnative(lstm_forward(wx, r, opts \\ []))
+
+  @doc """
+  Gradients of `lstm_forward/3`, as `gru_backward/5` gives the GRU's, with
+  `:c0` and `:grad_c_final` among the options, and `:grad_c0` among the
+  outputs. `:grad_rh` equals `:grad_wx` for the LSTM.
+  """
+  @spec lstm_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [gated_rnn_backward_option()] | map()
+        ) :: op_result()
+  defnative(lstm_backward(wx, r, y, grad_y, opts \\ []))
 
   ## In-graph (XLA FFI)
 

@@ -18,8 +18,16 @@ defmodule ExPhil.Native.DescribedTensors do
     "d" => 32
   }
 
-  @doc "The extent the tests give dimension `name`."
-  def extent(name), do: Map.fetch!(@extents, name)
+  @doc """
+  The extent the tests give dimension `name`; "3H" (a multiple of a named
+  dimension: the GRU's gates side by side) is 3 times H's.
+  """
+  def extent(name) do
+    case Integer.parse(name) do
+      {factor, dimension} when dimension != "" -> factor * Map.fetch!(@extents, dimension)
+      _ -> Map.fetch!(@extents, name)
+    end
+  end
 
   @doc """
   A fake f32 device tensor of `slot`'s shape at a distinct address per

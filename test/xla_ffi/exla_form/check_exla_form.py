@@ -51,6 +51,16 @@ Variants, per case (each line covers the forward and the backward call):
                 results as the module's outputs (no transposes after the
                 call), "b unpinned, operands only", the operands' side alone.
 
+The GRU's and LSTM's cases (ops "gru", "lstm": exphil_{gru,lstm}_{fwd,bwd},
+bias, h0 and c0 given or not, the final states used or not) take
+check_jax_ffi.check_gated_case's input ranges and tolerances (GATED_TOL) and
+float64 numpy references written here: the forward step by step, the
+backward an exact hand-written reverse loop over the forward's own states
+(gated_forward64, gated_backward64; grad_rh the gradient of h_{t-1} R +
+bias). Their backward writes every result, grad_bias, grad_h0 and grad_c0
+also for inputs not given (the gradient at zero): none is a placeholder.
+The targets are registered by pointer as check_jax_ffi.py does.
+
 Edifice's cases (op "edifice": a forward and a backward block of a pair of
 native Edifice ops, as ExPhil.Native.Edifice.native_block/3 makes them) take
 check_edifice_ffi.py's inputs and float64 references of Edifice's math, and
@@ -642,6 +652,8 @@ def compared(case, direction, outs, refs, data):
     metrics = []
     if case["op"] == "edifice":
         return edifice_compared(case, direction, outs, refs, data, results)
+    if case["op"] in GATED_CELLS:
+        return gated_compared(case, direction, outs, refs, data, results)
     if case["op"] == "attention":
         tol = cj.ATTN_TOL[dt]
         if direction == "forward":
@@ -660,6 +672,176 @@ def compared(case, direction, outs, refs, data):
     for r in results:
         metrics.append(cj.compare(r["name"], outs[r["name"]], refs[r["name"]], cj.SCAN_TOL[r["dtype"]],
                                   cj.DTYPES[r["dtype"]], scale))
+    return metrics
+
+
+# ---------------------------------------------------------------------------
+# GRU and LSTM (exphil/gated_rnn.hpp; targets exphil_{gru,lstm}_{fwd,bwd})
+# ---------------------------------------------------------------------------
+GATED_CELLS = {"gru": 3, "lstm": 4}  # cell -> gates
+# The optional operands of each cell, in the targets' order, with the
+# options that give them; then the final states' cotangents (final_state).
+GATED_OPTIONAL = {"gru": ("bias", "h0"), "lstm": ("bias", "h0", "c0")}
+GATED_FINALS = {"gru": ("h_final",), "lstm": ("h_final", "c_final")}
+
+
+def sigmoid64(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def gated_forward64(cell, wx, R, bias=None, h0=None, c0=None):
+    """The GRU (gates r, z, n: n = tanh(wx_n + r (h R + b)_n), h = (1 - z) n
+    + z h_prev) or LSTM (i, f, g, o: c = f c_prev + i g, h = o tanh(c)) of
+    exphil/gated_rnn.hpp over wx [B, T, G*H] with R [H, G*H], in numpy
+    float64; the pre-activations of the recurrence are rh = h_prev R +
+    bias. An absent bias, h0 or c0 is zeros. Returns {y, h_final, c_final
+    (LSTM)} and the steps' values the backward takes."""
+    wx, R = np.asarray(wx, np.float64), np.asarray(R, np.float64)
+    b, t, gh = wx.shape
+    h = R.shape[0]
+    if gh != GATED_CELLS[cell] * h or R.shape != (h, gh):
+        raise ValueError(f"{cell}: wx {wx.shape} and R {R.shape} disagree")
+    bias = np.zeros(gh) if bias is None else np.asarray(bias, np.float64)
+    hp = np.zeros((b, h)) if h0 is None else np.asarray(h0, np.float64)
+    cp = np.zeros((b, h)) if c0 is None else np.asarray(c0, np.float64)
+    y = np.empty((b, t, h))
+    steps = []
+    for k in range(t):
+        rh = hp @ R + bias
+        a = wx[:, k]
+        if cell == "gru":
+            r = sigmoid64(a[:, :h] + rh[:, :h])
+            z = sigmoid64(a[:, h:2 * h] + rh[:, h:2 * h])
+            n = np.tanh(a[:, 2 * h:] + r * rh[:, 2 * h:])
+            hn = (1.0 - z) * n + z * hp
+            steps.append(dict(h_prev=hp, rh=rh, r=r, z=z, n=n))
+        else:
+            pre = a + rh
+            i, f = sigmoid64(pre[:, :h]), sigmoid64(pre[:, h:2 * h])
+            g, o = np.tanh(pre[:, 2 * h:3 * h]), sigmoid64(pre[:, 3 * h:])
+            c = f * cp + i * g
+            hn = o * np.tanh(c)
+            steps.append(dict(h_prev=hp, c_prev=cp, i=i, f=f, g=g, o=o, c=c))
+            cp = c
+        y[:, k] = hn
+        hp = hn
+    out = {"y": y, "h_final": hp}
+    if cell == "lstm":
+        out["c_final"] = cp
+    return out, steps
+
+
+def gated_backward64(cell, wx, R, grad_y, bias=None, h0=None, c0=None, grad_h_final=None,
+                     grad_c_final=None):
+    """The exact float64 gradients of gated_forward64's y, h_final and
+    c_final (cotangents grad_y and the finals', zeros where absent): a
+    hand-written reverse loop over the forward's exact states. Returns the
+    backward target's results grad_wx, grad_R, grad_bias, grad_h0,
+    (grad_c0,) grad_rh -- grad_rh the gradient of rh = h_prev R + bias, equal
+    to grad_wx but for the GRU's n gate (r times it) -- each given also for
+    an absent input (at zero), and grad_R_terms and grad_bias_terms: the
+    sums of the magnitudes of those sums' terms (the scale of a float sum's
+    rounding, check_jax_ffi.gated_all_ref's)."""
+    R = np.asarray(R, np.float64)
+    fwd, steps = gated_forward64(cell, wx, R, bias, h0, c0)
+    gy = np.asarray(grad_y, np.float64)
+    b, t, h = gy.shape
+    gh = R.shape[1]
+    dh = np.zeros((b, h)) if grad_h_final is None else np.array(grad_h_final, np.float64)
+    dc = np.zeros((b, h)) if grad_c_final is None else np.array(grad_c_final, np.float64)
+    gwx, grh = np.empty((b, t, gh)), np.empty((b, t, gh))
+    for k in range(t - 1, -1, -1):
+        s = steps[k]
+        dh = dh + gy[:, k]
+        if cell == "gru":
+            r, z, n = s["r"], s["z"], s["n"]
+            da_n = dh * (1.0 - z) * (1.0 - n * n)
+            da_z = dh * (s["h_prev"] - n) * z * (1.0 - z)
+            da_r = da_n * s["rh"][:, 2 * h:] * r * (1.0 - r)
+            gwx[:, k] = np.concatenate([da_r, da_z, da_n], axis=1)
+            grh[:, k] = np.concatenate([da_r, da_z, r * da_n], axis=1)
+            dh = dh * z + grh[:, k] @ R.T
+        else:
+            i, f, g, o, c = s["i"], s["f"], s["g"], s["o"], s["c"]
+            tc = np.tanh(c)
+            dc = dc + dh * o * (1.0 - tc * tc)
+            d = np.concatenate([dc * g * i * (1.0 - i), dc * s["c_prev"] * f * (1.0 - f),
+                                dc * i * (1.0 - g * g), dh * tc * o * (1.0 - o)], axis=1)
+            gwx[:, k] = grh[:, k] = d
+            dh = d @ R.T
+            dc = dc * f
+    h_prev = np.stack([s["h_prev"] for s in steps], axis=1)
+    out = {"grad_wx": gwx, "grad_R": np.einsum("bti,btj->ij", h_prev, grh),
+           "grad_bias": grh.sum(axis=(0, 1)), "grad_h0": dh}
+    if cell == "lstm":
+        out["grad_c0"] = dc
+    out["grad_rh"] = grh
+    out["grad_R_terms"] = np.einsum("bti,btj->ij", np.abs(h_prev), np.abs(grh))
+    out["grad_bias_terms"] = np.abs(grh).sum(axis=(0, 1))
+    return fwd, out
+
+
+def operand_dtypes(case):
+    """{operand name: dtype} of a case's forward and backward calls."""
+    return {o["name"]: o["dtype"] for d in ("forward", "backward") for o in case[d]["operands"]}
+
+
+def gated_generate(case, rng):
+    """check_jax_ffi.check_gated_case's distributions: wx in [-1.5, 1.5], R
+    within 1.5 / sqrt(H), bias in [-0.5, 0.5], states and cotangents in
+    [-1, 1]; each rounded to its operand's dtype."""
+    cell, s, o = case["op"], case["shape"], case["options"]
+    b, t, h = s["batch"], s["steps"], s["hidden"]
+    gh = GATED_CELLS[cell] * h
+    u = rng.uniform
+    r = 1.5 / math.sqrt(h)
+    data = {"wx": u(-1.5, 1.5, (b, t, gh)), "R": u(-r, r, (h, gh)), "grad_y": u(-1.0, 1.0, (b, t, h))}
+    if o["bias"]:
+        data["bias"] = u(-0.5, 0.5, gh)
+    for name in GATED_OPTIONAL[cell][1:]:  # h0, c0
+        if o[name]:
+            data[name] = u(-1.0, 1.0, (b, h))
+    for name in GATED_FINALS[cell]:
+        if needs(case["backward"], f"grad_{name}"):
+            data[f"grad_{name}"] = u(-1.0, 1.0, (b, h))
+    types = operand_dtypes(case)
+    return {k: rounded(v, types[k]) for k, v in data.items()}
+
+
+def gated_reference(case, data):
+    cell = case["op"]
+    kw = {k: data[k].astype(np.float64) for k in
+          GATED_OPTIONAL[cell] + tuple(f"grad_{n}" for n in GATED_FINALS[cell]) if k in data}
+    return gated_backward64(cell, data["wx"].astype(np.float64), data["R"].astype(np.float64),
+                            data["grad_y"].astype(np.float64), **kw)
+
+
+def gated_compared(case, direction, outs, refs, data, results):
+    """check_jax_ffi.check_gated_case's comparisons: GATED_TOL of the case's
+    dtype (of f32 results too: they are computed from rounded inputs,
+    gated_tol_key); y and h_final against one scale (with h0's), c_final
+    against c's, the gradients against the largest of grad_wx, grad_rh and
+    the states' gradients, grad_R and grad_bias at least their terms'."""
+    dt = cj.DTYPES[case["dtype"]]
+
+    def amax_of(name):
+        return cj.amax(data[name]) if name in data else 0.0
+
+    if direction == "forward":
+        scales = {"y": max(cj.amax(refs["y"]), cj.amax(refs["h_final"]), amax_of("h0"))}
+        scales["h_final"] = scales["y"]
+        if "c_final" in refs:
+            scales["c_final"] = max(cj.amax(refs["c_final"]), amax_of("c0"))
+    else:
+        g = max(cj.amax(refs[n]) for n in ("grad_wx", "grad_rh", "grad_h0", "grad_c0") if n in refs)
+        scales = {r["name"]: g for r in results}
+        for n in ("grad_R", "grad_bias"):
+            scales[n] = max(g, cj.amax(refs[n + "_terms"]))
+    metrics = []
+    for r in results:
+        own = cj.DTYPES[r["dtype"]]
+        tol = cj.GATED_TOL[cj.gated_tol_key(dt, own)]
+        metrics.append(cj.compare(r["name"], outs[r["name"]], refs[r["name"]], tol, own, scales[r["name"]]))
     return metrics
 
 
@@ -796,6 +978,8 @@ FAMILIES = {
     "liquid": (scan_generate, scan_reference),
     "selective_scan": (selective_generate, selective_reference),
     "attention": (attention_generate, attention_reference),
+    "gru": (gated_generate, gated_reference),
+    "lstm": (gated_generate, gated_reference),
     "edifice": (edifice_generate, edifice_reference, edifice_finish),
 }
 
@@ -838,6 +1022,11 @@ def expected_attributes(case, direction):
                 "scale": float(np.float32(o["scale"] or 0.0)),
                 "precision": codes["precision"][o["precision"]]}
     want = {}
+    if op in GATED_CELLS:
+        want = {f"has_{name}": o[name] for name in GATED_OPTIONAL[op]}
+        if bwd:
+            want.update({f"has_grad_{name}": o["final_state"] for name in GATED_FINALS[op]})
+        return want
     if op == "selective_scan":
         clamp = o["clamp"]
         want.update(softplus=o["softplus"], clamp=clamp is not None,
@@ -867,7 +1056,10 @@ def contract_problems(case):
                 problems.append(f"{direction} operand {o['name']}: placeholder {o['placeholder']}, "
                                 f"has_{o['name']} {has.get(o['name'])}")
         for r in call["results"]:
-            absent = r["name"].startswith("grad_") and has.get(r["name"][5:]) is False
+            # The GRU's and LSTM's backward writes every result (grad_bias,
+            # grad_h0, grad_c0 at zero inputs too): none is a placeholder.
+            absent = (r["name"].startswith("grad_") and has.get(r["name"][5:]) is False
+                      and case["op"] not in GATED_CELLS)
             if r["placeholder"] != absent:
                 problems.append(f"{direction} result {r['name']}: placeholder {r['placeholder']}")
         for t in call["operands"] + call["results"]:
@@ -1163,6 +1355,8 @@ def main(argv=None):
     lib = cj.ex.load(args.lib)
     if any(c["op"] == "edifice" for c in cases):
         ce.register(lib)  # the targets of Edifice's ops, by pointer
+    if any(c["op"] in GATED_CELLS for c in cases):
+        cj.register_targets(cj.GATED_TARGETS)  # exphil_jax registers no GRU/LSTM target
     print(f"check_exla_form: jax {jax.__version__}, python {platform.python_version()}, "
           f"device {xla.device.device_kind}; {len(cases)} cases from {args.cases} "
           f"(from {args.start}, only {args.only!r}); seed {args.seed}; "

@@ -2,7 +2,7 @@ if Code.ensure_loaded?(Axon) do
   defmodule ExPhil.Native.Axon do
     @moduledoc """
     Axon layers around `ExPhil.Native.Ops`: MinGRU, MinLSTM, liquid cells,
-    Mamba blocks and multi-head attention, fused CUDA kernels under EXLA on
+    Mamba blocks, multi-head attention, and Axon's own GRU and LSTM, fused CUDA kernels under EXLA on
     CUDA and pure Nx elsewhere. Compiled only when Axon is present.
 
         input = Axon.input("frames", shape: {nil, 60, 32})
@@ -23,6 +23,11 @@ if Code.ensure_loaded?(Axon) do
     name, e.g. `params.data["min_gru"]["gate_kernel"]`. Its function is the
     same-named one in `ExPhil.Native.Axon.Layers`, usable inside `defn` with
     parameters of your own.
+
+    `gru/3` and `lstm/3` are `Axon.gru/3` and `Axon.lstm/3` themselves, the
+    same graph, options, parameters and result, with the recurrent node's
+    function swapped for the fused GRU or LSTM (`Ops.gru/3`, `Ops.lstm/3`):
+    a model's parameters load unchanged from one built with Axon's layers.
 
     ## Common options
 
@@ -359,6 +364,136 @@ if Code.ensure_loaded?(Axon) do
         causal: causal,
         window: opts[:window]
       )
+    end
+
+    # Axon.gru's and Axon.lstm's options, with their defaults (the mask's is
+    # an Axon constant, nil here: the options given go to Axon as they are).
+    @axon_rnn_options [
+      name: nil,
+      meta: nil,
+      mask: nil,
+      activation: :tanh,
+      gate: :sigmoid,
+      unroll: :dynamic,
+      use_bias: true,
+      kernel_initializer: :glorot_uniform,
+      bias_initializer: :zeros
+    ]
+
+    @doc """
+    `Axon.gru/2,3,4` on the fused GRU (`Ops.gru/3`): the same arguments,
+    options, parameters and result, so that the parameters of a model built
+    with `Axon.gru` load unchanged into one built with this (and back).
+
+        {sequence, {hidden}} = ExPhil.Native.Axon.gru(input, 128, name: "gru")
+
+    The graph is Axon's own, parameter for parameter: `"input_kernel"`
+    (`"wir"`, `"wiz"`, `"win"`, each `{features, units}`), `"hidden_kernel"`
+    (`"whr"`, `"whz"`, `"whn"`, each `{units, units}`), `"bias"` (`"br"`,
+    `"bz"`, `"bin"`, `"bhn"`, each `{units}`) under the layer's name, and the
+    random initial state of `gru/3` with its `"key"`. Only the layer's
+    function differs: `ExPhil.Native.Axon.Layers.gru/7`, which runs the whole
+    sequence in one call of the fused kernel (`:unroll` is ignored there).
+    Layers with a `:mask`, or a `:gate` other than `:sigmoid` or an
+    `:activation` other than `:tanh`, run Axon's `gru_cell` as `Axon.gru`
+    does.
+
+    ## Arguments
+
+      * `input` - an Axon node `{batch, steps, features}`
+      * `units` - the width of the state, a positive integer; or, in
+        `gru/4` (and `gru/3` without options), `hidden_state` `{h}` before it,
+        the initial state as an Axon node `{batch, units}`
+      * `opts` - Axon's: `:name`, `:meta`, `:mask`, `:activation`, `:gate`,
+        `:unroll`, `:use_bias`, `:kernel_initializer`, `:bias_initializer`;
+        and without a hidden state, `:recurrent_initializer` and `:seed`
+
+    Returns `{sequence, {new_hidden}}`, Axon nodes `{batch, steps, units}` and
+    `{batch, units}`.
+    """
+    def gru(input, units, opts \\ [])
+
+    def gru(input, {%Axon{}} = hidden_state, units) when is_integer(units),
+      do: gru(input, hidden_state, units, [])
+
+    def gru(input, units, opts), do: axon_rnn(:gru, input, nil, units, opts)
+
+    @doc """
+    `Axon.gru/4`: the GRU of `gru/3` from the initial state `{h}`.
+    """
+    def gru(input, hidden_state, units, opts),
+      do: axon_rnn(:gru, input, hidden_state, units, opts)
+
+    @doc """
+    `Axon.lstm/2,3,4` on the fused LSTM (`Ops.lstm/3`), as `gru/3` is
+    `Axon.gru`'s: the same arguments, options, parameters (`"input_kernel"`:
+    `"wii"`, `"wif"`, `"wig"`, `"wio"`; `"hidden_kernel"`: `"whi"`, `"whf"`,
+    `"whg"`, `"who"`; `"bias"`: `"bi"`, `"bf"`, `"bg"`, `"bo"`) and result,
+    `{sequence, {new_cell, new_hidden}}`, the carry in Axon's order `{c, h}`.
+    The layer's function is `ExPhil.Native.Axon.Layers.lstm/7`. `lstm/4`
+    takes the initial state `{c, h}` before `units`.
+    """
+    def lstm(input, units, opts \\ [])
+
+    def lstm(input, {%Axon{}, %Axon{}} = hidden_state, units) when is_integer(units),
+      do: lstm(input, hidden_state, units, [])
+
+    def lstm(input, units, opts), do: axon_rnn(:lstm, input, nil, units, opts)
+
+    @doc """
+    `Axon.lstm/4`: the LSTM of `lstm/3` from the initial state `{c, h}`.
+    """
+    def lstm(input, hidden_state, units, opts),
+      do: axon_rnn(:lstm, input, hidden_state, units, opts)
+
+    # Axon's layer, then its recurrent node's function swapped for ours (of
+    # the same arity: Axon leaves the bias out with use_bias: false). Every
+    # node Axon returns holds that node, and gets the same swap.
+    defp axon_rnn(cell, input, hidden_state, units, opts) do
+      arity = if hidden_state, do: 4, else: 3
+      fun = "ExPhil.Native.Axon.#{cell}/#{arity}"
+      input!(fun, input)
+      units = positive_integer!(fun, "argument 'units'", units)
+
+      allowed =
+        if hidden_state,
+          do: @axon_rnn_options,
+          else: @axon_rnn_options ++ [recurrent_initializer: :glorot_uniform, seed: nil]
+
+      checked = Args.options!(fun, opts, allowed)
+      common_options!(fun, checked)
+
+      if Keyword.has_key?(opts, :recurrent_initializer),
+        do: initializer!(fun, :recurrent_initializer, checked[:recurrent_initializer])
+
+      {sequence, state} =
+        case {cell, hidden_state} do
+          {_, nil} ->
+            apply(Axon, cell, [input, units, opts])
+
+          {:gru, {%Axon{}}} ->
+            Axon.gru(input, hidden_state, units, opts)
+
+          {:lstm, {%Axon{}, %Axon{}}} ->
+            Axon.lstm(input, hidden_state, units, opts)
+
+          _ ->
+            shape = if cell == :gru, do: "{h}", else: "{c, h}"
+
+            raise ArgumentError,
+                  "#{fun}: argument 'hidden_state' expected #{shape}, Axon nodes, " <>
+                    "got: #{inspect(hidden_state)}"
+        end
+
+      %Axon{output: sequence_id, nodes: nodes} = sequence
+      [rnn_id] = nodes[sequence_id].parent
+      op = Function.capture(Layers, cell, length(nodes[rnn_id].args) + 1)
+
+      swap = fn %Axon{nodes: nodes} = axon ->
+        %{axon | nodes: Map.update!(nodes, rnn_id, &%{&1 | op: op})}
+      end
+
+      {swap.(sequence), state |> Tuple.to_list() |> Enum.map(swap) |> List.to_tuple()}
     end
 
     # MinGRU, MinLSTM and liquid: a kernel and a bias per projection, then the scan.

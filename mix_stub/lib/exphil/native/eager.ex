@@ -56,7 +56,7 @@ defmodule ExPhil.Native.Eager do
 
     * `[:exphil_native, :eager, :call]` - after the NIF took an op on the
       tensors' own memory. Measurements: `%{count: 1}`. Metadata: `:op`
-      (`:min_gru`, ..., `:selective_scan`, `:attention`), `:direction`
+      (`:min_gru`, ..., `:selective_scan`, `:attention`, `:gru`, `:lstm`), `:direction`
       (`:forward` or `:backward`), `:backend`, `:device`, `:type` (the
       sequence tensors' type).
     * `[:exphil_native, :eager, :pure]` - when a default function runs the
@@ -75,7 +75,7 @@ defmodule ExPhil.Native.Eager do
   """
 
   alias ExPhil.Native
-  alias ExPhil.Native.Block
+  alias ExPhil.Native.{Block, OpDescriptions, Targets}
   alias ExPhil.Native.Ops.Args
   alias Nx.Tensor, as: T
 
@@ -455,6 +455,55 @@ defmodule ExPhil.Native.Eager do
       end,
       pure
     )
+  end
+
+  ## GRU and LSTM sequences
+
+  @doc false
+  # The default function of a GRU or LSTM block (`cell`, `direction`):
+  # `named`, the block's tensors by their NIF names (`wx:`, `r:`, ..., nil
+  # for an absent optional one), and `template`, the tuple of its results
+  # in the target's order. The NIF takes the op description's required
+  # inputs as arguments and the rest as options; every result of the target
+  # is an output, by its name. Returns the results' tuple.
+  def gated_rnn(block, cell, direction, named, template, pure) do
+    run(
+      block,
+      cell,
+      direction,
+      Keyword.values(named),
+      fn ctx, pointers ->
+        results = template |> Tuple.to_list() |> Enum.map(&output(ctx, Nx.shape(&1), Nx.type(&1)))
+        pointers = Enum.zip(Keyword.keys(named), pointers)
+        outputs = Enum.map(results, &elem(&1, 1))
+        {fun, args} = gated_rnn_call(cell, direction, pointers, outputs)
+        nif!(ctx, fun, args)
+        results |> Enum.map(&elem(&1, 0)) |> List.to_tuple()
+      end,
+      pure
+    )
+  end
+
+  @doc false
+  # The NIF call of a GRU or LSTM block: `{function, arguments}` for
+  # `named`, the NIF arguments of its tensors by name (nil for an absent
+  # optional one), and `outputs`, those of its results in the target's
+  # order. The op description's required inputs are arguments, the rest
+  # options; each result of the target is an output, by its name.
+  def gated_rnn_call(cell, direction, named, outputs) do
+    {positional, _optional, _outputs} =
+      OpDescriptions.nif_signature(OpDescriptions.fetch!(cell, direction))
+
+    positional = Enum.map(positional, &String.to_atom/1)
+
+    names =
+      for {name, _} <- Targets.fetch!(Targets.name(cell, direction)).results,
+          do: name |> String.downcase() |> String.to_atom()
+
+    options =
+      Keyword.drop(named, positional) ++ [outputs: Enum.zip(names, outputs)] ++ @nif_options
+
+    {:"#{cell}_#{direction}", Enum.map(positional, &Keyword.fetch!(named, &1)) ++ [options]}
   end
 
   ## Attention

@@ -16,9 +16,11 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     14 of them (the MinGRU, MinLSTM, ELU-GRU, Real-GRU, diagonal-linear,
     liquid and linear scans and their backward ops),
     `exphil_selective_scan_y_fwd` and `_y_bwd` for Mamba's selective scan
-    (f32 operands only) and `exphil_attention_o_fwd` and `_o_bwd` for flash
+    (f32 operands only), `exphil_attention_o_fwd` and `_o_bwd` for flash
     attention (its causal flag read as a constant of the expression; the
-    backward recomputes lse): the `:native` rows, 18. `native_block/3` gives
+    backward recomputes lse) and `exphil_gru_y_fwd`, `exphil_lstm_y_fwd` and
+    their `_y_bwd` for the GRU and LSTM scans and their backward ops: the
+    `:native` rows, 22. `native_block/3` gives
     their custom call;
     `call/4` answers with it only under an EXLA that pins layouts (see
     `call/4`), and `:skip` otherwise and for every other op (ours return
@@ -149,6 +151,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
           "(cuda/selective_scan/selective_scan_mean_delta.cuh); target " <>
           "exphil_selective_scan_y_fwd (x, dt, A, B, C) -> y, attributes softplus false, " <>
           "clamp [0.001, 0.1], input_scale 1, no optional operands, no h_final.",
+      rnn:
+        "Done: the GRU and LSTM targets in Edifice's form, exphil_gru_y_fwd (wx, R, h0) -> y, " <>
+          "exphil_gru_y_bwd (wx, R, h0, y, grad_y) -> (grad_wx, grad_rh, grad_h0), " <>
+          "exphil_lstm_y_fwd (wx, R, h0, c0) -> y and exphil_lstm_y_bwd (wx, R, h0, c0, y, " <>
+          "grad_y) -> (grad_wx, grad_h0, grad_c0): our gru and lstm ops without the recurrent " <>
+          "bias, the final states or grad_R (Edifice forms grad_R itself, from grad_rh for " <>
+          "the GRU). No kernel change: the backward kernels write grad_rh, the gradient of " <>
+          "h R, for this.",
       ss_b:
         "Done for f32: exphil_selective_scan_y_bwd (x, dt, A, B, C, grad_y) -> (grad_x, " <>
           "grad_dt, grad_B, grad_C), our backward with no optional operands, no grad_h_final " <>
@@ -182,6 +192,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       att_f: "ATT-F",
       att_b: "ATT-B",
       ss_b: "SS-B",
+      rnn: "RNN",
       k1: "K1",
       k2: "K2",
       k3: "K3",
@@ -199,6 +210,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       :att_f,
       :att_b,
       :ss_b,
+      :rnn,
       :k1,
       :k2,
       :k3,
@@ -215,6 +227,12 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
 
     @mlp "no kernel of ours: the recurrence multiplies the state by a weight matrix inside " <>
            "the step, which is not an elementwise linear recurrence"
+
+    # When the GRU and LSTM rows are :skip (gated_rnn_attributes/2).
+    @rnn_skip ":skip for operands the kernels do not take (R f32 or wx's type, h0 and c0 " <>
+                "of one type, f32 or wx's, as the gradients' templates; fwd and g wx's type, " <>
+                "so not Nx's f32 cotangent under a bf16 wx) and for H above the device's " <>
+                "multiprocessors times div(256, gates)"
 
     @rows [
       # ---------------------------------------------------------------- forward
@@ -396,8 +414,19 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "lstm_scan/2",
         operands: [:wx, :recurrent_weight, :h0, :c0],
         results: [:y],
-        status: :no_kernel,
-        reason: "#{@mlp}: LSTM (cuda/fused_scan.ex:2437-2463)"
+        ours: :lstm,
+        status: :native,
+        variant: :rnn,
+        change: "exphil_lstm_y_fwd",
+        target: "exphil_lstm_y_fwd",
+        attributes: &__MODULE__.gated_rnn_attributes/2,
+        models: [:lstm],
+        reason:
+          "native: the LSTM of our lstm op, gates i, f, g, o of wx + h R, c = f c + i g, " <>
+            "h = o tanh(c) (cuda/fused_scan.ex:2437-2463), the product h R inside the kernel, " <>
+            "no recurrent bias (Edifice's input projection has it, " <>
+            "recurrent/recurrent.ex:323-327), h0 and c0 zeros of wx's type " <>
+            "(cuda/fused_scan.ex:2410-2411), y only. #{@rnn_skip}"
       },
       %{
         index: 13,
@@ -407,8 +436,18 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "gru_scan/2",
         operands: [:wx, :recurrent_weight, :h0],
         results: [:y],
-        status: :no_kernel,
-        reason: "#{@mlp}: GRU (cuda/fused_scan.ex:2493-2531)"
+        ours: :gru,
+        status: :native,
+        variant: :rnn,
+        change: "exphil_gru_y_fwd",
+        target: "exphil_gru_y_fwd",
+        attributes: &__MODULE__.gated_rnn_attributes/2,
+        models: [:gru],
+        reason:
+          "native: the GRU of our gru op, r, z = sigmoid(wx + h R), " <>
+            "n = tanh(wx_n + r (h R)_n), h = (1 - z) n + z h (cuda/fused_scan.ex:2493-2531), " <>
+            "the product h R inside the kernel, no recurrent bias, h0 zeros of wx's type " <>
+            "(cuda/fused_scan.ex:2471), y only. #{@rnn_skip}"
       },
       %{
         index: 14,
@@ -786,8 +825,19 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "lstm_scan/2",
         operands: [:wx, :recurrent_weight, :h0, :c0, :fwd, :g],
         results: [:grad_wx, :grad_h0, :grad_c0],
-        status: :no_kernel,
-        reason: "#{@mlp} (LSTM; cuda/fused_scan.ex:1044)"
+        ours: :lstm,
+        status: :native,
+        variant: :rnn,
+        change: "exphil_lstm_y_bwd",
+        target: "exphil_lstm_y_bwd",
+        attributes: &__MODULE__.gated_rnn_attributes/2,
+        models: [:lstm],
+        reason:
+          "native: the default fun (cuda/fused_scan.ex:1044-1102) is our lstm backward: " <>
+            "the gates' gradients di, df, dg, do as grad_wx, dh_prev = grad_wx R^T, " <>
+            "dc_prev = dc f, so grad_h0 and grad_c0 at t = 0; its fwd is y alone, from which " <>
+            "ours recomputes the cell states; no grad_R (Edifice forms it from grad_wx and " <>
+            "the shifted y, cuda/fused_scan.ex:2421-2434). #{@rnn_skip}"
       },
       %{
         index: 11,
@@ -797,8 +847,18 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "gru_scan/2",
         operands: [:wx, :recurrent_weight, :h0, :fwd, :g],
         results: [:grad_wx, :grad_rh, :grad_h0],
-        status: :no_kernel,
-        reason: "#{@mlp} (GRU; cuda/fused_scan.ex:1124)"
+        ours: :gru,
+        status: :native,
+        variant: :rnn,
+        change: "exphil_gru_y_bwd",
+        target: "exphil_gru_y_bwd",
+        attributes: &__MODULE__.gated_rnn_attributes/2,
+        models: [:gru],
+        reason:
+          "native: the default fun (cuda/fused_scan.ex:1124-1182) is our gru backward: " <>
+            "grad_wx = (dr, dz, dn) before the activations, grad_rh the gradient of h R, " <>
+            "equal but for n's r dn, dh_prev = dh z + grad_rh R^T; no grad_R (Edifice forms " <>
+            "it from grad_rh and the shifted y, cuda/fused_scan.ex:2480-2490). #{@rnn_skip}"
       },
       %{
         index: 12,
@@ -966,7 +1026,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
 
     @doc """
     The handler variants and kernel ops that the rows' `:variant` names, by
-    key: what each one is. `V*` need a new target only; `K*`, `SS-F`, `LASER`
+    key: what each one is. `V*` and `RNN` need a new target only; `K*`, `SS-F`, `LASER`
     and `FOX` a kernel change as well (EDIFICE.md, "Variants").
     """
     @spec variants() :: %{atom() => String.t()}
@@ -1054,10 +1114,11 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     def block(row, _out, _args), do: {:skip, "#{row.op} has no target"}
 
     # The kernels take f32, bf16 and f16 operands of one type, a state
-    # operand (h0) f32 or that type. Edifice may pass an f32 gradient with
-    # bf16 inputs (the gradient of a bf16 model's f32 loss): such a call
-    # runs Edifice's default function rather than reach a handler that
-    # would refuse it at run time.
+    # operand (h0, c0) or the GRU's and LSTM's R f32 or that type. Edifice
+    # may pass an f32 gradient with bf16 inputs (the gradient of a bf16
+    # model's f32 loss): such a call runs Edifice's default function rather
+    # than reach a handler that would refuse it at run time.
+    @f32_allowed ~w(h0 c0 R)
     defp unsupported(row, target, args) do
       type = Nx.type(hd(args))
       names = Enum.map(ExPhil.Native.Targets.fetch!(target).operands, &elem(&1, 0))
@@ -1065,7 +1126,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       mismatch =
         Enum.zip(names, args)
         |> Enum.find(fn {name, arg} ->
-          Nx.type(arg) != type and not (name == "h0" and Nx.type(arg) == {:f, 32})
+          Nx.type(arg) != type and not (name in @f32_allowed and Nx.type(arg) == {:f, 32})
         end)
 
       cond do
@@ -1181,6 +1242,107 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
             {:ok,
              %{"mask" => mask, "window" => 0, "layout" => 0, "scale" => 0.0, "precision" => 0}}
         end
+      end
+    end
+
+    @doc false
+    # The attributes of the GRU and LSTM targets (none), or :skip where the
+    # kernels would refuse the call (gated_rnn_check/3), with H held to the
+    # multiprocessors of device 0 (EXLA's default device) when the library
+    # can tell them.
+    def gated_rnn_attributes(out, args), do: gated_rnn_check(out, args, multiprocessors())
+
+    @doc false
+    # Edifice's GRU and LSTM blocks: operands wx, recurrent_weight, h0 (c0 for
+    # the LSTM) and, backward, fwd and g; results y, or the gradients (of the
+    # sequences [B, T, G*H], of the states [B, H]). The kernels take wx, y,
+    # grad_y and the sequence gradients of one type (f32, bf16 or f16), R of
+    # that type or f32, the states and their gradients of one type, that one
+    # or f32, and H up to `multiprocessors` times div(256, G) (the forward's
+    # units per block; nil: no bound known, the handler refuses a larger H).
+    def gated_rnn_check(out, [wx, r | rest] = args, multiprocessors) do
+      {_batch, _steps, width} = Nx.shape(wx)
+      {hidden, _} = Nx.shape(r)
+      gates = div(width, hidden)
+
+      all =
+        if gates == 3,
+          do: ~w(wx recurrent_weight h0 fwd g),
+          else: ~w(wx recurrent_weight h0 c0 fwd g)
+
+      names = Enum.take(all, length(args))
+      type = Nx.type(wx)
+      {states, sequences} = Enum.split(Enum.zip(Enum.drop(names, 2), rest), gates - 2)
+      results = out |> List.wrap() |> Enum.flat_map(&leaves/1)
+      state_results = for t <- results, Nx.rank(t) == 2, do: {"the gradient of a state", t}
+      seq_results = for t <- results, Nx.rank(t) == 3, do: {"a result", t}
+      state_types = Enum.uniq(for {_, t} <- states ++ state_results, do: Nx.type(t))
+      limit = multiprocessors && multiprocessors * div(256, gates)
+
+      mismatch =
+        Enum.find(sequences ++ seq_results, fn {_, t} -> Nx.type(t) != type end)
+
+      cond do
+        type not in [{:f, 32}, {:bf, 16}, {:f, 16}] ->
+          {:skip, "the kernels take f32, bf16 or f16, not wx of type #{inspect(type)}"}
+
+        gates not in [3, 4] or length(args) not in [gates, gates + 2] ->
+          {:skip, "#{length(args)} operands with #{gates} gates: not a GRU or LSTM block"}
+
+        mismatch ->
+          {name, t} = mismatch
+
+          {:skip,
+           "#{name} of type #{inspect(Nx.type(t))}, wx of type #{inspect(type)}: the kernels " <>
+             "take one sequence type"}
+
+        Nx.type(r) not in [type, {:f, 32}] ->
+          {:skip,
+           "recurrent_weight of type #{inspect(Nx.type(r))}: the kernels take f32 or wx's " <>
+             "type, #{inspect(type)}"}
+
+        length(state_types) != 1 or hd(state_types) not in [type, {:f, 32}] ->
+          {:skip,
+           "the states and their gradients of types #{inspect(state_types)}: the kernels take " <>
+             "one type, f32 or wx's (#{inspect(type)})"}
+
+        limit && hidden > limit ->
+          {:skip,
+           "H = #{hidden} is more than the device's #{multiprocessors} multiprocessors hold " <>
+             "(#{limit}, div(256, #{gates}) units each)"}
+
+        true ->
+          {:ok, %{}}
+      end
+    end
+
+    defp leaves(tuple) when is_tuple(tuple),
+      do: tuple |> Tuple.to_list() |> Enum.flat_map(&leaves/1)
+
+    defp leaves(tensor), do: [tensor]
+
+    # The multiprocessor count of device 0, asked for once per VM; nil when
+    # the library cannot tell (no device, or the NIF not loaded).
+    defp multiprocessors do
+      key = {__MODULE__, :multiprocessors}
+
+      case :persistent_term.get(key, :unknown) do
+        :unknown ->
+          count =
+            try do
+              case ExPhil.Native.device_info(0) do
+                {:ok, %{multiprocessor_count: n}} when is_integer(n) and n > 0 -> n
+                _ -> nil
+              end
+            rescue
+              _ -> nil
+            end
+
+          :persistent_term.put(key, count)
+          count
+
+        count ->
+          count
       end
     end
 

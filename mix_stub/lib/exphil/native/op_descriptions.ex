@@ -89,8 +89,8 @@ defmodule ExPhil.Native.OpDescriptions do
       }
     end
 
-  if length(descriptions) != 24 do
-    raise "#{@header}: expected 24 op directions, parsed #{length(descriptions)}: is every row on one line?"
+  if length(descriptions) != 26 do
+    raise "#{@header}: expected 26 op directions, parsed #{length(descriptions)}: is every row on one line?"
   end
 
   @descriptions descriptions

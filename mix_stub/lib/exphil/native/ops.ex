@@ -25,8 +25,8 @@ defmodule ExPhil.Native.Ops do
   default function.
 
   Sequence tensors keep their type (f32, bf16 or f16 on the kernels); states
-  and their gradients are f32. State inputs (`:h0`) of any float type are
-  converted to f32 first.
+  and their gradients are f32. State inputs (`:h0`, `:c0`) and the GRU's and
+  LSTM's weights (`r`, `:bias`) of any float type are converted to f32 first.
   """
 
   alias ExPhil.Native.Ops
@@ -119,4 +119,64 @@ defmodule ExPhil.Native.Ops do
   Returns `o`, the shape and type of `q`.
   """
   def attention(q, k, v, opts \\ []), do: Ops.Attention.run(q, k, v, opts)
+
+  @doc """
+  A GRU over a whole sequence (Axon's `gru_cell`, PyTorch's and cuDNN's GRU),
+  the recurrent product `h_{t-1} r` fused into the kernel. `wx` is the input
+  projection of every step, `x W + b` (computed by the caller, one product
+  over all steps); with `rh_t = h_{t-1} r + bias` and the gates r, z, n side
+  by side in the last axis:
+
+      r   = sigmoid(wx_r + rh_r)
+      z   = sigmoid(wx_z + rh_z)
+      n   = tanh(wx_n + r * rh_n)
+      h_t = (1 - z) * n + z * h_{t-1}
+
+  `wx` is `{batch, steps, 3 * hidden}`, `r` `{hidden, 3 * hidden}`. Axon's
+  `gru_cell` parameters map as: `wx = x · [wir wiz win] + [br bz bin]`,
+  `r = [whr whz whn]`, `bias = [0, 0, bhn]` (`ExPhil.Native.Axon.gru/3` does
+  it for you).
+
+  ## Options
+
+    * `:bias` - the recurrent bias `{3 * hidden}` (default: none), inside the
+      reset for the n gate
+    * `:h0` - the initial state `{batch, hidden}` (default: zeros)
+    * `:final_state` - when `true`, returns `{y, h_final}` instead of `y`
+
+  Returns every state `y`, `{batch, steps, hidden}` in the type of `wx`;
+  `h_final` is f32 (f64 for f64 inputs). `r`, `:bias` and `:h0` are converted
+  to f32 (f64 for f64 inputs). Differentiable in `wx`, `r`, `:bias` and `:h0`.
+  On the kernels, `hidden` is at most 256 / 3 units per multiprocessor of the
+  GPU (about 11,000 on an H100): a larger one fails when the call runs.
+  """
+  def gru(wx, r, opts \\ []), do: Ops.GatedRnn.run(:gru, wx, r, opts)
+
+  @doc """
+  An LSTM over a whole sequence (Axon's `lstm_cell`, PyTorch's and cuDNN's
+  LSTM), the recurrent product fused in. With `rh_t = h_{t-1} r + bias` and
+  the gates i, f, g, o side by side in the last axis:
+
+      i, f, o = sigmoid(wx + rh)      g = tanh(wx_g + rh_g)
+      c_t = f * c_{t-1} + i * g       h_t = o * tanh(c_t)
+
+  `wx` is `{batch, steps, 4 * hidden}`, `r` `{hidden, 4 * hidden}`. Axon's
+  `lstm_cell` parameters map as: `wx = x · [wii wif wig wio] + [bi bf bg bo]`,
+  `r = [whi whf whg who]`, no `:bias`; its carry `{c, h}` is `c0: c, h0: h`
+  (`ExPhil.Native.Axon.lstm/3` does it for you).
+
+  ## Options
+
+    * `:bias` - a recurrent bias `{4 * hidden}` (default: none), added to
+      the gates as if folded into `wx`
+    * `:h0`, `:c0` - the initial state and cell `{batch, hidden}` (default:
+      zeros)
+    * `:final_state` - when `true`, returns `{y, h_final, c_final}` instead
+      of `y`
+
+  Types, gradients and limits as in `gru/3` (`hidden` at most 64 units per
+  multiprocessor on the kernels); differentiable in `wx`, `r`, `:bias`,
+  `:h0` and `:c0`.
+  """
+  def lstm(wx, r, opts \\ []), do: Ops.GatedRnn.run(:lstm, wx, r, opts)
 end

@@ -20,6 +20,11 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
   as `CustomCall.fields/3` gives them. The layouts are not listed: a patched
   EXLA pins every operand and result to row-major (`layouts: "row_major"`).
 
+  The GRU and LSTM (`op` "gru", "lstm") are traced with `bias`, `h0` and
+  (LSTM) `c0` each given or not (`options`, true where given) and the final
+  states used or not (`final_state`), at H 37, T 1 and H 130; their
+  backward's results are all written (no placeholders), given or not.
+
   Where Edifice is present, also one case per pair of Edifice fused ops
   that are both native (`ExPhil.Native.Edifice`, EDIFICE.md): the forward
   and the backward block as `ExPhil.Native.Edifice.native_block/3` makes
@@ -57,8 +62,10 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
     end
 
     cases =
-      Enum.map(scan_cases() ++ selective_cases() ++ attention_cases(), &trace(&1, blocks)) ++
-        edifice_cases(blocks)
+      Enum.map(
+        scan_cases() ++ selective_cases() ++ attention_cases() ++ gated_rnn_cases(),
+        &trace(&1, blocks)
+      ) ++ edifice_cases(blocks)
 
     File.mkdir_p!(Path.dirname(path))
 
@@ -203,6 +210,59 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
           v: zeros(shape.(hkv, s), type)
         },
         fun: fn inputs -> Ops.attention(inputs.q, inputs.k, inputs.v, opts) end
+      }
+    end
+  end
+
+  # {shape {batch, steps, hidden}, optional inputs, final state, dtypes}:
+  # H 37 (not a multiple of any tile), T 1 (no step reads a y), H 130, each
+  # optional input alone, all of them, none; f16 once per cell. The GRU
+  # has no c0: the row of c0 alone is the LSTM's only, and the others drop it.
+  @gated_rnn [
+    {{2, 17, 37}, [], false, ["f32", "bf16"]},
+    {{2, 17, 37}, [:bias, :h0, :c0], true, ["f32", "bf16", "f16"]},
+    {{2, 17, 37}, [:bias], false, ["f32", "bf16"]},
+    {{2, 17, 37}, [:h0], true, ["f32", "bf16"]},
+    {{2, 17, 37}, [:c0], false, ["f32", "bf16"]},
+    {{3, 1, 37}, [:bias, :h0, :c0], true, ["f32", "bf16"]},
+    {{2, 9, 130}, [:bias, :h0, :c0], false, ["f32", "bf16"]}
+  ]
+
+  defp gated_rnn_cases do
+    for cell <- [:gru, :lstm],
+        {{b, t, h}, optional, final?, dtypes} <- @gated_rnn,
+        cell == :lstm or optional != [:c0],
+        optional = if(cell == :gru, do: optional -- [:c0], else: optional),
+        {dtype, type} <- @types,
+        dtype in dtypes do
+      g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+
+      inputs = %{
+        wx: zeros({b, t, g * h}, type),
+        r: zeros({h, g * h}, :f32),
+        bias: zeros({g * h}, :f32),
+        h0: zeros({b, h}, :f32),
+        c0: zeros({b, h}, :f32)
+      }
+
+      keys = if cell == :gru, do: [:bias, :h0], else: [:bias, :h0, :c0]
+      on = Enum.map_join(optional, ",", &Atom.to_string/1)
+
+      %{
+        name:
+          "#{cell} #{dtype} B#{b} T#{t} H#{h} [#{if on == "", do: "none", else: on}] " <>
+            "final_state=#{final?}",
+        op: cell,
+        dtype: dtype,
+        shape: %{"batch" => b, "steps" => t, "hidden" => h},
+        options:
+          Map.new(keys, &{Atom.to_string(&1), &1 in optional})
+          |> Map.put("final_state", final?),
+        inputs: Map.take(inputs, [:wx, :r | optional]),
+        fun: fn inputs ->
+          opts = Enum.map(optional, &{&1, inputs[&1]}) ++ [final_state: final?]
+          apply(Ops, cell, [inputs.wx, inputs.r, opts])
+        end
       }
     end
   end

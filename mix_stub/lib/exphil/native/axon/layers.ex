@@ -329,6 +329,174 @@ if Code.ensure_loaded?(Axon) do
       |> project(output_kernel, output_bias)
     end
 
+    # Axon's default bias of a layer built with use_bias: false.
+    @axon_zero_bias %{
+      gru: %{"br" => 0, "bz" => 0, "bin" => 0, "bhn" => 0},
+      lstm: %{"bi" => 0, "bf" => 0, "bg" => 0, "bo" => 0}
+    }
+
+    @doc """
+    `Axon.Layers.gru/7` on `Ops.gru/3`: the same arguments, parameters and
+    result, `{sequence, {new_hidden}}`, with the whole sequence in one call
+    of the fused GRU instead of a loop of `gru_cell` (`:unroll` is ignored).
+    Axon's parameters map onto the op as
+
+        wx   = input · [wir wiz win] + [br bz bin]
+        r    = [whr whz whn]
+        bias = [0, 0, bhn]
+
+    A mask other than Axon's default (a scalar `0`), or a `:gate` other than
+    `:sigmoid` or an `:activation` other than `:tanh`, runs
+    `Axon.Layers.gru/7` itself.
+
+    ## Parameter shapes
+
+      * `input` - `{batch, steps, features}`
+      * `hidden_state` - `{h}`, `h` `{batch, units}`
+      * `input_kernel` - `%{"wir" => _, "wiz" => _, "win" => _}`, each `{features, units}`
+      * `hidden_kernel` - `%{"whr" => _, "whz" => _, "whn" => _}`, each `{units, units}`
+      * `bias` - `%{"br" => _, "bz" => _, "bin" => _, "bhn" => _}`, each `{units}`
+        (left out: no bias, as Axon's `use_bias: false`)
+
+    ## Options
+
+    Axon's: `:activation`, `:gate`, `:unroll`, `:mode`.
+    """
+    deftransform gru(
+                   input,
+                   hidden_state,
+                   mask,
+                   input_kernel,
+                   hidden_kernel,
+                   bias \\ [],
+                   opts \\ []
+                 ) do
+      gated_rnn(:gru, input, hidden_state, mask, input_kernel, hidden_kernel, bias, opts)
+    end
+
+    @doc """
+    `Axon.Layers.lstm/7` on `Ops.lstm/3`: the same arguments, parameters and
+    result, `{sequence, {new_cell, new_hidden}}`, the whole sequence in one
+    call of the fused LSTM (`:unroll` is ignored). Axon's parameters map onto
+    the op as
+
+        wx = input · [wii wif wig wio] + [bi bf bg bo]
+        r  = [whi whf whg who]
+
+    and its carry `{c, h}` as `c0: c, h0: h`. Masks, gates and activations
+    as in `gru/7`.
+
+    ## Parameter shapes
+
+      * `input` - `{batch, steps, features}`
+      * `hidden_state` - `{c, h}`, each `{batch, units}`
+      * `input_kernel` - `%{"wii" => _, "wif" => _, "wig" => _, "wio" => _}`, each `{features, units}`
+      * `hidden_kernel` - `%{"whi" => _, "whf" => _, "whg" => _, "who" => _}`, each `{units, units}`
+      * `bias` - `%{"bi" => _, "bf" => _, "bg" => _, "bo" => _}`, each `{units}`
+        (left out: no bias)
+    """
+    deftransform lstm(
+                   input,
+                   hidden_state,
+                   mask,
+                   input_kernel,
+                   hidden_kernel,
+                   bias \\ [],
+                   opts \\ []
+                 ) do
+      gated_rnn(:lstm, input, hidden_state, mask, input_kernel, hidden_kernel, bias, opts)
+    end
+
+    # Axon's calling conventions: a bias map, or the options in its place
+    # (no bias).
+    defp gated_rnn(cell, input, hidden_state, mask, input_kernel, hidden_kernel, bias, opts) do
+      {bias, opts} =
+        cond do
+          is_list(bias) ->
+            {nil, bias}
+
+          is_map(bias) ->
+            {bias, opts}
+
+          true ->
+            raise ArgumentError,
+                  "ExPhil.Native.Axon.Layers.#{cell}/7: argument 'bias' expected a map of " <>
+                    "Axon's biases (or the options, for no bias), got: #{inspect(bias)}"
+        end
+
+      opts =
+        options!("#{cell}/7", opts,
+          mode: :inference,
+          unroll: :static,
+          activation: :tanh,
+          gate: :sigmoid,
+          conv_opts: []
+        )
+
+      if default_mask?(mask) and opts[:activation] == :tanh and opts[:gate] == :sigmoid do
+        fused(cell, input, hidden_state, input_kernel, hidden_kernel, bias)
+      else
+        apply(Axon.Layers, cell, [
+          input,
+          hidden_state,
+          mask,
+          input_kernel,
+          hidden_kernel,
+          bias || Map.fetch!(@axon_zero_bias, cell),
+          opts
+        ])
+      end
+    end
+
+    # Axon's default mask: Axon.constant(0), a concrete scalar zero even
+    # inside defn. Anything else (a mask from an input) runs Axon's cells.
+    defp default_mask?(mask) when is_number(mask), do: mask == 0
+
+    defp default_mask?(%Nx.Tensor{data: %Nx.Defn.Expr{}} = mask),
+      do: Nx.shape(mask) == {} and ExPhil.Native.Ops.Args.zero_constant?(mask)
+
+    defp default_mask?(%Nx.Tensor{shape: {}} = mask), do: Nx.to_number(mask) == 0
+
+    defp default_mask?(_mask), do: false
+
+    defp fused(:gru, input, {h0}, ik, hk, bias) do
+      wx = input_projection(input, [ik["wir"], ik["wiz"], ik["win"]], bias, ~w(br bz bin))
+      r = Nx.concatenate([hk["whr"], hk["whz"], hk["whn"]], axis: 1)
+
+      recurrent_bias =
+        if bias do
+          bhn = bias["bhn"]
+          zeros = Nx.broadcast(Nx.tensor(0, type: Nx.type(bhn)), Nx.shape(bhn))
+          Nx.concatenate([zeros, zeros, bhn])
+        end
+
+      {y, h} = Ops.gru(wx, r, bias: recurrent_bias, h0: h0, final_state: true)
+      {y, {h}}
+    end
+
+    defp fused(:lstm, input, {c0, h0}, ik, hk, bias) do
+      wx =
+        input_projection(
+          input,
+          [ik["wii"], ik["wif"], ik["wig"], ik["wio"]],
+          bias,
+          ~w(bi bf bg bo)
+        )
+
+      r = Nx.concatenate([hk["whi"], hk["whf"], hk["whg"], hk["who"]], axis: 1)
+      {y, h, c} = Ops.lstm(wx, r, h0: h0, c0: c0, final_state: true)
+      {y, {c, h}}
+    end
+
+    # input · [kernels] (+ [biases]): one product over every gate and step.
+    defp input_projection(input, kernels, bias, bias_names) do
+      wx = Nx.dot(input, [2], Nx.concatenate(kernels, axis: 1), [0])
+
+      if bias,
+        do: Nx.add(wx, Nx.concatenate(Enum.map(bias_names, &bias[&1]))),
+        else: wx
+    end
+
     defnp project(input, kernel, bias) do
       Nx.dot(input, [2], kernel, [0]) + bias
     end

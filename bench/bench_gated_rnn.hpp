@@ -1,0 +1,16 @@
+// The GRU / LSTM section of exphil_bench (bench_gated_rnn.cpp): issue 30's
+// shapes, 1 and 2 layers, with and without the input projection, forward
+// and forward + backward, against the floor and a one-launch-per-step
+// baseline. Its cuDNN peer is bench/peers/cudnn_rnn.py; bench/run_gated_rnn.sh
+// runs both and compares.
+#pragma once
+
+#include "bench_section.hpp"
+
+namespace exphil::bench {
+
+// `small`: the batch-1 shapes only (B1 T32 H256, B1 T1 H256), as
+// cudnn_rnn.py --small.
+void bench_gated_rnn(const SectionContext& context, bool small);
+
+}  // namespace exphil::bench

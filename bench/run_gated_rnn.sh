@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Issue 30's benchmark in one go, on a GPU machine with PyTorch: builds
+# exphil_bench (target only), runs its gated_rnn section (GRU and LSTM: ours,
+# the per-step baseline, the floors, validation), then cuDNN's GRU and LSTM
+# through PyTorch (bench/peers/cudnn_rnn.py) on the same GPU, then prints the
+# comparison and issue 30's targets (bench/peers/compare_gated_rnn.py).
+#
+# usage: bench/run_gated_rnn.sh [--small] [--quick]
+#   --small  batch-1 shapes only; --quick  fewer repetitions (both passed to both)
+# environment:
+#   BUILD_DIR  build folder (default build-gpu); configured here if it has no
+#              CMakeCache.txt: Release, CUDAARCHS (default 90a), tests off
+#              (no Catch2 needed; -DEXPHIL_BUILD_TESTS=ON later adds them)
+#   OUT_DIR    where the three outputs and the build log go (default
+#              bench/peers/out): gated_rnn_ours.txt, gated_rnn_cudnn.txt,
+#              gated_rnn_compare.txt
+#   PYTHON     the python with torch (default python3)
+# Wall time on an H100 (16 cores), measured: 3 min in all (the build from
+# scratch 35 s, exphil_bench 95 s, cudnn_rnn.py 45 s); --quick 130 s.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+flags=()
+for a in "$@"; do
+  case "$a" in
+    --small | --quick) flags+=("$a") ;;
+    *) echo "usage: bench/run_gated_rnn.sh [--small] [--quick]" >&2; exit 2 ;;
+  esac
+done
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+OUT_DIR=${OUT_DIR:-bench/peers/out}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT_DIR"
+log="$OUT_DIR/gated_rnn_build.log"
+SECONDS=0
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>/dev/null || true
+
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  gen=()
+  command -v ninja > /dev/null && gen=(-G Ninja)
+  cmake -S . -B "$BUILD_DIR" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES="${CUDAARCHS:-90a}" -DEXPHIL_BUILD_TESTS=OFF \
+    -DEXPHIL_PYTHON3=/bin/false > "$log" 2>&1 || { tail -30 "$log"; echo "configure failed"; exit 1; }
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target exphil_bench >> "$log" 2>&1 ||
+  { grep -E "error|Error" "$log" | head -30; echo "build failed (see $log)"; exit 1; }
+echo "build: ${SECONDS} s, $(grep -ci 'warning' "$log") warning lines ($log)"
+
+"$BUILD_DIR/bench/exphil_bench" --op gated_rnn ${flags[@]+"${flags[@]}"} | tee "$OUT_DIR/gated_rnn_ours.txt"
+ours_rc=${PIPESTATUS[0]}
+echo "exphil_bench: rc ${ours_rc} at ${SECONDS} s"
+"$PYTHON" bench/peers/cudnn_rnn.py ${flags[@]+"${flags[@]}"} | tee "$OUT_DIR/gated_rnn_cudnn.txt"
+peer_rc=${PIPESTATUS[0]}
+echo "cudnn_rnn.py: rc ${peer_rc} at ${SECONDS} s"
+"$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours.txt" "$OUT_DIR/gated_rnn_cudnn.txt" |
+  tee "$OUT_DIR/gated_rnn_compare.txt"
+compare_rc=${PIPESTATUS[0]}
+echo "done in ${SECONDS} s (exphil_bench rc ${ours_rc}, cudnn_rnn.py rc ${peer_rc}, validation rc ${compare_rc})"
+[ "$ours_rc" -eq 0 ] && [ "$peer_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ]

@@ -1,0 +1,16 @@
+// The GRU and LSTM sequence NIFs (op_descriptions.h's gru and lstm), as in
+// ExPhil.Native. Forward: argv = wx, r, opts. Backward: argv = wx, r, y,
+// grad_y, opts. Both catch everything (nif_entry); nif_main.cpp binds one
+// per cell and direction.
+#pragma once
+
+#include <erl_nif.h>
+
+#include "exphil/gated_rnn.hpp"
+
+namespace exphil::nif {
+
+ERL_NIF_TERM gated_rnn_forward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]);
+ERL_NIF_TERM gated_rnn_backward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]);
+
+}  // namespace exphil::nif

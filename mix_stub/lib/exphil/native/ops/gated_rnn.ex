@@ -1,0 +1,216 @@
+defmodule ExPhil.Native.Ops.GatedRnn do
+  @moduledoc false
+  # The GRU and LSTM sequences as Nx blocks: checks, the forward block, and
+  # (inside defn) its gradient, a block for the backward target. The
+  # blocks' default functions are ExPhil.Native.Pure.GatedRnn, or the NIF on
+  # Torchx CUDA tensors (ExPhil.Native.Eager). Operands and results are in
+  # the targets' order (exphil_{gru,lstm}_{fwd,bwd}, xla_ffi_targets.h); an
+  # absent optional operand is the scalar placeholder with has_<name> false.
+
+  alias ExPhil.Native.{Block, Eager, Targets}
+  alias ExPhil.Native.Ops.Args
+  alias ExPhil.Native.Pure
+
+  # The optional inputs of each cell, in the targets' operand order, and the
+  # final states (the forward's results after y) whose gradients the
+  # backward takes.
+  @optional %{gru: [:bias, :h0], lstm: [:bias, :h0, :c0]}
+  @finals %{gru: [:h_final], lstm: [:h_final, :c_final]}
+
+  def run(cell, wx, r, opts) do
+    fun = "ExPhil.Native.Ops.#{cell}/3"
+    optional_keys = Map.fetch!(@optional, cell)
+    opts = Args.options!(fun, opts, Enum.map(optional_keys, &{&1, nil}) ++ [final_state: false])
+
+    unless is_boolean(opts[:final_state]) do
+      raise ArgumentError,
+            "#{fun}: option :final_state expected a boolean, got: #{inspect(opts[:final_state])}"
+    end
+
+    {wx, r, optional, {batch, steps, hidden}} = check!(fun, cell, wx, r, opts)
+    type = Nx.type(wx)
+    traced? = Args.traced?([wx, r | Keyword.values(optional)])
+
+    {wx, r, optional} =
+      if traced?,
+        do:
+          {Args.expr(wx), Args.expr(r), Keyword.new(optional, fn {k, t} -> {k, Args.expr(t)} end)},
+        else: {wx, r, optional}
+
+    block = block(cell, :forward, has(optional), not traced?, type)
+    state = Args.state_type(type)
+
+    template =
+      List.to_tuple([
+        Nx.template({batch, steps, hidden}, type)
+        | Enum.map(@finals[cell], fn _ -> Nx.template({batch, hidden}, state) end)
+      ])
+
+    operands = [wx, r | operands(optional)]
+
+    out =
+      Nx.block(
+        block,
+        operands,
+        template,
+        Args.spread(length(operands), fn [wx, r | rest] ->
+          given = given(block, optional_keys, rest)
+
+          Eager.gated_rnn(block, cell, :forward, [wx: wx, r: r] ++ given, template, fn ->
+            out = Pure.GatedRnn.forward(cell, wx, r, given)
+            List.to_tuple([out.y | Enum.map(@finals[cell], &Map.fetch!(out, &1))])
+          end)
+        end)
+      )
+
+    out =
+      if traced? do
+        present = for {_key, t} <- optional, t != nil, do: t
+
+        Nx.Defn.Kernel.custom_grad(out, [wx, r | present], fn grads ->
+          backward(cell, wx, r, optional, elem(out, 0), grads, type)
+        end)
+      else
+        out
+      end
+
+    if opts[:final_state], do: out, else: elem(out, 0)
+  end
+
+  # The gradients of wx, r and of each optional input given, in that order,
+  # from the backward block.
+  defp backward(cell, wx, r, optional, y, grads, type) do
+    [grad_y | final_grads] = Tuple.to_list(grads)
+
+    finals =
+      Enum.zip_with(@finals[cell], final_grads, fn name, grad ->
+        {:"grad_#{name}", Args.state_gradient(grad, type)}
+      end)
+
+    inputs = optional ++ finals
+    block = block(cell, :backward, has(inputs), false, type)
+    operands = [wx, r, y, Nx.as_type(grad_y, type) | operands(inputs)]
+    {batch, _steps, _} = Nx.shape(wx)
+    {hidden, width} = Nx.shape(r)
+    state = Args.state_type(type)
+
+    # The target's results, every one always written: grad_wx, grad_R,
+    # grad_bias, grad_h0, (grad_c0,) grad_rh.
+    templates = %{
+      "grad_wx" => template(wx),
+      "grad_R" => template(r),
+      "grad_bias" => Nx.template({width}, Nx.type(r)),
+      "grad_h0" => Nx.template({batch, hidden}, state),
+      "grad_c0" => Nx.template({batch, hidden}, state),
+      "grad_rh" => template(wx)
+    }
+
+    names = for {name, _} <- Targets.fetch!(block.target).results, do: name
+    template = List.to_tuple(Enum.map(names, &Map.fetch!(templates, &1)))
+    keys = Keyword.keys(inputs)
+
+    result =
+      Nx.block(
+        block,
+        operands,
+        template,
+        Args.spread(length(operands), fn [wx, r, y, grad_y | rest] ->
+          given = given(block, keys, rest)
+          named = [wx: wx, r: r, y: y, grad_y: grad_y] ++ given
+
+          Eager.gated_rnn(block, cell, :backward, named, template, fn ->
+            grads = Pure.GatedRnn.backward(cell, wx, r, y, grad_y, given)
+
+            names
+            |> Enum.map(&Map.fetch!(grads, String.to_atom(String.downcase(&1))))
+            |> List.to_tuple()
+          end)
+        end)
+      )
+
+    by_name = Map.new(Enum.zip(names, Tuple.to_list(result)))
+
+    [by_name["grad_wx"], by_name["grad_R"]] ++
+      for {key, t} <- optional, t != nil, do: Map.fetch!(by_name, "grad_#{key}")
+  end
+
+  defp template(tensor), do: Nx.template(Nx.shape(tensor), Nx.type(tensor))
+
+  defp operands(inputs), do: Enum.map(inputs, fn {_key, t} -> t || Args.placeholder() end)
+
+  defp has(inputs), do: Map.new(inputs, fn {key, t} -> {"has_#{key}", t != nil} end)
+
+  # The optional inputs the block was given, `keys` zipped with its operands
+  # after the required ones: nil where has_<key> is false.
+  defp given(%Block{attributes: attributes}, keys, operands) do
+    Enum.zip_with(keys, operands, fn key, operand ->
+      {key, if(attributes["has_#{key}"], do: operand)}
+    end)
+  end
+
+  defp block(cell, direction, attributes, eager, type) do
+    %Block{
+      target: Targets.name(cell, direction),
+      attributes: attributes,
+      eager: eager,
+      unsupported: Args.unsupported_type(type)
+    }
+  end
+
+  defp check!(fun, cell, wx, r, opts) do
+    gates = Pure.GatedRnn.gates(cell)
+    width = "#{gates} * hidden"
+
+    wx = Args.tensor!(fun, "wx", wx)
+    Args.rank!(fun, "wx", wx, 3, "{batch, steps, #{width}}")
+    Args.float!(fun, "wx", wx)
+    r = Args.tensor!(fun, "r", r)
+    Args.rank!(fun, "r", r, 2, "{hidden, #{width}}")
+    Args.float!(fun, "r", r)
+    {hidden, _} = Nx.shape(r)
+
+    Args.shape!(
+      fun,
+      "r",
+      r,
+      {hidden, gates * hidden},
+      "{hidden, #{width}}, hidden from its first axis"
+    )
+
+    {batch, steps, _} = Nx.shape(wx)
+
+    Args.shape!(
+      fun,
+      "wx",
+      wx,
+      {batch, steps, gates * hidden},
+      "{batch, steps, #{width}}, hidden from 'r'"
+    )
+
+    # r, bias, h0 and c0 are state-typed (f32 on the kernels).
+    state = Args.state_type(Nx.type(wx))
+
+    state! = fn name, tensor, shape, why ->
+      tensor = Args.tensor!(fun, name, tensor)
+      Args.float!(fun, name, tensor)
+      Args.shape!(fun, name, tensor, shape, why)
+      Nx.as_type(tensor, state)
+    end
+
+    optional =
+      for key <- Map.fetch!(@optional, cell) do
+        {shape, why} =
+          case key do
+            :bias -> {{gates * hidden}, "{#{width}} of 'r'"}
+            _state -> {{batch, hidden}, "{batch, hidden} of 'wx' and 'r'"}
+          end
+
+        case opts[key] do
+          nil -> {key, nil}
+          tensor -> {key, state!.(Atom.to_string(key), tensor, shape, why)}
+        end
+      end
+
+    {wx, Nx.as_type(r, state), optional, {batch, steps, hidden}}
+  end
+end

@@ -1,0 +1,118 @@
+defmodule ExPhil.Native.ExlaCasesTest do
+  # `mix exphil.exla_cases` (the cases test/xla_ffi/exla_form/check_exla_form.py
+  # runs on a GPU): its JSON parses, and its GRU and LSTM cases are the
+  # ones the script's references expect. Not async: the task sets the Mix
+  # shell's output.
+  use ExUnit.Case, async: false
+
+  setup_all do
+    dir = Path.join(System.tmp_dir!(), "exphil_exla_cases_#{System.unique_integer([:positive])}")
+    path = Path.join(dir, "cases.json")
+    shell = Mix.shell()
+    Mix.shell(Mix.Shell.Process)
+
+    try do
+      Mix.Tasks.Exphil.ExlaCases.run([path])
+    after
+      Mix.shell(shell)
+    end
+
+    spec = path |> File.read!() |> JSON.decode!()
+    File.rm_rf!(dir)
+    %{spec: spec}
+  end
+
+  defp of(spec, ops), do: Enum.filter(spec["cases"], &(&1["op"] in ops))
+
+  test "the file: row-major layouts, unique names, the ops' case counts", %{spec: spec} do
+    assert spec["layouts"] == "row_major"
+    names = Enum.map(spec["cases"], & &1["name"])
+    assert names == Enum.uniq(names)
+    counts = spec["cases"] |> Enum.frequencies_by(& &1["op"]) |> Map.delete("edifice")
+
+    assert counts == %{
+             "linear_scan" => 12,
+             "min_gru" => 12,
+             "min_lstm" => 12,
+             "liquid" => 12,
+             "selective_scan" => 15,
+             "attention" => 24,
+             "gru" => 13,
+             "lstm" => 15
+           }
+  end
+
+  test "gru and lstm: targets, attributes from the options, placeholders", %{spec: spec} do
+    for c <- of(spec, ["gru", "lstm"]) do
+      cell = c["op"]
+      o = c["options"]
+      optional = if cell == "gru", do: ["bias", "h0"], else: ["bias", "h0", "c0"]
+      finals = if cell == "gru", do: ["h_final"], else: ["h_final", "c_final"]
+      assert Map.keys(o) |> Enum.sort() == Enum.sort(["final_state" | optional]), c["name"]
+      has = for name <- optional, do: ["has_#{name}", to_string(o[name])]
+      has_finals = for name <- finals, do: ["has_grad_#{name}", to_string(o["final_state"])]
+
+      %{"forward" => fwd, "backward" => bwd} = c
+      assert fwd["target"] == "exphil_#{cell}_fwd"
+      assert bwd["target"] == "exphil_#{cell}_bwd"
+      assert fwd["attributes"] == has, c["name"]
+      assert bwd["attributes"] == has ++ has_finals, c["name"]
+
+      # Placeholders exactly for the operands not given; every result written.
+      given =
+        Map.new(optional, &{&1, o[&1]})
+        |> Map.merge(Map.new(finals, &{"grad_#{&1}", o["final_state"]}))
+
+      for call <- [fwd, bwd], operand <- call["operands"] do
+        assert operand["placeholder"] == (Map.get(given, operand["name"], true) == false),
+               "#{c["name"]}: #{operand["name"]}"
+
+        if operand["placeholder"], do: assert({operand["shape"], operand["dtype"]} == {[], "f32"})
+      end
+
+      refute Enum.any?(fwd["results"] ++ bwd["results"], & &1["placeholder"]), c["name"]
+
+      %{"batch" => b, "steps" => t, "hidden" => h} = c["shape"]
+      gh = if(cell == "gru", do: 3, else: 4) * h
+      dtype = c["dtype"]
+
+      shapes =
+        Map.new(bwd["operands"] ++ bwd["results"], &{&1["name"], {&1["shape"], &1["dtype"]}})
+
+      assert shapes["wx"] == {[b, t, gh], dtype}
+      assert shapes["R"] == {[h, gh], "f32"}
+      assert shapes["y"] == {[b, t, h], dtype}
+      assert shapes["grad_wx"] == {[b, t, gh], dtype}
+      assert shapes["grad_rh"] == {[b, t, gh], dtype}
+      assert shapes["grad_R"] == {[h, gh], "f32"}
+      assert shapes["grad_bias"] == {[gh], "f32"}
+      assert shapes["grad_h0"] == {[b, h], "f32"}
+    end
+  end
+
+  test "gru and lstm: what the cases cover", %{spec: spec} do
+    for cell <- ["gru", "lstm"] do
+      cases = of(spec, [cell])
+      optional = if cell == "gru", do: ["bias", "h0"], else: ["bias", "h0", "c0"]
+      given = fn c -> Enum.filter(optional, &c["options"][&1]) end
+
+      assert cases |> Enum.map(& &1["dtype"]) |> Enum.uniq() |> Enum.sort() ==
+               ["bf16", "f16", "f32"]
+
+      assert Enum.any?(cases, &(&1["shape"]["steps"] == 1))
+      assert Enum.any?(cases, &(&1["shape"]["hidden"] == 37))
+      assert Enum.any?(cases, &(&1["shape"]["hidden"] > 128))
+      assert Enum.any?(cases, &(given.(&1) == []))
+      assert Enum.any?(cases, &(given.(&1) == optional))
+      for name <- optional, do: assert(Enum.any?(cases, &(given.(&1) == [name])), name)
+      assert cases |> Enum.map(& &1["options"]["final_state"]) |> Enum.uniq() |> length() == 2
+
+      # f32 and bf16 share every option set and shape.
+      sets = fn dtype ->
+        for c <- cases, c["dtype"] == dtype, do: {c["shape"], c["options"]}
+      end
+
+      assert sets.("f32") == sets.("bf16")
+    end
+  end
+end
