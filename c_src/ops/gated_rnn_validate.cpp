@@ -169,8 +169,7 @@ class GatedRnnChecker {
     const auto got = static_cast<DType>(t.dtype);
     if (!set) {
       if (got != DType::f32 && got != dtype_)
-        return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype f32 or " + dtype_name(dtype_) +
-                                                  " (the dtype of 'wx'), got " + dtype_name(got)};
+        return {StatusCode::invalid_argument, f32_or_dtype_message(name, dtype_, "wx", got)};
       group = got;
       set = true;
       source = name;

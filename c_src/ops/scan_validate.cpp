@@ -57,10 +57,7 @@ class ScanChecker {
     EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, state_dims, shape_of.c_str()));
     const auto got = static_cast<DType>(t->dtype);
     if (got != DType::f32 && got != dtype_)
-      return {StatusCode::invalid_argument,
-              arg_prefix(name) + "expected dtype f32 or " +
-                  dtype_name(dtype_) + " (the dtype of '" + reference_name_ + "'), got " +
-                  dtype_name(got)};
+      return {StatusCode::invalid_argument, f32_or_dtype_message(name, dtype_, reference_name_, got)};
     std::size_t bytes = 0;
     EXPHIL_RETURN_IF_ERROR(check_extent(name, *t, bytes));
     EXPHIL_RETURN_IF_ERROR(check_element_alignment(name, *t));

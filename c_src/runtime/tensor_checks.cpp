@@ -9,6 +9,11 @@ namespace exphil::runtime {
 
 std::string arg_prefix(const char* name) { return std::string("argument '") + name + "': "; }
 
+std::string f32_or_dtype_message(const char* name, DType seq, const char* source, DType got) {
+  return arg_prefix(name) + "expected dtype " + (seq == DType::f32 ? "" : "f32 or ") + dtype_name(seq) +
+         " (the dtype of '" + source + "'), got " + dtype_name(got);
+}
+
 Status check_descriptor(const char* name, const Tensor* t, int expected_rank, const char* layout) {
   if (!t) return {StatusCode::invalid_argument, arg_prefix(name) + "the tensor descriptor is NULL"};
   // Null data is refused by CallTensors::add, which knows whether the call

@@ -14,6 +14,11 @@ namespace exphil::runtime {
 // "argument 'name': ", the start of every message about one argument.
 std::string arg_prefix(const char* name);
 
+// The message of a tensor that may be f32 or the dtype of `source` (`seq`)
+// and is `got`: "argument 'name': expected dtype f32 or bf16 (the dtype of
+// 'x'), got f16", with "f32 or" left out when `seq` is f32 itself.
+std::string f32_or_dtype_message(const char* name, DType seq, const char* source, DType got);
+
 // Descriptor present, dtype known, rank == expected_rank (CallTensors::add
 // checks the data pointer).
 // `layout` describes the expected dimensions, e.g. "[B, T, H]".

@@ -178,6 +178,11 @@ TEST_CASE("can_implement: GRU and LSTM sequences, with their own rules", "[can_i
     expect_invalid(exphil::can_implement(args),
                    "argument 'h_final': expected dtype f32 (the dtype of 'h0'), got bf16");
   }
+  SECTION("with f32 sequences, the weights and states take f32 alone (no \"f32 or f32\")") {
+    Tensor R16 = input(1, {4, 12}, DType::bf16);
+    args.R = &R16;
+    expect_invalid(exphil::can_implement(args), "argument 'R': expected dtype f32 (the dtype of 'wx'), got bf16");
+  }
   SECTION("an LSTM's wx has four gates") {
     args.cell = exphil::GatedRnnCell::lstm;
     expect_invalid(exphil::can_implement(args), "lstm forward: argument 'R': expected shape [H, 4H] with 4H = 12");

@@ -14,7 +14,8 @@
 // and for grad_R and grad_bias, sums over batch and time, also the largest
 // sum of their terms' magnitudes.
 //
-// Tolerances (kTolerances below), one line per dtype:
+// Tolerances (gated_rnn_tolerance, test/support/tolerance.hpp), one line per
+// dtype:
 //   f32   the state and every sum are f32; products of length up to 4096
 //         and T = 300 chained steps: 5e-5 covers f32 rounding with margin.
 //   f16   wx, grad_y and the outputs rounded to f16 (2^-11 relative); the
@@ -86,23 +87,10 @@ using exphil::reference::GatedRnnProblem;
 
 namespace {
 
-Tolerance gated_rnn_tolerance(DType dtype) {
-  switch (dtype) {
-    case DType::f32: return {5e-5, 5e-5};
-    case DType::f16: return {5e-3, 5e-3};
-    case DType::bf16: return {4e-2, 3e-2};
-  }
-  return {0, 0};
-}
-
 void check_cuda(cudaError_t e, const char* what) {
   if (e != cudaSuccess)
     throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
                              cudaGetErrorString(e) + ")");
-}
-
-const char* rnn_dtype_name(DType d) {
-  return d == DType::f32 ? "f32" : d == DType::f16 ? "f16" : "bf16";
 }
 
 struct GatedCase {
@@ -125,7 +113,7 @@ struct GatedCase {
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
                   "units=%d tile=%d streamed=%d unit_warps=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
-                  rnn_dtype_name(dtype), rnn_dtype_name(weight_dtype), rnn_dtype_name(state_dtype),
+                  dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
                   c0, finals,
                   kind != GatedRnnKind::slstm ? ""
@@ -941,7 +929,7 @@ TEST_CASE("gated RNN: timing", "[.timing][gated_rnn]") {
           std::snprintf(shape, sizeof shape, "B%lld T%lld H%lld", static_cast<long long>(s.B),
                         static_cast<long long>(s.T), static_cast<long long>(s.H));
           std::printf("%-6s %-5s %-16s %6d %7d %9.2f %9.2f %9.2f %9.2f\n",
-                      kind == GatedRnnKind::gru ? "GRU" : "LSTM", rnn_dtype_name(dtype), shape,
+                      kind == GatedRnnKind::gru ? "GRU" : "LSTM", dtype_name(dtype), shape,
                       run.forward_plan().units_per_block, run.forward_plan().blocks, f1, f20, fb,
                       fb - f1);
           std::fflush(stdout);
