@@ -6,7 +6,11 @@
 // h0 (and c0) always operands, no bias, y the forward's only result, no
 // final-state gradients, and of the backward's gradients only Edifice's
 // (grad_wx, the GRU's grad_rh, from which Edifice forms grad_R itself, and
-// the initial states'). Their buffers are bound by name
+// the initial states'). The sLSTM's (op "slstm") likewise: the full form
+// exphil_slstm_fwd/_bwd, with the states n and m besides h and c, and
+// Edifice's :fused_slstm_scan, exphil_slstm_y_fwd (wx, R, h0, c0 -> y; n0
+// and m0 absent, the library's ones and zeros, as Edifice's fallback starts
+// them; Edifice has no backward op for it). Their buffers are bound by name
 // (described_call.hpp): a tensor a row leaves out is NULL in the args, the
 // library's "absent" (bias) or "not computed" (grad_R, grad_bias).
 #include "described_call.hpp"
@@ -74,6 +78,21 @@ XLA_FFI_Error* exphil_lstm_y_fwd(XLA_FFI_CallFrame* call_frame) {
 XLA_FFI_Error* exphil_lstm_y_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_y_bwd"),
                                &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::lstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_slstm_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_slstm_fwd"),
+                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::slstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_slstm_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_slstm_bwd"),
+                               &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::slstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_slstm_y_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_slstm_y_fwd"),
+                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::slstm>>(call_frame);
 }
 
 }  // extern "C"

@@ -179,6 +179,27 @@
  *                                   recomputed), grad_y
  *                         results:  grad_wx [B, T, 4H], grad_h0, grad_c0
  *
+ * sLSTM sequences (exphil/gated_rnn.hpp, op "slstm": xLSTM's scalar LSTM,
+ * exactly as Edifice's slstm_scan; gates i, f, z, o of wx + h R + bias,
+ * exponential input and forget gates stabilized by the state m, the
+ * normalizer state n). Attributes, dtypes and the absent-operand defaults
+ * as the LSTM's above; an absent n0 is ones, an absent m0 zeros.
+ *   exphil_slstm_fwd      operands: wx [B, T, 4H], R [H, 4H], bias? [4H],
+ *                                   h0?, c0?, n0?, m0? [B, H]
+ *                         results:  y, h_final, c_final, n_final, m_final
+ *   exphil_slstm_bwd      operands: wx, R, y, grad_y, bias?, h0?, c0?, n0?,
+ *                                   m0?, grad_h_final?, grad_c_final?,
+ *                                   grad_n_final?, grad_m_final?
+ *                         results:  grad_wx, grad_R, grad_bias, grad_h0,
+ *                                   grad_c0, grad_n0, grad_m0 (all written,
+ *                                   the defaults' gradients when absent),
+ *                                   grad_rh [B, T, 4H]
+ *   exphil_slstm_y_fwd    (Edifice's :fused_slstm_scan, which has no
+ *                         backward op) operands: wx [B, T, 4H], R [H, 4H],
+ *                                   h0, c0 [B, H]; n0 = 1 and m0 = 0 as
+ *                                   Edifice's fallback starts them; no bias
+ *                         results:  y [B, T, H]
+ *
  * Errors. A failing handler returns an XLA error whose message starts with
  * the target name, then the library's message (or the handler's, naming the
  * operand, result or attribute). Codes: invalid argument for bad shapes,
@@ -250,6 +271,9 @@ EXPHIL_API struct XLA_FFI_Error* exphil_gru_y_fwd(struct XLA_FFI_CallFrame* call
 EXPHIL_API struct XLA_FFI_Error* exphil_gru_y_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_lstm_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_lstm_y_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_slstm_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_slstm_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_slstm_y_fwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

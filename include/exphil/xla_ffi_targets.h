@@ -70,7 +70,10 @@
   EXPHIL_XLA_FFI_TARGET(exphil_gru_y_fwd, "wx R h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_gru_y_bwd, "wx R h0 y grad_y", "grad_wx grad_rh grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_fwd, "wx R h0 c0", "y", "") \
-  EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_bwd, "wx R h0 c0 y grad_y", "grad_wx grad_h0 grad_c0", "")
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_bwd, "wx R h0 c0 y grad_y", "grad_wx grad_h0 grad_c0", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_slstm_fwd, "wx R bias? h0? c0? n0? m0?", "y h_final c_final n_final m_final", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_n0?:i1 has_m0?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_slstm_bwd, "wx R y grad_y bias? h0? c0? n0? m0? grad_h_final? grad_c_final? grad_n_final? grad_m_final?", "grad_wx grad_R grad_bias grad_h0 grad_c0 grad_n0 grad_m0 grad_rh", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_n0?:i1 has_m0?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1 has_grad_n_final?:i1 has_grad_m_final?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_slstm_y_fwd, "wx R h0 c0", "y", "")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

@@ -274,11 +274,12 @@ defmodule ExPhil.Native.EdificeTest do
     %{"q" => bhtd, "k" => bhtd, "v" => bhtd, "flag" => {{1}, Nx.type(q)}, "o" => bhtd}
   end
 
-  # The GRU and LSTM targets: no attributes; wx and the gradients of the gate
-  # pre-activations [B, T, G*H] (G = 3 for the GRU, 4 for the LSTM), R
+  # The GRU, LSTM and sLSTM targets: no attributes; wx and the gradients of the
+  # gate pre-activations [B, T, G*H] (G = 3 for the GRU, 4 for the (s)LSTM), R
   # [H, G*H], y and grad_y [B, T, H], the states [B, H], all of wx's type
   # (Edifice's templates) but R, which may be f32.
-  @gated_rnn_targets ~w(exphil_gru_y_fwd exphil_gru_y_bwd exphil_lstm_y_fwd exphil_lstm_y_bwd)
+  @gated_rnn_targets ~w(exphil_gru_y_fwd exphil_gru_y_bwd exphil_lstm_y_fwd exphil_lstm_y_bwd
+                         exphil_slstm_y_fwd)
   defp block_shapes(target, [wx, r | _], []) when target in @gated_rnn_targets do
     {batch, steps, width} = Nx.shape(wx)
     {hidden, ^width} = Nx.shape(r)
@@ -328,7 +329,7 @@ defmodule ExPhil.Native.EdificeTest do
 
   # ------------------------------------------------------------------- tables
 
-  test "the table has Edifice's 47 ops, 22 native" do
+  test "the table has Edifice's 47 ops, 23 native" do
     ops = NativeEdifice.ops()
     assert length(ops) == 47
     assert Enum.count(ops, &(&1.direction == :forward)) == 29
@@ -360,7 +361,8 @@ defmodule ExPhil.Native.EdificeTest do
              fused_gru_scan: "exphil_gru_y_fwd",
              fused_gru_scan_backward: "exphil_gru_y_bwd",
              fused_lstm_scan: "exphil_lstm_y_fwd",
-             fused_lstm_scan_backward: "exphil_lstm_y_bwd"
+             fused_lstm_scan_backward: "exphil_lstm_y_bwd",
+             fused_slstm_scan: "exphil_slstm_y_fwd"
            }
 
     for {_op, target} <- native, do: assert(%{} = ExPhil.Native.Targets.fetch!(target))
@@ -390,7 +392,7 @@ defmodule ExPhil.Native.EdificeTest do
              Enum.map(ops, &{&1.index, Atom.to_string(&1.op)})
 
     counts = Enum.frequencies_by(ops, & &1.status)
-    assert counts == %{native: 22, kernel_op: 4, no_kernel: 21}
+    assert counts == %{native: 23, kernel_op: 4, no_kernel: 20}
 
     # EDIFICE.md carries the table this module renders.
     doc = File.read!(Path.expand("../EDIFICE.md", __DIR__))
@@ -748,7 +750,7 @@ defmodule ExPhil.Native.EdificeTest do
              NativeEdifice.native_block(b_struct, b_out, [q, k, v, fwd, g, param])
   end
 
-  test "the GRU and LSTM blocks: native, or :skip where the kernels would refuse them" do
+  test "the GRU, LSTM and sLSTM blocks: native, or :skip where the kernels would refuse them" do
     {b, t, h} = {2, 5, 6}
 
     traced =
@@ -800,6 +802,39 @@ defmodule ExPhil.Native.EdificeTest do
         b_out = List.to_tuple(b_out)
         assert_native_block(b_row, b_struct, b_out, b_args)
       end
+    end
+
+    # The sLSTM: its forward block native (n0 = 1 and m0 = 0 left to the
+    # library), and no backward block: Nx differentiates Edifice's fallback.
+    slstm =
+      with_native_tier(fn ->
+        for type <- [:f32, :bf16] do
+          args =
+            [input({b, t, 4 * h}), input({h, 4 * h}) |> Nx.divide(4)]
+            |> Enum.map(&Nx.as_type(&1, type))
+
+          call = fn args -> apply(FusedScan, :slstm_scan, Tuple.to_list(args)) end
+          assert [forward] = fused_blocks(Nx.Defn.debug_expr(call).(List.to_tuple(args)))
+
+          grad =
+            Nx.Defn.debug_expr(fn args -> Nx.Defn.grad(args, &Nx.sum(call.(&1))) end).(
+              List.to_tuple(args)
+            )
+
+          assert Enum.all?(
+                   fused_blocks(grad),
+                   &match?({%FusedOp{op: :fused_slstm_scan}, _, _}, &1)
+                 )
+
+          forward
+        end
+      end)
+
+    for {f_struct, f_args, f_out} <- slstm do
+      {:ok, f_row} = NativeEdifice.fetch(f_struct.op)
+      assert f_row.target == "exphil_slstm_y_fwd" and f_row.pair == nil
+      assert Enum.all?(f_args, &(Nx.type(&1) == Nx.type(hd(f_args))))
+      assert_native_block(f_row, f_struct, f_out, f_args)
     end
 
     # What the kernels take besides Edifice's own types: R in f32 under a bf16

@@ -34,7 +34,7 @@ and the selective-scan backward and attention targets:
   exphil_attention_o_bwd         (q, k, v, fwd, g, causal_packed) -> (grad_q, grad_k, grad_v)
                                  :fused_flash_attention_backward (lse recomputed)
 
-and the GRU and LSTM targets:
+and the GRU, LSTM and sLSTM targets:
 
   exphil_gru_y_fwd               (wx, R, h0) -> y                 :fused_gru_scan
   exphil_gru_y_bwd               (wx, R, h0, fwd, g) -> (grad_wx, grad_rh, grad_h0)
@@ -42,6 +42,8 @@ and the GRU and LSTM targets:
   exphil_lstm_y_fwd              (wx, R, h0, c0) -> y             :fused_lstm_scan
   exphil_lstm_y_bwd              (wx, R, h0, c0, fwd, g) -> (grad_wx, grad_h0, grad_c0)
                                  :fused_lstm_scan_backward
+  exphil_slstm_y_fwd             (wx, R, h0, c0) -> y             :fused_slstm_scan
+                                 (n0 = 1, m0 = 0 implicit; no backward op)
 
 Each is registered by pointer from the library (after exphil_jax.load, which
 registers the others) and called with jax.ffi.ffi_call inside jax.jit, against
@@ -86,6 +88,9 @@ equal to 1e-9. R and the states (h0, c0) of the sequence dtype (as Edifice
 passes them) or f32; the states zeros (Edifice's) or random. Tolerances and
 scales are check_jax_ffi.py's GATED_TOL with one scale per call (the states
 for y; the largest reference gradient for the gradients).
+The sLSTM forward (exphil_slstm_y_fwd) against Edifice's
+slstm_scan_fallback (fused_scan.ex:2371-2402, n0 = 1 and m0 = 0 as it
+starts them) the same way; Edifice has no sLSTM backward op.
 
 f32, bf16 and f16; h0 of the sequence dtype (as Edifice passes it) or f32;
 T = 1, odd sizes and random shapes. Tolerances and scales are
@@ -141,8 +146,10 @@ SS_TARGET = "exphil_selective_scan_y_bwd"
 SS_F_TARGET = "exphil_selective_scan_y_fwd"
 ATT_F_TARGET = "exphil_attention_o_fwd"
 ATT_B_TARGET = "exphil_attention_o_bwd"
-# target -> cell (Edifice's :fused_gru_scan, :fused_lstm_scan and their backward ops)
-RNN_FORWARD = {"exphil_gru_y_fwd": "gru", "exphil_lstm_y_fwd": "lstm"}
+# target -> cell (Edifice's :fused_gru_scan, :fused_lstm_scan and their backward
+# ops; :fused_slstm_scan, which has none)
+RNN_FORWARD = {"exphil_gru_y_fwd": "gru", "exphil_lstm_y_fwd": "lstm",
+               "exphil_slstm_y_fwd": "slstm"}
 RNN_BACKWARD = {"exphil_gru_y_bwd": "gru", "exphil_lstm_y_bwd": "lstm"}
 RNN_TARGETS = tuple(RNN_FORWARD) + tuple(RNN_BACKWARD)
 NEW_TARGETS = SCAN_TARGETS + (SS_TARGET, SS_F_TARGET, ATT_F_TARGET, ATT_B_TARGET) + RNN_TARGETS
@@ -517,7 +524,8 @@ def check_attention_backward(dtype, shape, causal, seed, tol_scale):
 
 
 # ---------------------------------------------------------------------------
-# GRU and LSTM (Edifice's :fused_gru_scan, :fused_lstm_scan and their backward ops)
+# GRU, LSTM and sLSTM (Edifice's :fused_gru_scan, :fused_lstm_scan and their
+# backward ops; :fused_slstm_scan)
 # ---------------------------------------------------------------------------
 def _sig(x):
     return 1.0 / (1.0 + jnp.exp(-x))
@@ -528,14 +536,28 @@ def _tm(a):
 
 
 def rnn_forward_ref(cell, wx, R, h0, c0):
-    """Edifice's gru_scan_fallback and lstm_scan_fallback (fused_scan.ex:2493-2531,
-    2437-2463), float64: [y, then the GRU's r, z, n and (h R)_n, or the
-    LSTM's i, f, g, o and c], each [B, T, H]."""
+    """Edifice's gru_scan_fallback, lstm_scan_fallback and
+    slstm_scan_fallback (fused_scan.ex:2493-2531, 2437-2463, 2371-2402),
+    float64: [y, then the GRU's r, z, n and (h R)_n, or the LSTM's i, f, g, o
+    and c; the sLSTM's y alone], each [B, T, H]. The sLSTM starts n at ones
+    and m at zeros (fused_scan.ex:2375-2376)."""
     H = R.shape[0]
 
     def step(carry, wx_t):
         h_p = carry[0]
         rh = h_p @ R
+        if cell == "slstm":
+            _, c_p, n_p, m_p = carry
+            gates = wx_t + rh
+            log_i, log_f = gates[:, :H], gates[:, H:2 * H]
+            z, o = jnp.tanh(gates[:, 2 * H:3 * H]), _sig(gates[:, 3 * H:])
+            m = jnp.maximum(log_f + m_p, log_i)
+            i = jnp.exp(log_i - m)
+            f = jnp.exp(log_f + m_p - m)
+            c = f * c_p + i * z
+            n = f * n_p + i
+            h = o * (c / jnp.maximum(jnp.abs(n), 1.0))
+            return (h, c, n, m), (h,)
         if cell == "gru":
             r = _sig(wx_t[:, :H] + rh[:, :H])
             z = _sig(wx_t[:, H:2 * H] + rh[:, H:2 * H])
@@ -550,7 +572,9 @@ def rnn_forward_ref(cell, wx, R, h0, c0):
         h = o * jnp.tanh(c)
         return (h, c), (h, i, f, g, o, c)
 
-    _, outs = lax.scan(step, (h0,) if cell == "gru" else (h0, c0), _tm(wx))
+    init = {"gru": (h0,), "lstm": (h0, c0),
+            "slstm": (h0, c0, jnp.ones_like(h0), jnp.zeros_like(h0))}[cell]
+    _, outs = lax.scan(step, init, _tm(wx))
     return [_tm(o) for o in outs]
 
 
@@ -618,7 +642,7 @@ def rnn_inputs(cell, dtype, weight_dtype, state_dtype, shape, zero_states, rng):
     """wx, R and the states (h0, and c0 for the LSTM), rounded to their
     dtypes; test_gated_rnn.cpp's ranges (R within 1.5 / sqrt(H))."""
     b, t, h = shape
-    gh = cj.GATES[cell] * h
+    gh = (3 if cell == "gru" else 4) * h
     r = 1.5 / np.sqrt(h)
     wx = cj.dev(rng.uniform(-1.5, 1.5, (b, t, gh)), dtype)
     R = cj.dev(rng.uniform(-r, r, (h, gh)), weight_dtype)

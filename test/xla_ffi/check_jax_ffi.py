@@ -27,7 +27,7 @@ first so that both sides see identical values. Sections, each independent
              plus edge cases (T = 1, S = 1, T > S under causal so that rows
              see no key, window 1, window > S); cotangent of o only (lse
              unused) or of both o and lse (the wrapper's extra pass).
-  gated      the GRU and LSTM targets, exphil_{gru,lstm}_fwd and _bwd
+  gated      the GRU, LSTM and sLSTM targets, exphil_{gru,lstm,slstm}_fwd and _bwd
              (registered here by pointer, as exphil_jax does the others), f32/
              bf16/f16, R and the states in f32 or the sequence dtype: the
              forward, then the backward on its y, in one jit, against jax.vjp
@@ -37,7 +37,11 @@ first so that both sides see identical values. Sections, each independent
              present, all absent and mixed, absent ones passed as
              zero-element buffers (JAX's way) or as scalars with has_* =
              false (Nx's way); T = 1, H = 1, B past a batch tile of 32, H past
-             a block's 256 columns; and a bad R, named by the handler.
+             a block's 256 columns; and a bad R, named by the handler. The
+             sLSTM (states h, c, n, m; n0 in [1, 2]) against jax.vjp of a
+             float64 slstm_scan_fallback; in f32 with the cotangents of all
+             four final states (inputs redrawn until no step is within 2e-5
+             of a tie of m's max()), in f16/bf16 of h_final alone.
   errors     bad calls must raise a Python exception whose message names the
              problem: the Python-side validation (mismatched T between gate
              and candidate, float64 inputs) and the handlers' own checks,
@@ -603,9 +607,11 @@ def section_attention(runner, args):
 
 
 # ---------------------------------------------------------------------------
-# GRU and LSTM sequences (exphil/gated_rnn.hpp; targets exphil_{gru,lstm}_{fwd,bwd})
+# GRU, LSTM and sLSTM sequences (exphil/gated_rnn.hpp; targets
+# exphil_{gru,lstm,slstm}_{fwd,bwd})
 # ---------------------------------------------------------------------------
-GATED_TARGETS = ("exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd")
+GATED_TARGETS = ("exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd",
+                 "exphil_slstm_fwd", "exphil_slstm_bwd")
 GATES = {"gru": 3, "lstm": 4}
 _registered_here = set()
 
@@ -771,6 +777,171 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
     return summarize(m)
 
 
+def slstm_ref(wx, R, bias, h0, c0, n0, m0, e):
+    """exphil/gated_rnn.hpp's sLSTM, exactly Edifice's slstm_scan_fallback
+    (gates i, f, z, o of wx + h R + bias; m = max(f + m, i), i = exp(i - m),
+    f = exp(f + m_prev - m), c = f c + i tanh(z), n = f n + i,
+    h = sigmoid(o) c / max(|n|, 1)): y, h_final, c_final, n_final, m_final
+    and the gaps (f + m_prev) - i [B, T, H] of the max() of m. e as in
+    gated_ref (its gradient is grad_rh)."""
+    H = R.shape[0]
+
+    def step(carry, t_in):
+        wx_t, e_t = t_in
+        h, c, n, m = carry
+        g = wx_t + h @ R + bias + e_t
+        li, lf = g[:, :H], g[:, H:2 * H]
+        z, o = jnp.tanh(g[:, 2 * H:3 * H]), _sigmoid(g[:, 3 * H:])
+        m_new = jnp.maximum(lf + m, li)
+        i = jnp.exp(li - m_new)
+        f = jnp.exp(lf + m - m_new)
+        c = f * c + i * z
+        n = f * n + i
+        h = o * c / jnp.maximum(jnp.abs(n), 1.0)
+        return (h, c, n, m_new), (h, lf + m - li)
+
+    carry, (ys, gaps) = lax.scan(step, (h0, c0, n0, m0),
+                                 (jnp.swapaxes(wx, 0, 1), jnp.swapaxes(e, 0, 1)))
+    return (jnp.swapaxes(ys, 0, 1),) + tuple(carry) + (jnp.swapaxes(gaps, 0, 1),)
+
+
+def slstm_all_ref(wx, R, bias, h0, c0, n0, m0, gy, ghf, gcf, gnf, gmf):
+    """slstm_ref's outputs and jax.vjp: the gradients of wx, R, bias, the
+    four initial states and grad_rh, with gated_all_ref's R_terms and
+    bias_terms, and the smallest |gap| of m's max() (min_gap)."""
+    e = jnp.zeros_like(wx)
+    outs, vjp = jax.vjp(lambda *a: slstm_ref(*a)[:5], wx, R, bias, h0, c0, n0, m0, e)
+    gwx, gR, gb, gh0, gc0, gn0, gm0, grh = vjp((gy, ghf, gcf, gnf, gmf))
+    y = outs[0]
+    gaps = slstm_ref(wx, R, bias, h0, c0, n0, m0, e)[5]
+    h_prev = jnp.concatenate([h0[:, None, :], y[:, :-1, :]], axis=1)
+    return dict(y=y, h_final=outs[1], c_final=outs[2], n_final=outs[3], m_final=outs[4],
+                wx=gwx, R=gR, bias=gb, h0=gh0, c0=gc0, n0=gn0, m0=gm0, rh=grh,
+                R_terms=jnp.einsum("bti,btj->ij", jnp.abs(h_prev), jnp.abs(grh)),
+                bias_terms=jnp.sum(jnp.abs(grh), axis=(0, 1)),
+                min_gap=jnp.min(jnp.abs(gaps)))
+
+
+SLSTM_STATES = ("h0", "c0", "n0", "m0")
+SLSTM_FINALS = ("grad_h_final", "grad_c_final", "grad_n_final", "grad_m_final")
+# The smallest |gap| of m's max() a case with cotangents of c, n or m_final
+# keeps (f32 only): y and h_final do not depend on m while |n| > 1 (n0 >= 1
+# here), but c, n and m do, and their gradients change side at a tie.
+SLSTM_MIN_GAP = 2e-5
+
+
+def check_slstm_case(dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
+                     tol_scale):
+    """exphil_slstm_fwd, then exphil_slstm_bwd on its y, in one jit, against
+    slstm_all_ref in float64; present and placeholders as check_gated_case's
+    (states h0, c0, n0, m0). n0 in [1, 2] (absent: ones), so |n| > 1 and
+    max(|n|, 1) never ties. "finals" passes grad_h_final, and in f32 also the
+    cotangents of c, n and m_final, whose gradients jump at ties of m's
+    max(): inputs are redrawn (seed + 1, ...) until no step comes within
+    SLSTM_MIN_GAP of one. Half-precision backwards recompute the states from
+    y rounded to that dtype, so there a near tie may fall on the other side;
+    they take grad_h_final alone (y and h_final do not depend on m)."""
+    b, t, h = shape
+    gh = 4 * h
+    f32_only = jnp.dtype(dtype) == jnp.dtype(jnp.float32)
+    full_finals = "finals" in present and f32_only
+    for attempt in range(50):
+        rng = np.random.default_rng(seed + attempt)
+        u = rng.uniform
+        r = 1.5 / math.sqrt(h)
+        wx = dev(u(-1.5, 1.5, (b, t, gh)), dtype)
+        R = dev(u(-r, r, (h, gh)), weight_dtype)
+        gy = dev(u(-1.0, 1.0, (b, t, h)), dtype)
+
+        def maybe(name, values, dt, wanted=True):
+            return dev(values, dt) if wanted and name in present else None
+
+        bias = maybe("bias", u(-0.5, 0.5, gh), weight_dtype)
+        states = {"h0": maybe("h0", u(-1.0, 1.0, (b, h)), state_dtype),
+                  "c0": maybe("c0", u(-1.0, 1.0, (b, h)), state_dtype),
+                  "n0": maybe("n0", u(1.0, 2.0, (b, h)), state_dtype),
+                  "m0": maybe("m0", u(-1.0, 1.0, (b, h)), state_dtype)}
+        finals = {name: maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype,
+                              name == "grad_h_final" or full_finals)
+                  for name in SLSTM_FINALS}
+
+        def up_or(x, shp, fill=0.0):
+            return up(x) if x is not None else jnp.full(shp, fill, F64)
+
+        defaults = {"h0": 0.0, "c0": 0.0, "n0": 1.0, "m0": 0.0}
+        ref_args = ((up(wx), up(R), up_or(bias, (gh,)))
+                    + tuple(up_or(states[n], (b, h), defaults[n]) for n in SLSTM_STATES)
+                    + (up(gy),) + tuple(up_or(finals[n], (b, h)) for n in SLSTM_FINALS))
+        ref_ = jax.block_until_ready(jax.jit(slstm_all_ref)(*ref_args))
+        if not full_finals or float(ref_["min_gap"]) >= SLSTM_MIN_GAP:
+            break
+    else:
+        return False, f"no inputs without a tie of m's max() within {SLSTM_MIN_GAP} in 50 draws"
+
+    placeholder = jnp.zeros((0,) if placeholders == "empty" else (), jnp.float32)
+    fwd_optional = [("bias", bias)] + [(n, states[n]) for n in SLSTM_STATES]
+    bwd_optional = fwd_optional + [(n, finals[n]) for n in SLSTM_FINALS]
+
+    def attrs(optional):
+        if placeholders != "has":
+            return {}
+        return {f"has_{n}": np.bool_(v is not None) for n, v in optional}
+
+    fwd_attrs, bwd_attrs = attrs(fwd_optional), attrs(bwd_optional)
+    S = jax.ShapeDtypeStruct
+    state = S((b, h), state_dtype)
+    fwd_results = (S((b, t, h), dtype),) + (state,) * 4
+    bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype))
+                   + (state,) * 4 + (S((b, t, gh), dtype),))
+
+    @jax.jit
+    def ours(wx, R, gy, fwd_opt, bwd_extra):
+        fwd_opt = [placeholder if v is None else v for v in fwd_opt]
+        bwd_extra = [placeholder if v is None else v for v in bwd_extra]
+        outs = jax.ffi.ffi_call("exphil_slstm_fwd", fwd_results)(wx, R, *fwd_opt, **fwd_attrs)
+        grads = jax.ffi.ffi_call("exphil_slstm_bwd", bwd_results)(
+            wx, R, outs[0], gy, *fwd_opt, *bwd_extra, **bwd_attrs)
+        return outs, grads
+
+    outs, grads = jax.block_until_ready(
+        ours(wx, R, gy, [v for _, v in fwd_optional], [finals[n] for n in SLSTM_FINALS]))
+
+    k = key_of(dtype)
+    kw, ks = gated_tol_key(dtype, weight_dtype), gated_tol_key(dtype, state_dtype)
+    hscale = max(amax(ref_["y"]), amax(ref_["h_final"]), amax(ref_args[3]))
+    m = [compare("y", outs[0], ref_["y"], GATED_TOL[k], dtype, hscale, tol_scale),
+         compare("h_final", outs[1], ref_["h_final"], GATED_TOL[ks], state_dtype, hscale,
+                 tol_scale)]
+    for i, name in enumerate(("c_final", "n_final", "m_final")):
+        scale = max(amax(ref_[name]), amax(ref_args[4 + i]), 1.0)
+        m.append(compare(name, outs[2 + i], ref_[name], GATED_TOL[ks], state_dtype, scale,
+                         tol_scale))
+    gscale = max(amax(ref_[n]) for n in ("wx", "rh", "h0", "c0", "n0", "m0"))
+    names = ["grad_wx", "grad_R", "grad_bias", "grad_h0", "grad_c0", "grad_n0", "grad_m0",
+             "grad_rh"]
+    for name, got in zip(names, grads):
+        key = name[5:]
+        if key in ("R", "bias"):
+            tol, dt, scale = GATED_TOL[kw], weight_dtype, max(gscale, amax(ref_[key + "_terms"]))
+        elif key in SLSTM_STATES:
+            tol, dt, scale = GATED_TOL[ks], state_dtype, gscale
+        else:
+            tol, dt, scale = GATED_TOL[k], dtype, gscale
+        m.append(compare(name, got, ref_[key], tol, dt, scale, tol_scale))
+    want = [o.dtype for o in fwd_results + bwd_results]
+    got = [o.dtype for o in list(outs) + list(grads)]
+    if [jnp.dtype(x) for x in got] != [jnp.dtype(x) for x in want]:
+        m.append(Metric("dtypes", False, math.inf, math.inf, f"got {got}, want {want}"))
+    return summarize(m)
+
+
+SLSTM_PRESENT = [
+    ("bias", "h0", "c0", "n0", "m0", "finals"),
+    (),
+    ("h0", "n0", "finals"),
+    ("bias", "c0", "m0"),
+]
+
 GATED_PRESENT = [
     ("bias", "h0", "c0", "finals"),
     (),
@@ -809,6 +980,27 @@ def section_gated(runner, args):
                             placeholders=placeholders, seed=seed:
                             check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present,
                                              placeholders, seed, args.tol_scale))
+
+    # The sLSTM, the same way (states h, c, n and m).
+    for dn in args.dtypes:
+        dtype = DTYPES[dn]
+        shapes = fixed + [(int(rng.integers(1, 5)), int(rng.integers(1, 200)),
+                           int(rng.integers(1, 300)))]
+        for shape in shapes:
+            present = SLSTM_PRESENT[idx % 4]
+            placeholders = ("empty", "has")[(idx // 4) % 2]
+            weight_dtype = jnp.float32 if idx % 2 else dtype
+            state_dtype = jnp.float32 if idx % 3 == 0 else dtype
+            idx += 1
+            seed = int(rng.integers(0, 2 ** 31))
+            name = (f"gated slstm {dn} B{shape[0]} T{shape[1]} H{shape[2]} "
+                    f"[{','.join(present) or 'none'}] absent={placeholders} "
+                    f"R {key_of(weight_dtype)} states {key_of(state_dtype)}")
+            runner.case("gated", name,
+                        lambda dtype=dtype, weight_dtype=weight_dtype, state_dtype=state_dtype,
+                        shape=shape, present=present, placeholders=placeholders, seed=seed:
+                        check_slstm_case(dtype, weight_dtype, state_dtype, shape, present,
+                                         placeholders, seed, args.tol_scale))
 
     # The handler's own check comes back as a Python exception naming R; a
     # good call still runs afterwards.

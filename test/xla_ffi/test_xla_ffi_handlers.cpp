@@ -1096,3 +1096,146 @@ TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]"
   }
   CHECK(fake_runtime().control->live_errors() == 0);
 }
+
+TEST_CASE("handlers: the sLSTM in the full and the y-only forms", "[xla_ffi]") {
+  const auto api = fake_runtime().api;
+  const auto f32 = XLA_FFI_DataType_F32;
+  const auto bf16 = XLA_FFI_DataType_BF16;
+  // B = 2, T = 3, H = 4: wx [2, 3, 16], R [4, 16], states [2, 4].
+  const std::vector<int64_t> seq = {2, 3, 4}, state = {2, 4}, gates = {2, 3, 16},
+                             weights = {4, 16};
+
+  SECTION("full forward: every optional tensor present reaches the library by its name") {
+    // exphil_slstm_fwd: wx R bias? h0? c0? n0? m0? ->
+    // y h_final c_final n_final m_final; `bad` one longer in its last
+    // dimension.
+    auto fwd = [&](const std::string& bad) {
+      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
+        if (name == bad) ++s.back();
+        return s;
+      };
+      CallFrameBuilder frame(api);
+      frame.operand(bf16, gates).operand(f32, weights).operand(f32, shape("bias", {16}));
+      for (const char* name : {"h0", "c0", "n0", "m0"}) frame.operand(f32, shape(name, state));
+      frame.result(bf16, shape("y", seq));
+      for (const char* name : {"h_final", "c_final", "n_final", "m_final"})
+        frame.result(f32, shape(name, state));
+      return frame.call(exphil_slstm_fwd);
+    };
+    check_reached_library(fwd(""), "exphil_slstm_fwd");
+    for (const char* name : {"bias", "h0", "c0", "n0", "m0", "y", "h_final", "c_final",
+                             "n_final", "m_final"}) {
+      INFO(name);
+      const HandlerOutcome o = fwd(name);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_fwd: slstm forward: argument '") +
+                                       name + "'"));
+    }
+  }
+  SECTION("full backward: every optional tensor present reaches the library by its name") {
+    // exphil_slstm_bwd: wx R y grad_y bias? h0? c0? n0? m0? grad_h_final?
+    // grad_c_final? grad_n_final? grad_m_final? -> grad_wx grad_R grad_bias
+    // grad_h0 grad_c0 grad_n0 grad_m0 grad_rh.
+    auto bwd = [&](const std::string& bad) {
+      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
+        if (name == bad) ++s.back();
+        return s;
+      };
+      CallFrameBuilder frame(api);
+      frame.operand(f32, gates)
+          .operand(f32, weights)
+          .operand(f32, shape("y", seq))
+          .operand(f32, shape("grad_y", seq))
+          .operand(f32, shape("bias", {16}));
+      for (const char* name : {"h0", "c0", "n0", "m0", "grad_h_final", "grad_c_final",
+                               "grad_n_final", "grad_m_final"})
+        frame.operand(f32, shape(name, state));
+      frame.result(f32, shape("grad_wx", gates))
+          .result(f32, shape("grad_R", weights))
+          .result(f32, shape("grad_bias", {16}));
+      for (const char* name : {"grad_h0", "grad_c0", "grad_n0", "grad_m0"})
+        frame.result(f32, shape(name, state));
+      frame.result(f32, shape("grad_rh", gates));
+      return frame.call(exphil_slstm_bwd);
+    };
+    check_reached_library(bwd(""), "exphil_slstm_bwd");
+    for (const char* name :
+         {"y", "grad_y", "bias", "h0", "c0", "n0", "m0", "grad_h_final", "grad_c_final",
+          "grad_n_final", "grad_m_final", "grad_wx", "grad_R", "grad_bias", "grad_h0", "grad_c0",
+          "grad_n0", "grad_m0", "grad_rh"}) {
+      INFO(name);
+      const HandlerOutcome o = bwd(name);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_bwd: slstm backward: argument '") +
+                                       name + "'"));
+    }
+  }
+  SECTION("full forms: the optional operands absent (has_* false)") {
+    const HandlerOutcome fwd = CallFrameBuilder(api)
+                                   .operand(f32, gates)
+                                   .operand(f32, weights)
+                                   .operands(5, f32, {})  // bias, h0, c0, n0, m0
+                                   .result(f32, seq)
+                                   .results(4, f32, state)
+                                   .attribute("has_bias", false)
+                                   .attribute("has_h0", false)
+                                   .attribute("has_c0", false)
+                                   .attribute("has_n0", false)
+                                   .attribute("has_m0", false)
+                                   .call(exphil_slstm_fwd);
+    check_reached_library(fwd, "exphil_slstm_fwd", {"bias", "h0", "c0", "n0", "m0"});
+  }
+  SECTION("y-only forward: wx R h0 c0 -> y; no bias, n0, m0 or final states") {
+    for (const XLA_FFI_DataType weight_type : {f32, bf16}) {
+      for (const XLA_FFI_DataType state_type : {f32, bf16}) {
+        INFO("R " << static_cast<int>(weight_type) << ", h0 " << static_cast<int>(state_type));
+        const HandlerOutcome o = CallFrameBuilder(api)
+                                     .operand(bf16, gates)           // wx
+                                     .operand(weight_type, weights)  // R
+                                     .operands(2, state_type, state)  // h0, c0
+                                     .result(bf16, seq)               // y
+                                     .call(exphil_slstm_y_fwd);
+        check_reached_library(o, "exphil_slstm_y_fwd",
+                              {"bias", "n0", "m0", "h_final", "c_final", "n_final", "m_final"});
+      }
+    }
+    for (const char* bad : {"h0", "c0", "y"}) {
+      INFO(bad);
+      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
+        if (name == bad) ++s.back();
+        return s;
+      };
+      const HandlerOutcome o = CallFrameBuilder(api)
+                                   .operand(f32, gates)
+                                   .operand(f32, weights)
+                                   .operand(f32, shape("h0", state))
+                                   .operand(f32, shape("c0", state))
+                                   .result(f32, shape("y", seq))
+                                   .call(exphil_slstm_y_fwd);
+      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_y_fwd: slstm forward: argument '") +
+                                       bad + "'"));
+    }
+  }
+  SECTION("y-only forward: h0 and c0 are required, has_* are no attributes of its") {
+    const HandlerOutcome empty = CallFrameBuilder(api)
+                                     .operand(f32, gates)
+                                     .operand(f32, weights)
+                                     .operand(f32, {0})    // h0
+                                     .operand(f32, state)  // c0
+                                     .result(f32, seq)
+                                     .call(exphil_slstm_y_fwd);
+    CHECK(empty.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(empty.message, StartsWith("exphil_slstm_y_fwd: operand 'h0': has zero elements"));
+    const HandlerOutcome flag = CallFrameBuilder(api)
+                                    .operand(f32, gates)
+                                    .operand(f32, weights)
+                                    .operands(2, f32, state)
+                                    .result(f32, seq)
+                                    .attribute("has_n0", false)
+                                    .call(exphil_slstm_y_fwd);
+    CHECK(flag.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(flag.message, StartsWith("exphil_slstm_y_fwd: attribute 'has_n0': unknown; "));
+  }
+  CHECK(fake_runtime().control->live_errors() == 0);
+}

@@ -40,6 +40,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_gru_fwd", "exphil_gru_bwd", "exphil_lstm_fwd", "exphil_lstm_bwd",
     // Edifice's GRU and LSTM scans and their backward ops (y-only form)
     "exphil_gru_y_fwd", "exphil_gru_y_bwd", "exphil_lstm_y_fwd", "exphil_lstm_y_bwd",
+    // sLSTM sequences, and Edifice's sLSTM scan (y-only form, no backward op)
+    "exphil_slstm_fwd", "exphil_slstm_bwd", "exphil_slstm_y_fwd",
 };
 
 bool is_loaded(const char* path) {

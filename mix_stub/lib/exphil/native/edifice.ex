@@ -18,9 +18,10 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     `exphil_selective_scan_y_fwd` and `_y_bwd` for Mamba's selective scan
     (f32 operands only), `exphil_attention_o_fwd` and `_o_bwd` for flash
     attention (its causal flag read as a constant of the expression; the
-    backward recomputes lse) and `exphil_gru_y_fwd`, `exphil_lstm_y_fwd` and
-    their `_y_bwd` for the GRU and LSTM scans and their backward ops: the
-    `:native` rows, 22. `native_block/3` gives
+    backward recomputes lse), `exphil_gru_y_fwd`, `exphil_lstm_y_fwd` and
+    their `_y_bwd` for the GRU and LSTM scans and their backward ops, and
+    `exphil_slstm_y_fwd` for the sLSTM scan (which has no backward op): the
+    `:native` rows, 23. `native_block/3` gives
     their custom call;
     `call/4` answers with it only under an EXLA that pins layouts (see
     `call/4`), and `:skip` otherwise and for every other op (ours return
@@ -155,7 +156,9 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         "Done: the GRU and LSTM targets in Edifice's form, exphil_gru_y_fwd (wx, R, h0) -> y, " <>
           "exphil_gru_y_bwd (wx, R, h0, y, grad_y) -> (grad_wx, grad_rh, grad_h0), " <>
           "exphil_lstm_y_fwd (wx, R, h0, c0) -> y and exphil_lstm_y_bwd (wx, R, h0, c0, y, " <>
-          "grad_y) -> (grad_wx, grad_h0, grad_c0): our gru and lstm ops without the recurrent " <>
+          "grad_y) -> (grad_wx, grad_h0, grad_c0), and the sLSTM's exphil_slstm_y_fwd (wx, R, " <>
+          "h0, c0) -> y (n0 = 1, m0 = 0 implicit; Edifice has no sLSTM backward op): our gru, " <>
+          "lstm and slstm ops without the recurrent " <>
           "bias, the final states or grad_R (Edifice forms grad_R itself, from grad_rh for " <>
           "the GRU). No kernel change: the backward kernels write grad_rh, the gradient of " <>
           "h R, for this.",
@@ -228,7 +231,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     @mlp "no kernel of ours: the recurrence multiplies the state by a weight matrix inside " <>
            "the step, which is not an elementwise linear recurrence"
 
-    # When the GRU and LSTM rows are :skip (gated_rnn_attributes/2).
+    # When the GRU, LSTM and sLSTM rows are :skip (gated_rnn_attributes/2).
     @rnn_skip ":skip for operands the kernels do not take (R f32 or wx's type, h0 and c0 " <>
                 "of one type, f32 or wx's, as the gradients' templates; fwd and g wx's type, " <>
                 "so not Nx's f32 cotangent under a bf16 wx) and for H above the device's " <>
@@ -403,8 +406,20 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
         entry: "slstm_scan/2",
         operands: [:wx, :recurrent_weight, :h0, :c0],
         results: [:y],
-        status: :no_kernel,
-        reason: "#{@mlp}: sLSTM, R h and exponential gating (cuda/fused_scan.ex:2371-2402)"
+        ours: :slstm,
+        status: :native,
+        variant: :rnn,
+        change: "exphil_slstm_y_fwd",
+        target: "exphil_slstm_y_fwd",
+        attributes: &__MODULE__.gated_rnn_attributes/2,
+        reason:
+          "native: the sLSTM of our slstm op, gates i, f, z, o of wx + h R, " <>
+            "m = max(f + m, i), exponential gating stabilised by m, c = f c + i tanh(z), " <>
+            "n = f n + i, h = sigmoid(o) c / max(|n|, 1) (cuda/fused_scan.ex:2371-2402), " <>
+            "the product h R inside the kernel, no recurrent bias, h0 and c0 zeros of wx's " <>
+            "type (cuda/fused_scan.ex:2361-2362), n0 = 1 and m0 = 0 as the fallback starts " <>
+            "them (cuda/fused_scan.ex:2375-2376; the target leaves them to the library's " <>
+            "defaults), y only; no backward op (Nx differentiates the fallback). #{@rnn_skip}"
       },
       %{
         index: 12,
@@ -1246,14 +1261,14 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     end
 
     @doc false
-    # The attributes of the GRU and LSTM targets (none), or :skip where the
+    # The attributes of the GRU, LSTM and sLSTM targets (none), or :skip where the
     # kernels would refuse the call (gated_rnn_check/3), with H held to the
     # multiprocessors of device 0 (EXLA's default device) when the library
     # can tell them.
     def gated_rnn_attributes(out, args), do: gated_rnn_check(out, args, multiprocessors())
 
     @doc false
-    # Edifice's GRU and LSTM blocks: operands wx, recurrent_weight, h0 (c0 for
+    # Edifice's GRU, LSTM and sLSTM blocks: operands wx, recurrent_weight, h0 (c0 for
     # the LSTM) and, backward, fwd and g; results y, or the gradients (of the
     # sequences [B, T, G*H], of the states [B, H]). The kernels take wx, y,
     # grad_y and the sequence gradients of one type (f32, bf16 or f16), R of

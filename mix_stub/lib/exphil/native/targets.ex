@@ -66,8 +66,8 @@ defmodule ExPhil.Native.Targets do
       %{name: name, operands: operands, results: results, attributes: attributes}
     end
 
-  if length(targets) != 35 do
-    raise "#{@header}: expected 35 targets, parsed #{length(targets)}: is every row on one line?"
+  if length(targets) != 38 do
+    raise "#{@header}: expected 38 targets, parsed #{length(targets)}: is every row on one line?"
   end
 
   @targets Map.new(targets, &{&1.name, &1})
