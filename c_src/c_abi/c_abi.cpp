@@ -123,72 +123,6 @@ exphil::AttentionOptions attention_options(const exphil_attention_options* optio
   return o;
 }
 
-// What the GRU's, the LSTM's and the sLSTM's C functions share: their
-// tensors, set by name into the args (NULL for the states a cell does not
-// have).
-struct GatedRnnForwardTensors {
-  const exphil_tensor *wx, *R, *bias, *h0, *c0, *y, *h_final, *c_final;
-  const exphil_tensor *n0 = nullptr, *m0 = nullptr, *n_final = nullptr, *m_final = nullptr;
-};
-
-exphil_status gated_rnn_forward(exphil::GatedRnnCell cell, const GatedRnnForwardTensors& t,
-                                exphil_stream stream) noexcept {
-  return c_call([&] {
-    exphil::GatedRnnForwardArgs a;
-    a.cell = cell;
-    a.wx = t.wx;
-    a.R = t.R;
-    a.bias = t.bias;
-    a.h0 = t.h0;
-    a.c0 = t.c0;
-    a.n0 = t.n0;
-    a.m0 = t.m0;
-    a.y = t.y;
-    a.h_final = t.h_final;
-    a.c_final = t.c_final;
-    a.n_final = t.n_final;
-    a.m_final = t.m_final;
-    return exphil::gated_rnn_forward(a, stream);
-  });
-}
-
-struct GatedRnnBackwardTensors {
-  const exphil_tensor *wx, *R, *bias, *h0, *c0, *y, *grad_y, *grad_h_final, *grad_c_final, *grad_wx, *grad_R,
-      *grad_bias, *grad_h0, *grad_c0, *grad_rh;
-  const exphil_tensor *n0 = nullptr, *m0 = nullptr, *grad_n_final = nullptr, *grad_m_final = nullptr,
-                      *grad_n0 = nullptr, *grad_m0 = nullptr;
-};
-
-exphil_status gated_rnn_backward(exphil::GatedRnnCell cell, const GatedRnnBackwardTensors& t,
-                                 exphil_stream stream) noexcept {
-  return c_call([&] {
-    exphil::GatedRnnBackwardArgs a;
-    a.cell = cell;
-    a.wx = t.wx;
-    a.R = t.R;
-    a.bias = t.bias;
-    a.h0 = t.h0;
-    a.c0 = t.c0;
-    a.n0 = t.n0;
-    a.m0 = t.m0;
-    a.y = t.y;
-    a.grad_y = t.grad_y;
-    a.grad_h_final = t.grad_h_final;
-    a.grad_c_final = t.grad_c_final;
-    a.grad_n_final = t.grad_n_final;
-    a.grad_m_final = t.grad_m_final;
-    a.grad_wx = t.grad_wx;
-    a.grad_R = t.grad_R;
-    a.grad_bias = t.grad_bias;
-    a.grad_h0 = t.grad_h0;
-    a.grad_c0 = t.grad_c0;
-    a.grad_n0 = t.grad_n0;
-    a.grad_m0 = t.grad_m0;
-    a.grad_rh = t.grad_rh;
-    return exphil::gated_rnn_backward(a, stream);
-  });
-}
-
 }  // namespace
 
 extern "C" {
@@ -397,11 +331,19 @@ exphil_status exphil_attention_backward(const exphil_tensor* q, const exphil_ten
   });
 }
 
+// The GRU's, the LSTM's and the sLSTM's functions fill one args type (the
+// cell chooses which states exist; the others stay NULL).
 exphil_status exphil_gru_forward(const exphil_tensor* wx, const exphil_tensor* R,
                                  const exphil_tensor* bias, const exphil_tensor* h0,
                                  const exphil_tensor* y, const exphil_tensor* h_final,
                                  exphil_stream stream) {
-  return gated_rnn_forward(exphil::GatedRnnCell::gru, {wx, R, bias, h0, nullptr, y, h_final, nullptr}, stream);
+  return c_call([&] {
+    exphil::GatedRnnForwardArgs a;
+    a.cell = exphil::GatedRnnCell::gru;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0;
+    a.y = y, a.h_final = h_final;
+    return exphil::gated_rnn_forward(a, stream);
+  });
 }
 
 exphil_status exphil_gru_backward(const exphil_tensor* wx, const exphil_tensor* R,
@@ -411,10 +353,15 @@ exphil_status exphil_gru_backward(const exphil_tensor* wx, const exphil_tensor* 
                                   const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
                                   const exphil_tensor* grad_h0, const exphil_tensor* grad_rh,
                                   exphil_stream stream) {
-  return gated_rnn_backward(exphil::GatedRnnCell::gru,
-                            {wx, R, bias, h0, nullptr, y, grad_y, grad_h_final, nullptr, grad_wx, grad_R,
-                             grad_bias, grad_h0, nullptr, grad_rh},
-                            stream);
+  return c_call([&] {
+    exphil::GatedRnnBackwardArgs a;
+    a.cell = exphil::GatedRnnCell::gru;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.y = y;
+    a.grad_y = grad_y, a.grad_h_final = grad_h_final;
+    a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_bias = grad_bias, a.grad_h0 = grad_h0;
+    a.grad_rh = grad_rh;
+    return exphil::gated_rnn_backward(a, stream);
+  });
 }
 
 exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* R,
@@ -422,7 +369,13 @@ exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* 
                                   const exphil_tensor* c0, const exphil_tensor* y,
                                   const exphil_tensor* h_final, const exphil_tensor* c_final,
                                   exphil_stream stream) {
-  return gated_rnn_forward(exphil::GatedRnnCell::lstm, {wx, R, bias, h0, c0, y, h_final, c_final}, stream);
+  return c_call([&] {
+    exphil::GatedRnnForwardArgs a;
+    a.cell = exphil::GatedRnnCell::lstm;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0;
+    a.y = y, a.h_final = h_final, a.c_final = c_final;
+    return exphil::gated_rnn_forward(a, stream);
+  });
 }
 
 exphil_status exphil_lstm_backward(const exphil_tensor* wx, const exphil_tensor* R,
@@ -433,10 +386,15 @@ exphil_status exphil_lstm_backward(const exphil_tensor* wx, const exphil_tensor*
                                    const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
                                    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
                                    const exphil_tensor* grad_rh, exphil_stream stream) {
-  return gated_rnn_backward(exphil::GatedRnnCell::lstm,
-                            {wx, R, bias, h0, c0, y, grad_y, grad_h_final, grad_c_final, grad_wx, grad_R,
-                             grad_bias, grad_h0, grad_c0, grad_rh},
-                            stream);
+  return c_call([&] {
+    exphil::GatedRnnBackwardArgs a;
+    a.cell = exphil::GatedRnnCell::lstm;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0, a.y = y;
+    a.grad_y = grad_y, a.grad_h_final = grad_h_final, a.grad_c_final = grad_c_final;
+    a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_bias = grad_bias;
+    a.grad_h0 = grad_h0, a.grad_c0 = grad_c0, a.grad_rh = grad_rh;
+    return exphil::gated_rnn_backward(a, stream);
+  });
 }
 
 exphil_status exphil_slstm_forward(const exphil_tensor* wx, const exphil_tensor* R,
@@ -446,12 +404,13 @@ exphil_status exphil_slstm_forward(const exphil_tensor* wx, const exphil_tensor*
                                    const exphil_tensor* h_final, const exphil_tensor* c_final,
                                    const exphil_tensor* n_final, const exphil_tensor* m_final,
                                    exphil_stream stream) {
-  GatedRnnForwardTensors t{wx, R, bias, h0, c0, y, h_final, c_final};
-  t.n0 = n0;
-  t.m0 = m0;
-  t.n_final = n_final;
-  t.m_final = m_final;
-  return gated_rnn_forward(exphil::GatedRnnCell::slstm, t, stream);
+  return c_call([&] {
+    exphil::GatedRnnForwardArgs a;
+    a.cell = exphil::GatedRnnCell::slstm;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0, a.n0 = n0, a.m0 = m0;
+    a.y = y, a.h_final = h_final, a.c_final = c_final, a.n_final = n_final, a.m_final = m_final;
+    return exphil::gated_rnn_forward(a, stream);
+  });
 }
 
 exphil_status exphil_slstm_backward(
@@ -462,15 +421,16 @@ exphil_status exphil_slstm_backward(
     const exphil_tensor* grad_R, const exphil_tensor* grad_bias, const exphil_tensor* grad_h0,
     const exphil_tensor* grad_c0, const exphil_tensor* grad_n0, const exphil_tensor* grad_m0,
     const exphil_tensor* grad_rh, exphil_stream stream) {
-  GatedRnnBackwardTensors t{wx, R, bias, h0, c0, y, grad_y, grad_h_final, grad_c_final, grad_wx, grad_R,
-                            grad_bias, grad_h0, grad_c0, grad_rh};
-  t.n0 = n0;
-  t.m0 = m0;
-  t.grad_n_final = grad_n_final;
-  t.grad_m_final = grad_m_final;
-  t.grad_n0 = grad_n0;
-  t.grad_m0 = grad_m0;
-  return gated_rnn_backward(exphil::GatedRnnCell::slstm, t, stream);
+  return c_call([&] {
+    exphil::GatedRnnBackwardArgs a;
+    a.cell = exphil::GatedRnnCell::slstm;
+    a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0, a.n0 = n0, a.m0 = m0, a.y = y;
+    a.grad_y = grad_y, a.grad_h_final = grad_h_final, a.grad_c_final = grad_c_final;
+    a.grad_n_final = grad_n_final, a.grad_m_final = grad_m_final;
+    a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_bias = grad_bias, a.grad_h0 = grad_h0;
+    a.grad_c0 = grad_c0, a.grad_n0 = grad_n0, a.grad_m0 = grad_m0, a.grad_rh = grad_rh;
+    return exphil::gated_rnn_backward(a, stream);
+  });
 }
 
 }  // extern "C"

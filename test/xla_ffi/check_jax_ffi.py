@@ -956,7 +956,9 @@ def section_gated(runner, args):
     fixed = [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if args.quick else \
         [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
     idx = 0
-    for cell in GATES:
+    # The GRU, the LSTM, then the sLSTM (its states h, c, n and m) the same way.
+    for cell in (*GATES, "slstm"):
+        slstm = cell == "slstm"
         for dn in args.dtypes:
             dtype = DTYPES[dn]
             shapes = fixed + [(int(rng.integers(1, 5)), int(rng.integers(1, 200)),
@@ -964,43 +966,21 @@ def section_gated(runner, args):
             for shape in shapes:
                 # every option set with both ways of passing an absent operand;
                 # weights and states in f32 or the sequence dtype, by turns
-                present = GATED_PRESENT[idx % 4]
+                present = (SLSTM_PRESENT if slstm else GATED_PRESENT)[idx % 4]
                 placeholders = ("empty", "has")[(idx // 4) % 2]
                 weight_dtype = jnp.float32 if idx % 2 else dtype
                 state_dtype = jnp.float32 if idx % 3 == 0 else dtype
                 idx += 1
                 seed = int(rng.integers(0, 2 ** 31))
-                shown = [n for n in present if cell == "lstm" or n != "c0"]
+                shown = [n for n in present if cell != "gru" or n != "c0"]
                 name = (f"gated {cell} {dn} B{shape[0]} T{shape[1]} H{shape[2]} "
                         f"[{','.join(shown) or 'none'}] absent={placeholders} "
                         f"R {key_of(weight_dtype)} states {key_of(state_dtype)}")
+                common = (dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
+                          args.tol_scale)
                 runner.case("gated", name,
-                            lambda cell=cell, dtype=dtype, weight_dtype=weight_dtype,
-                            state_dtype=state_dtype, shape=shape, present=present,
-                            placeholders=placeholders, seed=seed:
-                            check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present,
-                                             placeholders, seed, args.tol_scale))
-
-    # The sLSTM, the same way (states h, c, n and m).
-    for dn in args.dtypes:
-        dtype = DTYPES[dn]
-        shapes = fixed + [(int(rng.integers(1, 5)), int(rng.integers(1, 200)),
-                           int(rng.integers(1, 300)))]
-        for shape in shapes:
-            present = SLSTM_PRESENT[idx % 4]
-            placeholders = ("empty", "has")[(idx // 4) % 2]
-            weight_dtype = jnp.float32 if idx % 2 else dtype
-            state_dtype = jnp.float32 if idx % 3 == 0 else dtype
-            idx += 1
-            seed = int(rng.integers(0, 2 ** 31))
-            name = (f"gated slstm {dn} B{shape[0]} T{shape[1]} H{shape[2]} "
-                    f"[{','.join(present) or 'none'}] absent={placeholders} "
-                    f"R {key_of(weight_dtype)} states {key_of(state_dtype)}")
-            runner.case("gated", name,
-                        lambda dtype=dtype, weight_dtype=weight_dtype, state_dtype=state_dtype,
-                        shape=shape, present=present, placeholders=placeholders, seed=seed:
-                        check_slstm_case(dtype, weight_dtype, state_dtype, shape, present,
-                                         placeholders, seed, args.tol_scale))
+                            (lambda common=common: check_slstm_case(*common)) if slstm else
+                            (lambda cell=cell, common=common: check_gated_case(cell, *common)))
 
     # The handler's own check comes back as a Python exception naming R; a
     # good call still runs afterwards.
