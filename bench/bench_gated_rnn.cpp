@@ -738,9 +738,92 @@ Rates measure_rates(const SectionContext& c, const Gemm& gemm) {
   return r;
 }
 
+// --layouts: one layer's kernels alone (no projection) in each layout the
+// options can ask for, units per block x batch groups, against the
+// automatic plan, in one run: the evidence for the planner's choice
+// (gated_rnn_plan.cpp). Each layout's y and grad_wx are compared with the
+// automatic plan's (results do not depend on the layout beyond f32
+// rounding; the tests check each against the double reference).
+void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
+  double set_bytes = 0;
+  std::vector<std::unique_ptr<CallSet>> sets;
+  sets.push_back(make_call_set(p, seed, c.stream, &set_bytes));
+  const std::size_t count = c.rotation(set_bytes);
+  for (std::size_t i = 1; i < count; ++i) {
+    double ignored = 0;
+    sets.push_back(make_call_set(p, seed + 7919 * i, c.stream, &ignored));
+  }
+  const int64_t B = p.s.batch, H = p.s.hidden;
+  int device = 0, sms = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  std::vector<GatedRnnLaunchOptions> layouts(1);  // the automatic plan first
+  for (int units : {static_cast<int>((H + sms - 1) / sms), 4, 8, 16, 32, 64})
+    for (int groups : {1, 2, 4, 8, 16, 32}) {
+      const int64_t slices = (H + units - 1) / units;
+      if (units > H || groups > B || slices * groups > sms || p.cell.gates * units > 256) continue;
+      GatedRnnLaunchOptions o;
+      o.units_per_block = units;
+      o.batch_blocks = groups;
+      if (std::none_of(layouts.begin() + 1, layouts.end(), [&](const GatedRnnLaunchOptions& q) {
+            return q.units_per_block == units && q.batch_blocks == groups;
+          }))
+        layouts.push_back(o);
+    }
+  const Budget budget{c.quick ? 2e4 : 1e5, c.quick ? 20 : 100};
+  const bool small = small_call(p.s);
+  const Layer& first = sets[0]->layer[0];
+  std::vector<double> y_auto, gwx_auto;
+  for (std::size_t li = 0; li < layouts.size(); ++li) {
+    GatedRnnLaunchOptions o = layouts[li];
+    GatedRnnLaunchInfo info;
+    o.chosen = &info;
+    poison(first.y, c.stream);
+    poison(first.grad_wx, c.stream);
+    const Status fs = gated_rnn_forward(forward_args(p, first, false), c.stream, &o);
+    if (!fs.ok()) {
+      std::printf("  layout u%d/g%d: not run (%s)\n", layouts[li].units_per_block,
+                  layouts[li].batch_blocks, fs.message().c_str());
+      continue;
+    }
+    require(gated_rnn_backward(backward_args(p, *sets[0], 0, 1, false), c.stream, &o), "gated_rnn_backward");
+    check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+    const auto y = download(first.y, 0, elements(first.y));
+    const auto gwx = download(first.grad_wx, 0, elements(first.grad_wx));
+    if (li == 0) {
+      y_auto = y;
+      gwx_auto = gwx;
+    }
+    o.chosen = nullptr;
+    auto fwd = [&](int rep) {
+      require(gated_rnn_forward(forward_args(p, sets[static_cast<std::size_t>(rep) % sets.size()]->layer[0],
+                                              false),
+                                c.stream, &o),
+              "gated_rnn_forward");
+    };
+    auto bwd = [&](int rep) {
+      require(gated_rnn_backward(backward_args(p, *sets[static_cast<std::size_t>(rep) % sets.size()], 0, 1,
+                                               false),
+                                 c.stream, &o),
+              "gated_rnn_backward");
+    };
+    const Times tf = time_ours(c.stream, budget, sets.size(), small, fwd);
+    const Times tb = time_ours(c.stream, budget, sets.size(), small, bwd);
+    std::printf("%-5s %-5s %-14s %-4s u%-3d x %3d slices, %2d groups of %3d rows, tile %2d, %s: fwd %9.2f "
+                "bwd %9.2f us (graph); vs auto |dy| %.2g |dgrad_wx|/|ref| %.2g; finite %s\n",
+                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(),
+                li == 0 ? "auto" : "", info.units_per_block, info.blocks / std::max(info.batch_blocks, 1),
+                info.batch_blocks, static_cast<int>((B + info.batch_blocks - 1) / info.batch_blocks),
+                info.batch_tile, info.resident_weights ? "res" : "str", tf.graph_us, tb.graph_us,
+                normwise(y, y_auto), normwise(gwx, gwx_auto),
+                count_nonfinite(first.y) + count_nonfinite(first.grad_wx) == 0 ? "yes" : "NO");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
-void bench_gated_rnn(const SectionContext& context, bool small) {
+void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
   const Gemm gemm(context.stream);
   const Rates rates = measure_rates(context, gemm);
   std::printf("\n== gated_rnn (issue 30): GRU and LSTM, exphil::gated_rnn_forward / _backward ==\n");
@@ -757,6 +840,18 @@ void bench_gated_rnn(const SectionContext& context, bool small) {
               "/ floor_us; stepwise: one launch per step (bench/gated_rnn_stepwise.h), graph replay; "
               "speedup = stepwise_us / graph_us\n");
   const uint64_t seed = test::test_seed();
+  if (layouts) {
+    std::printf("\n== gated_rnn layouts: one layer, the kernels alone, f32 ==\n");
+    uint64_t k = 0;
+    for (const CellSpec& cell : kCells) {
+      GatedRnnForwardArgs probe;
+      probe.cell = cell.cell;
+      const bool has_c = tensor_slot(probe, "c_final") != nullptr;
+      for (const Shape& s : kShapes)
+        if (s.steps > 1) run_layouts(context, Problem{cell, DType::f32, s, has_c}, seed + 31 * ++k);
+    }
+    return;
+  }
   uint64_t k = 0;
   for (const CellSpec& cell : kCells) {
     GatedRnnForwardArgs probe;

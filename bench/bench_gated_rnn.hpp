@@ -10,7 +10,8 @@
 namespace exphil::bench {
 
 // `small`: the batch-1 shapes only (B1 T32 H256, B1 T1 H256), as
-// cudnn_rnn.py --small.
-void bench_gated_rnn(const SectionContext& context, bool small);
+// cudnn_rnn.py --small. `layouts`: instead, one layer's kernels in each
+// layout the launch options can ask for, against the automatic plan.
+void bench_gated_rnn(const SectionContext& context, bool small, bool layouts);
 
 }  // namespace exphil::bench

@@ -1,26 +1,27 @@
-// gru_forward, gru_backward, lstm_forward and lstm_backward: decode the
-// arguments and plan the outputs from the op's description (op_inputs.hpp,
-// op_outputs.hpp), run through exphil::gated_rnn_forward / _backward on the
-// managed stream (or the caller's), then wait (sync: true, the default) or
-// return an Event (sync: false). Tensor arguments, outputs:, stream:, sync:
-// and errors are those of the other ops. What differs:
+// gru_forward, gru_backward, lstm_forward, lstm_backward, slstm_forward and
+// slstm_backward: decode the arguments and plan the outputs from the op's
+// description (op_inputs.hpp, op_outputs.hpp), run through
+// exphil::gated_rnn_forward / _backward on the managed stream (or the
+// caller's), then wait (sync: true, the default) or return an Event (sync:
+// false). Tensor arguments, outputs:, stream:, sync: and errors are those of
+// the other ops. What differs:
 //
 //   * Elixir spells the recurrent weights R as r (its variables and option
 //     keys are lowercase): the NIF's own messages say 'r', the library's
 //     'R', as exphil.h does.
 //   * The op has no options of its own. The optional inputs (bias, h0, the
-//     LSTM's c0; backward also grad_h_final, grad_c_final) are options of
-//     those names.
+//     LSTM's and sLSTM's c0, the sLSTM's n0 and m0; backward also the final
+//     states' gradients, grad_h_final, ...) are options of those names.
 //   * Outputs the NIF allocates: y, grad_wx and grad_rh in wx's dtype;
 //     grad_r and grad_bias in r's (weights: f32 or wx's, one per call); the
-//     final states and grad_h0, grad_c0 in the dtype of the carry inputs
-//     given (h0, c0, grad_h_final, grad_c_final: f32 or wx's, one per call),
-//     f32 without any. There is no state_type:; destination passing writes
-//     whichever the caller gives.
+//     final states and the initial states' gradients in the dtype of the
+//     carry inputs given (h0, c0, ..., grad_h_final, ...: f32 or wx's, one
+//     per call), f32 without any. There is no state_type:; destination
+//     passing writes whichever the caller gives.
 //   * Every backward output is optional: under outputs: the caller asks for
 //     the gradients it needs (at least one). Without outputs:, the NIF makes
-//     all of them, grad_bias and grad_h0 (grad_c0) also for a call without
-//     bias or h0 (c0): the gradient at zero.
+//     all of them, grad_bias and grad_h0 (grad_c0, ...) also for a call
+//     without bias or h0 (c0, ...): the gradient at the default value.
 #include <vector>
 
 #include "exphil/gated_rnn.hpp"

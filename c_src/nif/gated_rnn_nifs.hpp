@@ -1,5 +1,5 @@
-// The GRU and LSTM sequence NIFs (op_descriptions.h's gru and lstm), as in
-// ExPhil.Native. Forward: argv = wx, r, opts. Backward: argv = wx, r, y,
+// The GRU, LSTM and sLSTM sequence NIFs (op_descriptions.h's gru, lstm and
+// slstm), as in ExPhil.Native. Forward: argv = wx, r, opts. Backward: argv = wx, r, y,
 // grad_y, opts. Both catch everything (nif_entry); nif_main.cpp binds one
 // per cell and direction.
 #pragma once

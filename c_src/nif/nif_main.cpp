@@ -99,6 +99,8 @@ ErlNifFunc nif_functions[] = {
     {"nif_gru_backward", 5, gated_rnn_backward<GatedRnnCell::gru>, kDirty},
     {"nif_lstm_forward", 3, gated_rnn_forward<GatedRnnCell::lstm>, kDirty},
     {"nif_lstm_backward", 5, gated_rnn_backward<GatedRnnCell::lstm>, kDirty},
+    {"nif_slstm_forward", 3, gated_rnn_forward<GatedRnnCell::slstm>, kDirty},
+    {"nif_slstm_backward", 5, gated_rnn_backward<GatedRnnCell::slstm>, kDirty},
 };
 
 }  // namespace

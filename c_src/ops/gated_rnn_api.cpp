@@ -55,6 +55,7 @@ struct GatedRnnOpDirection {
     kernels::GatedRnnLaunchOptions o;
     if (options) {
       o.units_per_block = options->units_per_block;
+      o.batch_blocks = options->batch_blocks;
       o.batch_tile = options->batch_tile;
       o.streamed_weights = options->streamed_weights;
       o.unit_warps = options->unit_warps;
@@ -97,6 +98,7 @@ struct GatedRnnOpDirection {
     GatedRnnLaunchInfo& info = *options->chosen;
     info.units_per_block = p.plan.units_per_block;
     info.blocks = p.plan.blocks;
+    info.batch_blocks = p.plan.batch_blocks;
     info.batch_tile = p.plan.batch_tile;
     info.resident_weights = p.plan.resident_weights;
     info.unit_warps = p.plan.unit_warps;

@@ -41,19 +41,23 @@
  *      slstm_step (the forward's own arithmetic), keeping i', f', z, o and
  *      c_t, n_t and max's share for every step.
  *   3. one cooperative launch walks t from T-1 down to 0 (and to -1 for
- *      the initial states' gradients), the forward's mirror: block j owns
- *      units [jU, jU + U) and R's rows for them (U x G*H, resident in shared
- *      memory or streamed from the workspace). Per step and tile of up to
- *      32 rows it loads what the update needs besides the product (grad_y,
- *      the gates, h_{t-1} or the cell states, the carries), stages
- *      grad_rh_{t+1} [rows, G*H] from the exchange (gated_rnn_common.cuh:
- *      each word carries its step, so waiting for it is the
- *      synchronisation), forms (grad_rh_{t+1} R^T) for its units by the
- *      same slice product as the forward, adds grad_y_t and the carried
- *      direct term (GRU dh z; the LSTM's dc and the sLSTM's dc, dn, dm stay
- *      with their unit), publishes grad_rh_t for the next step and writes
- *      it (f32) for step 4, with grad_wx_t and grad_rh_t in the dtype when
- *      asked.
+ *      the initial states' gradients), the forward's mirror, in the
+ *      forward's layout: block (group, slice) owns the group's rows, the
+ *      slice's units [jU, jU + U) and the same G*U columns of R (resident
+ *      in shared memory or streamed from the workspace). Per step and tile
+ *      of up to 32 rows it loads what the update needs besides the product
+ *      (grad_y, the gates, h_{t-1} or the cell states, the carries),
+ *      stages every slice's part of grad_rh_{s+1} R^T for its rows and
+ *      units from the exchange (gated_rnn_common.cuh: each word carries its
+ *      step, so waiting for it is the synchronisation) and sums them in
+ *      slice order, adds grad_y_s and the carried direct term (GRU dh z;
+ *      the LSTM's dc and the sLSTM's dc, dn, dm stay with their unit),
+ *      forms grad_rh_s for its columns and writes it (f32) for step 4, with
+ *      grad_wx_s and grad_rh_s in the dtype when asked, then publishes its
+ *      part of grad_rh_s R^T for every unit (a thread per unit, the
+ *      columns in order). Exchanging the parts [B, H] per slice rather
+ *      than grad_rh itself [B, G*H] carries G times fewer words: the
+ *      first version's exchange of grad_rh was its bound at B64 H512.
  *   4. grad_R and grad_bias: the product [H+1, B*T] x [B*T, G*H] of
  *      [h_{t-1}; 1]^T and grad_rh, each output summed over b, t in order by
  *      one thread (the same tiled kernel as step 1).
@@ -71,10 +75,9 @@
  * Layout. As the forward. Workspace (GatedRnnPlan): rh / grad_rh [B, T,
  * G*H], gates [B, T, 4, H], c [B, T, H] (LSTM) or c, n, share [B, T, 3, H]
  * (sLSTM), carries [B, H] (dh; the LSTM's dc; the sLSTM's [3, B, H] dc, dn,
- * dm), the exchange [2, B, G*H] of 64-bit words, streamed slices.
+ * dm), the exchange [2, Su, B, H] of 64-bit words, streamed slices.
  *
- * Limits. As the forward, with U <= 256 columns per block. B*T*G*H and
- * every offset are 64-bit.
+ * Limits. As the forward. B*T*G*H and every offset are 64-bit.
  */
 #pragma once
 
@@ -399,49 +402,58 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   const int H = static_cast<int>(f.shape.hidden);
   const int GH = G * H;
   const int U = plan.units_per_block;
-  const int u0 = static_cast<int>(blockIdx.x) * U;
+  const int Su = plan.unit_slices;
+  const int slice = static_cast<int>(blockIdx.x) % Su;
+  const int u0 = slice * U;
   const int live = min(U, H - u0);
-  const int K = GH;
+  // This block's batch group: rows [g0, g1).
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x / Su) * plan.batch_rows;
+  const int64_t g1 = min(B, g0 + plan.batch_rows);
+  const int C = plan.stored_columns;
+  const int K = H;
   const int Bt = plan.batch_tile;
   const int tid = static_cast<int>(threadIdx.x);
 
-  extern __shared__ float smem[];
+  // Shared memory: [the slice, resident], grad_rh of the slice [C, rows]
+  // (16-byte aligned: C is a multiple of 4), the slices' parts [Su, rows, U].
+  extern __shared__ float4 smem4[];
+  float* const smem = reinterpret_cast<float*>(smem4);
   float* W;
-  float* x;
+  float* gr;
   if constexpr (kResident) {
     W = smem;
-    x = smem + static_cast<int64_t>(U) * K;
+    gr = smem + static_cast<int64_t>(C) * K;
   } else {
-    W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * U * K;
-    x = smem;
+    W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * C * K;
+    gr = smem;
   }
-  float* mv = x + Bt * K;  // [Bt, U]
-  uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);  // [2, B, G*H]
+  float* const parts = gr + C * Bt;
+  // [2, Su, B, H]: each slice's part of grad_rh_s R^T, with its step.
+  uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);
 
-  // The slice: W[u * K + c] = R[u0 + u, c], rows of R copied (zeros past H).
-  for (int64_t i = tid; i < static_cast<int64_t>(U) * K; i += kGatedRnnThreads) {
-    const int u = static_cast<int>(i / K);
-    const int64_t c = i - static_cast<int64_t>(u) * K;
-    W[i] = u < live ? load_state(f.d_R, f.weight_dtype, static_cast<int64_t>(u0 + u) * GH + c)
-                    : 0.0f;
-  }
-  // grad_y (and the GRU's y) of this block's units, every step, into L2 (if
-  // small enough); the gates and c were just written, and are there.
+  gated_rnn_load_slice(W, f.d_R, f.weight_dtype, G, H, U, u0, live, C);  // as the forward's
+  // grad_y (and the GRU's y) of this block's rows and units, every step,
+  // into L2 (if small enough); the gates and c were just written, and are
+  // there.
   if (B * T * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes) {
-    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_grad_y) + u0, sizeof(Elem), B * T, 1, H,
-                            live);
+    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_grad_y) + g0 * T * H + u0, sizeof(Elem),
+                            (g1 - g0) * T, 1, H, live);
     if (kCell == GatedRnnCell::gru)
-      gated_rnn_prefetch_runs(static_cast<const Elem*>(f.d_y) + u0, sizeof(Elem), B * T, 1, H,
-                              live);
+      gated_rnn_prefetch_runs(static_cast<const Elem*>(f.d_y) + g0 * T * H + u0, sizeof(Elem),
+                              (g1 - g0) * T, 1, H, live);
   }
   // s = -1 only forms grad_h0 (and hands over the other initial states').
   const int64_t last = (p.d_grad_h0 || p.d_grad_c0 || p.d_grad_n0 || p.d_grad_m0) ? -1 : 0;
-  // The exchange is used when a step follows another: its words start as
-  // "no step", then one grid-wide barrier.
+  // The exchange is used when a step follows another: this block's words
+  // (its slice's parts for its rows, both halves) start as "no step", then
+  // one grid-wide barrier.
   if (T - 1 > last) {
-    for (int64_t i = tid; i < 2 * B * G * live; i += kGatedRnnThreads) {
-      const int64_t r = i / live;  // (half * B + row) * G + gate
-      gated_rnn_publish(xchg + r * H + u0 + (i - r * live), 0.0f, -1);
+    const int64_t rows = g1 - g0;
+    for (int64_t i = tid; i < 2 * rows * K; i += kGatedRnnThreads) {
+      const int64_t r = i / K;  // half * rows + row - g0
+      const int64_t half = r / rows;
+      gated_rnn_publish(xchg + ((half * Su + slice) * B + g0 + r - half * rows) * K + (i - r * K),
+                        0.0f, -1);
     }
     cooperative_groups::this_grid().sync();
   } else {
@@ -457,17 +469,21 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
 
   for (int64_t s = T - 1; s >= last; --s) {
     const bool carried = s < T - 1;
-    for (int64_t b0 = 0; b0 < B; b0 += Bt) {
-      const int nb = static_cast<int>(B - b0 < Bt ? B - b0 : Bt);
+    for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
+      const int nb = static_cast<int>(g1 - b0 < Bt ? g1 - b0 : Bt);
       const int rows = gated_rnn_product_rows(nb);
       const int items = nb * live;
       GatedRnnBackwardInputs<Elem, kCell> first;
       if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
       if (carried) {
-        gated_rnn_stage_exchange(x, nb, rows, K, xchg + ((s + 1) & 1) * B * GH + b0 * GH,
-                                 static_cast<int>(s + 1));
-        __syncthreads();
-        gated_rnn_slice_product_rows(rows, x, K, nb, W, U, U, live, mv, U);
+        // Every slice's part for these rows and units:
+        // parts[(j * nb + b) * live + u].
+        const uint64_t* src = xchg + ((s + 1) & 1) * Su * B * K;
+        gated_rnn_stage_words(parts, Su * nb * live, [&](int i) {
+          const int r = i / live;  // j * nb + b
+          const int j = r / nb;
+          return src + (static_cast<int64_t>(j) * B + b0 + (r - j * nb)) * K + u0 + (i - r * live);
+        }, static_cast<int>(s + 1));
         __syncthreads();
       }
       for (int i = tid; i < items; i += kGatedRnnThreads) {
@@ -482,7 +498,24 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
         } else {
           in.load(p, plan, ws, row, hu, s);
         }
-        const float from_r = carried ? mv[b * U + u] : 0.0f;
+        // grad_rh_{s+1} R^T at (row, unit): the slices' parts summed in a
+        // fixed order, four interleaved chains (a quarter of the latency of
+        // one at Su = 128).
+        float from_r = 0.0f;
+        if (carried) {
+          float q0 = 0.0f, q1 = 0.0f, q2 = 0.0f, q3 = 0.0f;
+          const float* pj = parts + b * live + u;
+          const int stride = nb * live;
+          int j = 0;
+          for (; j + 4 <= Su; j += 4) {
+            q0 += pj[j * stride];
+            q1 += pj[(j + 1) * stride];
+            q2 += pj[(j + 2) * stride];
+            q3 += pj[(j + 3) * stride];
+          }
+          for (; j < Su; ++j) q0 += pj[j * stride];
+          from_r = (q0 + q1) + (q2 + q3);
+        }
         if (s < 0) {  // past the first step: the initial states' gradients
           if (p.d_grad_h0) store_state(p.d_grad_h0, f.state_dtype, sidx, from_r + in.carry_h);
           if (kCell != GatedRnnCell::gru && p.d_grad_c0)
@@ -537,12 +570,23 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
         for (int g = 0; g < G; ++g) {
           const int64_t at = m * GH + g * H + hu;
           grad_rh[at] = dr[g];
-          if (s > last)
-            gated_rnn_publish(xchg + (s & 1) * B * GH + row * GH + g * H + hu, dr[g],
-                              static_cast<int>(s));
+          gr[(g * U + u) * rows + b] = dr[g];
           if (gwx) gwx[at] = from_float<Elem>(da[g]);
           if (grh_out) grh_out[at] = from_float<Elem>(dr[g]);
         }
+      }
+      if (s > last) {
+        // The rows and columns of gr no unit filled: zeros.
+        for (int i = tid; i < C * rows; i += kGatedRnnThreads) {
+          const int c = i / rows, b = i - c * rows;
+          if (b >= nb || c >= G * U || c % U >= live) gr[i] = 0.0f;
+        }
+        __syncthreads();
+        // This slice's part of grad_rh_s R^T for the tile's rows, every unit.
+        uint64_t* const dst = xchg + ((s & 1) * Su + slice) * B * K;
+        gated_rnn_part_product_rows(rows, gr, C, W, K, nb, [&](int b, int k, float v) {
+          gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
+        });
       }
       __syncthreads();
     }

@@ -41,6 +41,27 @@ __device__ __forceinline__ void gated_rnn_prefetch_runs(const void* base, int64_
   }
 }
 
+// A block's slice of R for the block layout, forward and backward alike:
+// W[(g*U + u) * H + k] = R[k, g*H + u0 + u] for the live units, zeros past
+// them and in the padding columns [G*U, C). Consecutive threads take
+// consecutive u: reads of R come in runs of U.
+__device__ __forceinline__ void gated_rnn_load_slice(float* W, const void* R, DType dtype, int G,
+                                                     int H, int U, int u0, int live, int C) {
+  const int64_t K = H, GU = static_cast<int64_t>(G) * U;
+  for (int64_t i = threadIdx.x; i < C * K; i += blockDim.x) {
+    if (i < GU * K) {
+      const int u = static_cast<int>(i % U);
+      const int64_t rest = i / U;
+      const int g = static_cast<int>(rest % G);
+      const int64_t k = rest / G;
+      W[(g * U + u) * K + k] =
+          u < live ? load_state(R, dtype, k * G * H + static_cast<int64_t>(g) * H + u0 + u) : 0.0f;
+    } else {
+      W[i] = 0.0f;
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // The exchange. One step's values (h_t forward, grad_rh_t backward) travel
 // between blocks through global memory as 64-bit words {value, step}: a
@@ -89,33 +110,42 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
   }
 }
 
-// Stages rows [0, nb) of one step's exchange buffer (row length K, rows
-// contiguous from `src`) into x [rows, K], waiting for `step`; rows
-// [nb, rows) are zeros. Each thread issues 8 loads before it waits on any,
-// and re-polls every word still short of `step` together, so a wait costs
-// one trip through L2 per round, not one per word (polling the words one
-// at a time made a thread's stale loads wait in series).
-__device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
-                                                         int K, const uint64_t* src, int step) {
+// Stages n words of one step's exchange into dst[0, n), word i from
+// address(i), waiting for each to carry `step`. Each thread issues 8 loads
+// before it waits on any, and re-polls every word still short of `step`
+// together, so a wait costs one trip through L2 per round, not one per word
+// (polling the words one at a time made a thread's stale loads wait in
+// series).
+template <class Address>
+__device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, int n,
+                                                      const Address& address, int step) {
   constexpr int kBatch = 8;
-  const int n = nb * K;
   for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
     uint64_t w[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) w[j] = gated_rnn_peek(src + i);
+      if (i < n) w[j] = gated_rnn_peek(address(i));
     }
-    gated_rnn_poll_rounds<kBatch>(w, [&](int j) {
+    gated_rnn_poll_rounds<kBatch>(w, [&](int j) -> const uint64_t* {
       const int i = i0 + j * kGatedRnnThreads;
-      return i < n ? src + i : nullptr;
+      return i < n ? address(i) : nullptr;
     }, step);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) x[i] = __uint_as_float(static_cast<uint32_t>(w[j]));
+      if (i < n) dst[i] = __uint_as_float(static_cast<uint32_t>(w[j]));
     }
   }
+}
+
+// Stages rows [0, nb) of one step's exchange buffer (row length K, rows
+// contiguous from `src`) into x [rows, K], waiting for `step`; rows
+// [nb, rows) are zeros.
+__device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
+                                                         int K, const uint64_t* src, int step) {
+  const int n = nb * K;
+  gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step);
   for (int i = n + static_cast<int>(threadIdx.x); i < rows * K; i += kGatedRnnThreads) x[i] = 0.0f;
 }
 
@@ -128,17 +158,18 @@ __device__ __forceinline__ void gated_rnn_stage_state(float* __restrict__ x, int
 }
 
 // ---------------------------------------------------------------------------
-// The slice product. out[b * ldo + c] = sum_k x[b * K + k] * W[c * K + k]
-// for b < nb and the block's live columns c < C (c % units < live_units,
-// with units = the block's U: columns g * U + u belong to unit u; forward
-// C = G * U, backward C = U). A warp owns columns w, w + 8, ...; its lanes
-// split k (lane, lane + 32, ...) and keep NB accumulators, one per batch row
-// (x holds NB rows, zeros past nb, so the loop has no guards), and a
-// butterfly reduce-scatter sums them across the lanes in 31 shuffles or
-// fewer, leaving row index lane >> (5 - log2 NB) on each lane. Every sum is
-// in a fixed order: results are bitwise reproducible. W lives in shared
-// memory (resident) or global memory (streamed); consecutive lanes read
-// consecutive k of W and of x.
+// The forward's slice product. out[b * ldo + c] = sum_k x[b * K + k] *
+// W[c * K + k] for b < nb and every column c < C of the block's slice (C a
+// multiple of kGatedRnnColumnGroup, zeros past the live columns). A warp
+// owns groups of CW consecutive columns (warp, warp + 8, ...); its lanes
+// split k (lane, lane + 32, ...) and keep NB x CW accumulators, one per
+// batch row and column: each x they load feeds CW products and each w NB
+// (one x per product was the shared-memory bound of the first version at
+// B >= 8). A butterfly reduce-scatter sums each column's accumulators across
+// the lanes in 31 shuffles or fewer, leaving row index lane >> (5 - log2 NB)
+// on each lane. Every sum is in a fixed order: results are bitwise
+// reproducible. W lives in shared memory (resident) or global memory
+// (streamed); consecutive lanes read consecutive k of W and of x.
 // One halving of the reduce-scatter (step S, lanes exchanging across bit
 // 4 - S): the lower lanes keep the lower half of the live values, the upper
 // lanes the upper half, each adding its partner's; recursion keeps every
@@ -174,27 +205,41 @@ __device__ __forceinline__ void gated_rnn_reduce_scatter_store(float (&acc)[NB],
   if ((lane & ((1 << kShift) - 1)) == 0 && row < nb) out[row * ldo + c] = acc[0];
 }
 
+// Columns a warp takes at once: one at NB <= 2 (more warps busy on the
+// latency path), and as many as keep NB * CW <= 64 accumulators above.
+template <int NB>
+inline constexpr int kGatedRnnWarpColumns = NB <= 2 ? 1 : NB >= 32 ? 2 : kGatedRnnColumnGroup;
+
 template <int NB>
 __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict__ x, int K, int nb,
-                                                        const float* W, int C, int units,
-                                                        int live_units, float* __restrict__ out,
-                                                        int ldo) {
+                                                        const float* W, int C,
+                                                        float* __restrict__ out, int ldo) {
+  constexpr int CW = kGatedRnnWarpColumns<NB>;
+  static_assert(kGatedRnnColumnGroup % CW == 0, "a warp's columns divide a column group");
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   constexpr int kWarps = kGatedRnnThreads / 32;
-  for (int c = warp; c < C; c += kWarps) {
-    if (c % units >= live_units) continue;  // uniform across the warp
-    float acc[NB];
+  for (int c0 = warp * CW; c0 < C; c0 += kWarps * CW) {
+    float acc[CW][NB];
 #pragma unroll
-    for (int b = 0; b < NB; ++b) acc[b] = 0.0f;
-    const float* wc = W + static_cast<int64_t>(c) * K;
+    for (int j = 0; j < CW; ++j)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) acc[j][b] = 0.0f;
+    const float* wc = W + static_cast<int64_t>(c0) * K;
 #pragma unroll 2
     for (int k = lane; k < K; k += 32) {
-      const float w = wc[k];
+      float w[CW];
 #pragma unroll
-      for (int b = 0; b < NB; ++b) acc[b] = fmaf(x[b * K + k], w, acc[b]);
+      for (int j = 0; j < CW; ++j) w[j] = wc[static_cast<int64_t>(j) * K + k];
+#pragma unroll
+      for (int b = 0; b < NB; ++b) {
+        const float xv = x[b * K + k];
+#pragma unroll
+        for (int j = 0; j < CW; ++j) acc[j][b] = fmaf(xv, w[j], acc[j][b]);
+      }
     }
-    gated_rnn_reduce_scatter_store<NB>(acc, nb, out, ldo, c, lane);
+#pragma unroll
+    for (int j = 0; j < CW; ++j) gated_rnn_reduce_scatter_store<NB>(acc[j], nb, out, ldo, c0 + j, lane);
   }
 }
 
@@ -206,15 +251,97 @@ __device__ __forceinline__ int gated_rnn_product_rows(int nb) {
 
 __device__ __forceinline__ void gated_rnn_slice_product_rows(int rows, const float* x, int K,
                                                              int nb, const float* W, int C,
-                                                             int units, int live_units,
                                                              float* out, int ldo) {
   switch (rows) {
-    case 1: gated_rnn_slice_product<1>(x, K, nb, W, C, units, live_units, out, ldo); break;
-    case 2: gated_rnn_slice_product<2>(x, K, nb, W, C, units, live_units, out, ldo); break;
-    case 4: gated_rnn_slice_product<4>(x, K, nb, W, C, units, live_units, out, ldo); break;
-    case 8: gated_rnn_slice_product<8>(x, K, nb, W, C, units, live_units, out, ldo); break;
-    case 16: gated_rnn_slice_product<16>(x, K, nb, W, C, units, live_units, out, ldo); break;
-    default: gated_rnn_slice_product<32>(x, K, nb, W, C, units, live_units, out, ldo); break;
+    case 1: gated_rnn_slice_product<1>(x, K, nb, W, C, out, ldo); break;
+    case 2: gated_rnn_slice_product<2>(x, K, nb, W, C, out, ldo); break;
+    case 4: gated_rnn_slice_product<4>(x, K, nb, W, C, out, ldo); break;
+    case 8: gated_rnn_slice_product<8>(x, K, nb, W, C, out, ldo); break;
+    case 16: gated_rnn_slice_product<16>(x, K, nb, W, C, out, ldo); break;
+    default: gated_rnn_slice_product<32>(x, K, nb, W, C, out, ldo); break;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The backward's slice product, the transpose: the block's part of
+// grad_rh_s R^T, part[b, k] = sum_c g[c * NB + b] * W[c * K + k] for every
+// k < K = H and b < nb (g, 16-byte aligned, holds NB rows, zeros past nb,
+// and C columns, zeros past the live ones), each part handed to
+// publish(b, k, value). A thread per KW values of k (k, k + 256, ...;
+// consecutive k on consecutive lanes of W), NB x KW accumulators, c in
+// increasing order: deterministic. The g reads are broadcasts, four rows
+// at a time: one load of W and NB / 4 of g feed NB x KW products (a scalar
+// load per product was this loop's bound at B64 H512).
+template <int NB, int KW, class Publish>
+__device__ __forceinline__ void gated_rnn_part_product(const float* __restrict__ g, int C,
+                                                       const float* W, int K, int nb,
+                                                       const Publish& publish) {
+  for (int k0 = static_cast<int>(threadIdx.x); k0 < K; k0 += KW * kGatedRnnThreads) {
+    float acc[KW][NB];
+#pragma unroll
+    for (int j = 0; j < KW; ++j)
+#pragma unroll
+      for (int b = 0; b < NB; ++b) acc[j][b] = 0.0f;
+#pragma unroll 2
+    for (int c = 0; c < C; ++c) {
+      float w[KW];
+#pragma unroll
+      for (int j = 0; j < KW; ++j) {
+        const int k = k0 + j * kGatedRnnThreads;
+        w[j] = k < K ? W[static_cast<int64_t>(c) * K + k] : 0.0f;
+      }
+      float gv[NB];
+      if constexpr (NB >= 4) {
+        const float4* g4 = reinterpret_cast<const float4*>(g + c * NB);
+#pragma unroll
+        for (int q = 0; q < NB / 4; ++q) {
+          const float4 v = g4[q];
+          gv[4 * q] = v.x;
+          gv[4 * q + 1] = v.y;
+          gv[4 * q + 2] = v.z;
+          gv[4 * q + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) gv[b] = g[c * NB + b];
+      }
+#pragma unroll
+      for (int j = 0; j < KW; ++j)
+#pragma unroll
+        for (int b = 0; b < NB; ++b) acc[j][b] = fmaf(gv[b], w[j], acc[j][b]);
+    }
+#pragma unroll
+    for (int j = 0; j < KW; ++j) {
+      const int k = k0 + j * kGatedRnnThreads;
+#pragma unroll
+      for (int b = 0; b < NB; ++b)
+        if (b < nb && k < K) publish(b, k, acc[j][b]);
+    }
+  }
+}
+
+// Two values of k a thread where H > 256 (each g load feeds twice the
+// products), one below; at most 32 accumulators.
+template <int NB, class Publish>
+__device__ __forceinline__ void gated_rnn_part_product_k(const float* g, int C, const float* W,
+                                                         int K, int nb, const Publish& publish) {
+  if (NB <= 16 && K > kGatedRnnThreads)
+    gated_rnn_part_product<NB, NB <= 16 ? 2 : 1>(g, C, W, K, nb, publish);
+  else
+    gated_rnn_part_product<NB, 1>(g, C, W, K, nb, publish);
+}
+
+template <class Publish>
+__device__ __forceinline__ void gated_rnn_part_product_rows(int rows, const float* g, int C,
+                                                            const float* W, int K, int nb,
+                                                            const Publish& publish) {
+  switch (rows) {
+    case 1: gated_rnn_part_product_k<1>(g, C, W, K, nb, publish); break;
+    case 2: gated_rnn_part_product_k<2>(g, C, W, K, nb, publish); break;
+    case 4: gated_rnn_part_product_k<4>(g, C, W, K, nb, publish); break;
+    case 8: gated_rnn_part_product_k<8>(g, C, W, K, nb, publish); break;
+    case 16: gated_rnn_part_product_k<16>(g, C, W, K, nb, publish); break;
+    default: gated_rnn_part_product_k<32>(g, C, W, K, nb, publish); break;
   }
 }
 

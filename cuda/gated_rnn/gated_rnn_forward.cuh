@@ -54,17 +54,25 @@
  * inside a step, B <= 4) runs when the launch options ask for it; both step
  * through gated_rnn_cell.cuh.
  *
- * Algorithm. One cooperative launch of ceil(H / U) blocks, one per SM at
- * most, 256 threads each (the launch checks first, with the occupancy API,
- * that all can be resident: blocks wait on each other). Block j owns hidden
- * units [jU, jU + U) and all G gates of them, i.e. G*U columns of R, so it
+ * Algorithm. One cooperative launch of Su x Sb blocks, one per SM at most,
+ * 256 threads each (the launch checks first, with the occupancy API, that
+ * all can be resident: blocks wait on each other). Units are cut into Su
+ * slices of U, rows into Sb batch groups (gated_rnn_plan.cpp); block
+ * (group, slice) owns the group's rows and the slice's hidden units
+ * [jU, jU + U) with all G gates of them, i.e. G*U columns of R, so it
  * finishes its units' update (and keeps the LSTM's c) without anyone else.
- * By default U = ceil(H / SMs): the most blocks, the least work per step on
- * each. Its slice of R (H x G*U f32, column-major so that lanes read
- * consecutive k) is loaded once, into shared memory when it fits with one
- * block per SM ("resident"), else into the block's piece of the workspace,
- * read through L1/L2 every step ("streamed", e.g. H = 1024 in f32 on an
- * A100). Per step and per tile of up to 32 batch rows:
+ * Every step a block reads its rows' whole h_{t-1} from every slice, so
+ * L2 carries Su * B * H words a step: at B <= 4 there is one group and U =
+ * ceil(H / SMs) (the most blocks, the least work each on the critical
+ * path); above, the rows are split among as many groups as the SMs allow
+ * with at most 128 columns a block, for the fewest slices (at B64 H512 the
+ * single group moved 4x the words, and its product was the bound). The
+ * slice of R (H x G*U f32, column-major so that lanes read consecutive k,
+ * padded with zero columns to a multiple of 4) is loaded once, into shared
+ * memory when it fits with one block per SM ("resident"), else into the
+ * block's piece of the workspace, read through L1/L2 every step
+ * ("streamed", e.g. H = 1024 in f32 on an A100). Per step and per tile of
+ * up to 32 of the group's rows:
  *   0. load what the update will need besides the product (wx_t, bias, the
  *      LSTM's c_{t-1}, the sLSTM's c, n, m_{t-1}), so those loads fly while
  *      the block waits (and, when the call starts, the block's whole slice
@@ -73,8 +81,9 @@
  *      from the exchange buffer, waiting for each word to carry step t-1
  *      (gated_rnn_common.cuh: the flag is the data, one L2 trip a step,
  *      no grid-wide barrier after the first);
- *   2. the slice product: a warp per column, lanes split H, one
- *      accumulator per batch row, a butterfly reduce-scatter over lanes;
+ *   2. the slice product: a warp per group of columns, lanes split H, one
+ *      accumulator per batch row and column, a butterfly reduce-scatter
+ *      over lanes;
  *   3. a thread per (row, unit): gates, cell update in f32, y_t in the
  *      sequence dtype, h_t published with its step (the LSTM's c_t, the
  *      sLSTM's c_t, n_t, m_t into the block's own rows of a state buffer).
@@ -149,9 +158,13 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   const int64_t B = p.shape.batch, T = p.shape.steps;
   const int H = static_cast<int>(p.shape.hidden);
   const int U = plan.units_per_block;
-  const int u0 = static_cast<int>(blockIdx.x) * U;
+  const int slice = static_cast<int>(blockIdx.x) % plan.unit_slices;
+  const int u0 = slice * U;
   const int live = min(U, H - u0);
-  const int C = G * U;
+  // This block's batch group: rows [g0, g1).
+  const int64_t g0 = static_cast<int64_t>(blockIdx.x / plan.unit_slices) * plan.batch_rows;
+  const int64_t g1 = min(B, g0 + plan.batch_rows);
+  const int C = plan.stored_columns;
   const int K = H;
   const int Bt = plan.batch_tile;
   const int tid = static_cast<int>(threadIdx.x);
@@ -170,27 +183,19 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_state);  // [2, B, H]
   float* const cbuf = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
 
-  // The slice: W[(g*U + u) * K + k] = R[k, g*H + u0 + u], zeros past H.
-  // Consecutive threads take consecutive u: reads of R come in runs of U.
-  for (int64_t i = tid; i < static_cast<int64_t>(C) * K; i += kGatedRnnThreads) {
-    const int u = static_cast<int>(i % U);
-    const int64_t rest = i / U;
-    const int g = static_cast<int>(rest % G);
-    const int k = static_cast<int>(rest / G);
-    W[static_cast<int64_t>(g * U + u) * K + k] =
-        u < live ? load_state(p.d_R, p.weight_dtype, static_cast<int64_t>(k) * G * H + g * H + u0 + u)
-                 : 0.0f;
-  }
-  // wx of this block's units, every step, into L2 (if small enough).
+  gated_rnn_load_slice(W, p.d_R, p.weight_dtype, G, H, U, u0, live, C);
+  // wx of this block's rows and units, every step, into L2 (if small enough).
   if (B * T * G * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes)
-    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_wx) + u0, sizeof(Elem), B * T, G, H,
-                            live);
+    gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_wx) + g0 * T * G * H + u0, sizeof(Elem),
+                            (g1 - g0) * T, G, H, live);
   // This call's exchange words start as "no step"; one grid-wide barrier
   // (which also orders the slice's stores before its first use).
   if (T > 1) {
-    for (int64_t i = tid; i < 2 * B * live; i += kGatedRnnThreads) {
-      const int64_t r = i / live;  // half * B + row
-      gated_rnn_publish(xchg + r * H + u0 + (i - r * live), 0.0f, -1);
+    const int64_t rows = g1 - g0;
+    for (int64_t i = tid; i < 2 * rows * live; i += kGatedRnnThreads) {
+      const int64_t r = i / live;  // half * rows + row - g0
+      const int64_t half = r / rows;
+      gated_rnn_publish(xchg + (half * B + g0 + r - half * rows) * H + u0 + (i - r * live), 0.0f, -1);
     }
     cooperative_groups::this_grid().sync();
   } else {
@@ -199,8 +204,8 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
 
   Elem* __restrict__ y = static_cast<Elem*>(p.d_y);
   for (int64_t t = 0; t < T; ++t) {
-    for (int64_t b0 = 0; b0 < B; b0 += Bt) {
-      const int nb = static_cast<int>(B - b0 < Bt ? B - b0 : Bt);
+    for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
+      const int nb = static_cast<int>(g1 - b0 < Bt ? g1 - b0 : Bt);
       const int rows = gated_rnn_product_rows(nb);
       const int items = nb * live;
       GatedRnnForwardInputs<Elem, kCell> first;
@@ -212,7 +217,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
                                  static_cast<int>(t - 1));
       }
       __syncthreads();
-      gated_rnn_slice_product_rows(rows, x, K, nb, W, C, U, live, pre, C);
+      gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
       __syncthreads();
       for (int i = tid; i < items; i += kGatedRnnThreads) {
         const int b = i / live;

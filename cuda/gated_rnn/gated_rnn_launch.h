@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include <cuda_runtime_api.h>
 
@@ -25,6 +26,18 @@ namespace exphil::kernels {
 inline constexpr int kGatedRnnMaxBatchTile = 32;
 // Threads of every gated-RNN kernel block.
 inline constexpr int kGatedRnnThreads = 256;
+// The block layout stores a slice's columns of R in groups of this many
+// (zeros past G*U): the forward's product takes a group at a time.
+inline constexpr int kGatedRnnColumnGroup = 4;
+inline constexpr int64_t gated_rnn_padded_columns(int64_t columns) noexcept {
+  return (columns + kGatedRnnColumnGroup - 1) / kGatedRnnColumnGroup * kGatedRnnColumnGroup;
+}
+// Batch sizes up to this run as one batch group (the latency layout); above
+// it the rows are split among groups of blocks, at least this many rows a
+// group (gated_rnn_plan.cpp), whose slices then own at most
+// kGatedRnnPreferredColumns columns of R.
+inline constexpr int64_t kGatedRnnLatencyRows = 4;
+inline constexpr int64_t kGatedRnnPreferredColumns = 128;
 // The forward's unit-warps layout (gated_rnn_forward_unit_warps.cuh): batch
 // rows it carries (one accumulator per gate and row in every lane) and its
 // largest block (8 warps, 8 units).
@@ -34,10 +47,12 @@ inline constexpr int kGatedRnnUnitWarpsMaxThreads = 256;
 // The multiprocessor count and shared-memory limits of `device`.
 cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 
-// Chooses the layout of one call (gated_rnn_plan.cpp): units per block
-// (ceil(H / SMs): one block per multiprocessor), batch tile (the most rows
-// up to 32 that fit), and whether R's slices fit in shared memory
-// (resident) or are read from the workspace each step (streamed). With
+// Chooses the layout of one call (gated_rnn_plan.cpp): units per block and
+// batch groups (at B <= 4 one group and ceil(H / SMs) units: one block per
+// multiprocessor; above, the rows split among groups so that the slices are
+// fewer and wider), batch tile (the most rows up to 32 that fit), and
+// whether R's slices fit in shared memory (resident) or are read from the
+// workspace each step (streamed). With
 // options.unit_warps = 1 a forward with B <= 4 takes the unit-warps layout
 // (a warp per hidden unit, 1 to 8 a block) where the block's columns of R
 // fit in shared memory.

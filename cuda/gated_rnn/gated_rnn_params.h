@@ -92,6 +92,7 @@ struct GatedRnnDevice {
 // Test and benchmark overrides; zero or false chooses automatically.
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;       // hidden units per block of the persistent kernel
+  int batch_blocks = 0;          // blocks sharing one slice of units, each with its own rows
   int batch_tile = 0;            // batch rows per pass (rounded up to a power of 2, at most
                                  // kGatedRnnMaxBatchTile)
   bool streamed_weights = false; // force the streamed path (R slice in the workspace)
@@ -103,11 +104,18 @@ struct GatedRnnLaunchOptions {
 // How one call is laid out (gated_rnn_plan.cpp).
 struct GatedRnnPlan {
   int units_per_block = 1;       // U: hidden units a block owns
-  int blocks = 1;                // ceil(H / U): the persistent grid
+  int unit_slices = 1;           // Su = ceil(H / U): the slices of units (and of R's columns)
+  int batch_blocks = 1;          // Sb: blocks per slice, each owning batch_rows rows
+  int batch_rows = 1;            // ceil(B / Sb): the rows of one batch group
+  int blocks = 1;                // Su * Sb: the persistent grid (block = group * Su + slice)
   int batch_tile = 1;            // Bt: batch rows per pass through the block's slice (power of 2)
   bool resident_weights = true;  // R slice in shared memory, else read from the workspace
-  int k = 0;                     // length of the per-step product: H forward, G*H backward
-  int columns = 0;               // its outputs per block: G*U forward, U backward
+  int k = 0;                     // H: the rows of R's slice (the product's depth forward,
+                                 // its outputs per row backward)
+  int columns = 0;               // G*U: the slice's columns of R (the forward's outputs per
+                                 // row, the backward's depth)
+  int stored_columns = 0;        // the block layout's columns as stored: G*U rounded up to
+                                 // kGatedRnnColumnGroup, zeros past G*U
   int shared_bytes = 0;          // dynamic shared memory of the persistent kernel
   // Forward: a warp per hidden unit (gated_rnn_forward_unit_warps.cuh); then
   // units_per_block is the warps of a block, batch_tile is B, columns G*U.
@@ -117,7 +125,8 @@ struct GatedRnnPlan {
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
   int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
                             // backward: [B, H] the dh carry
-  int64_t ws_exchange = -1; // backward: the exchange [2, B, G*H] of 64-bit {grad_rh, step}
+  int64_t ws_exchange = -1; // backward: the exchange [2, Su, B, H] of 64-bit words, each
+                            // slice's part of grad_rh_t R^T with its step
   int64_t ws_cell = -1;     // forward: LSTM [B, H] c; sLSTM [3, B, H] c, n, m.
                             // backward: the carries, LSTM [B, H] dc; sLSTM [3, B, H] dc, dn, dm
   int64_t ws_rh = -1;       // backward [B, T, G*H]: h_{t-1} R + bias, then grad_rh

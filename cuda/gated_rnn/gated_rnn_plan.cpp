@@ -12,6 +12,12 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int64_t next_pow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
 // Workspace pieces start on 256-byte boundaries.
 int64_t take(int64_t& total, int64_t floats) {
   const int64_t at = total;
@@ -19,8 +25,64 @@ int64_t take(int64_t& total, int64_t floats) {
   return at;
 }
 
-int64_t shared_floats(bool resident, int64_t k, int64_t columns, int64_t batch_tile) {
-  return (resident ? k * columns : 0) + batch_tile * k + batch_tile * columns;
+// The block layout's shared memory (gated_rnn_forward.cuh,
+// gated_rnn_backward.cuh): the slice of R [Cp, H] when resident; forward
+// h_{t-1} [Bt, H] and the products [Bt, Cp]; backward the slices' parts
+// [Su, Bt, U] and grad_rh [Cp, Bt].
+int64_t shared_floats(bool forward, bool resident, int64_t H, int64_t padded_columns,
+                      int64_t slices, int64_t units, int64_t tile) {
+  const int64_t slice = resident ? padded_columns * H : 0;
+  return forward ? slice + tile * H + tile * padded_columns
+                 : slice + slices * tile * units + padded_columns * tile;
+}
+
+struct Layout {
+  int64_t units, groups;
+};
+
+// Units per block and batch groups. Each step every block reads its rows'
+// whole state from every slice (forward h_{t-1}; backward the slices'
+// parts of grad_rh R^T), so the bytes crossing L2 a step are Su * B * H
+// words: fewer, wider slices move less. With B above
+// kGatedRnnLatencyRows the rows are split among batch groups of at least
+// kGatedRnnLatencyRows rows, as many as the multiprocessors allow with at
+// most kGatedRnnPreferredColumns columns a block and the slice resident:
+// every block then has about B G H / SMs of the product, and the fewest
+// slices. At B <= kGatedRnnLatencyRows there is nothing to split: one
+// group, one slice per multiprocessor (the most blocks, the least work
+// each on the critical path). Measured over every layout (exphil_bench
+// --layouts, bench/RESULTS.md): groups of 1 or 2 rows lost to groups of 4
+// at B32 H256 in the forward (1.8x), and the other limits picked the
+// fastest layout or one within 5% at B32 H256 and B64 H512.
+Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
+                     const GatedRnnLaunchOptions& options, bool forward) {
+  const auto units_for = [&](int64_t groups) {
+    return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
+  };
+  const auto fits = [&](int64_t units, int64_t groups) {
+    const int64_t tile = std::min<int64_t>(next_pow2(ceil_div(B, groups)), kGatedRnnMaxBatchTile);
+    const int64_t pc = gated_rnn_padded_columns(G * units);
+    return G * units <= kGatedRnnPreferredColumns &&
+           shared_floats(forward, true, H, pc, ceil_div(H, units), units, tile) <= limit;
+  };
+  Layout l{options.units_per_block > 0 ? std::min<int64_t>(options.units_per_block, H) : 0,
+           options.batch_blocks > 0 ? std::min<int64_t>(options.batch_blocks, B) : 0};
+  if (l.groups == 0) {
+    l.groups = 1;
+    if (B > kGatedRnnLatencyRows) {
+      const int64_t slices = l.units > 0 ? ceil_div(H, l.units) : 1;
+      for (int64_t g = 2; g <= std::min(B / kGatedRnnLatencyRows, sms / slices); g *= 2)
+        if (l.units > 0 || fits(units_for(g), g)) l.groups = g;
+    }
+  }
+  if (l.units == 0) {
+    l.units = units_for(l.groups);
+    // One slice per multiprocessor unless a block would own more columns
+    // than it can hold (H above 256 / G * SMs: refused by the check).
+    if (options.units_per_block <= 0 && G * l.units > kGatedRnnThreads)
+      l.units = std::max<int64_t>(kGatedRnnThreads / G, 1);
+  }
+  return l;
 }
 
 }  // namespace
@@ -34,7 +96,7 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
   const int64_t H = std::max<int64_t>(shape.hidden, 1);
   const int64_t sms = std::max(device.sm_count, 1);
-  const int64_t max_units = forward ? kGatedRnnThreads / G : kGatedRnnThreads;
+  const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
 
   // The forward at B <= 4, when asked for (unit_warps = 1): a warp per
   // hidden unit (no block barrier inside a step), as many warps per block as
@@ -51,7 +113,9 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
       plan.unit_warps = true;
       plan.threads = static_cast<int>(warps * 32);
       plan.units_per_block = static_cast<int>(warps);
-      plan.blocks = static_cast<int>(ceil_div(H, warps));
+      plan.unit_slices = static_cast<int>(ceil_div(H, warps));
+      plan.blocks = plan.unit_slices;
+      plan.batch_rows = static_cast<int>(B);
       plan.batch_tile = B <= 1 ? 1 : B <= 2 ? 2 : 4;
       plan.resident_weights = true;
       plan.k = static_cast<int>(H);
@@ -64,33 +128,36 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     }
   }
 
-  // Units per block: just enough that one block per SM covers H. More
-  // blocks means less of the product per block and step, and the exchange
-  // costs a block about the same however many there are.
-  int64_t units = options.units_per_block > 0 ? options.units_per_block : ceil_div(H, sms);
-  units = std::min(units, H);
-  if (options.units_per_block <= 0) units = std::min(units, max_units);
+  const Layout l = choose_layout(G, B, H, sms, limit, options, forward);
+  const int64_t units = l.units;
+  const int64_t slices = ceil_div(H, units);
+  const int64_t rows = ceil_div(B, l.groups);
+  const int64_t groups = ceil_div(B, rows);  // none left without rows
   plan.units_per_block = static_cast<int>(units);
-  plan.blocks = static_cast<int>(std::min<int64_t>(ceil_div(H, units), INT32_MAX));
-  const int64_t k = forward ? H : G * H;
-  const int64_t columns = forward ? G * units : units;
-  plan.k = static_cast<int>(std::min<int64_t>(k, INT32_MAX));
+  plan.unit_slices = static_cast<int>(std::min<int64_t>(slices, INT32_MAX));
+  plan.batch_blocks = static_cast<int>(groups);
+  plan.batch_rows = static_cast<int>(std::min<int64_t>(rows, INT32_MAX));
+  plan.blocks = static_cast<int>(std::min<int64_t>(slices * groups, INT32_MAX));
+  const int64_t columns = G * units;
+  const int64_t padded = gated_rnn_padded_columns(columns);
+  plan.k = static_cast<int>(std::min<int64_t>(H, INT32_MAX));
   plan.columns = static_cast<int>(std::min<int64_t>(columns, INT32_MAX));
+  plan.stored_columns = static_cast<int>(std::min<int64_t>(padded, INT32_MAX));
 
-  // Batch tile: a power of two (the product runs that many rows).
-  const int64_t asked = std::clamp<int64_t>(options.batch_tile > 0 ? options.batch_tile : B, 1,
+  // Batch tile: a power of two (the product runs that many rows), no more
+  // than the group's rows need.
+  const int64_t asked = std::clamp<int64_t>(options.batch_tile > 0 ? options.batch_tile : rows, 1,
                                             kGatedRnnMaxBatchTile);
-  int64_t want_tile = 1;
-  while (want_tile < asked) want_tile *= 2;
-  const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
-  plan.resident_weights =
-      !options.streamed_weights && shared_floats(true, k, columns, 1) <= limit;
+  const int64_t want_tile = next_pow2(asked);
+  const auto floats = [&](bool resident, int64_t tile) {
+    return shared_floats(forward, resident, H, padded, slices, units, tile);
+  };
+  plan.resident_weights = !options.streamed_weights && floats(true, 1) <= limit;
   int64_t tile = want_tile;
-  while (tile > 1 && shared_floats(plan.resident_weights, k, columns, tile) > limit) tile /= 2;
+  while (tile > 1 && floats(plan.resident_weights, tile) > limit) tile /= 2;
   plan.batch_tile = static_cast<int>(tile);
   plan.shared_bytes = static_cast<int>(std::min<int64_t>(
-      shared_floats(plan.resident_weights, k, columns, tile) * static_cast<int64_t>(sizeof(float)),
-      INT32_MAX));
+      floats(plan.resident_weights, tile) * static_cast<int64_t>(sizeof(float)), INT32_MAX));
 
   // The states besides h a unit carries: the LSTM's c; the sLSTM's c, n, m
   // (forward), or their gradients (backward).
@@ -106,9 +173,9 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     if (cell_states > 0) plan.ws_c = take(total, B * T * cell_states * H);
     plan.ws_state = take(total, B * H);
     if (cell_states > 0) plan.ws_cell = take(total, cell_states * B * H);
-    plan.ws_exchange = take(total, 2 * 2 * B * G * H);  // 64-bit words
+    plan.ws_exchange = take(total, 2 * 2 * slices * B * H);  // 64-bit words
   }
-  if (!plan.resident_weights) plan.ws_weights = take(total, plan.blocks * columns * k);
+  if (!plan.resident_weights) plan.ws_weights = take(total, plan.blocks * padded * H);
   plan.ws_floats = total;
   return plan;
 }
@@ -123,9 +190,14 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   // Element offsets within one step's rows are 32-bit in the persistent
   // kernels (64-bit across batch and time).
   if (shape.hidden > (int64_t{1} << 24)) return "gated RNN: H above 2^24";
-  if (plan.units_per_block < 1 || plan.blocks < 1 ||
-      static_cast<int64_t>(plan.blocks) * plan.units_per_block < shape.hidden)
-    return "gated RNN plan: the blocks do not cover H";
+  if (plan.units_per_block < 1 || plan.unit_slices < 1 || plan.batch_blocks < 1 ||
+      plan.batch_rows < 1 ||
+      static_cast<int64_t>(plan.unit_slices) * plan.units_per_block < shape.hidden ||
+      static_cast<int64_t>(plan.batch_blocks) * plan.batch_rows < shape.batch ||
+      static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks != plan.blocks)
+    return "gated RNN plan: the blocks do not cover B and H";
+  if (!plan.unit_warps && plan.stored_columns != gated_rnn_padded_columns(plan.columns))
+    return "gated RNN plan: the stored columns are not G*U in whole column groups";
   if (plan.columns > kGatedRnnThreads)
     return "gated RNN plan: more than 256 columns per block (H too large for the device's "
            "multiprocessors)";

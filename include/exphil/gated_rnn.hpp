@@ -109,7 +109,8 @@ struct GatedRnnBackwardArgs {
 // GatedRnnLaunchOptions::chosen).
 struct GatedRnnLaunchInfo {
   int units_per_block = 0;        // hidden units each block of the persistent kernel owns
-  int blocks = 0;                 // its grid, all resident at once (by default one per multiprocessor)
+  int blocks = 0;                 // its grid, all resident at once (at most one per multiprocessor)
+  int batch_blocks = 0;           // blocks sharing a slice of units, each with its own batch rows
   int batch_tile = 0;             // batch rows per pass through a block's slice of R
   bool resident_weights = false;  // R's slices in shared memory, else read from the workspace
   // Forward: a warp per hidden unit (the latency layout for B <= 4); then
@@ -122,6 +123,7 @@ struct GatedRnnLaunchInfo {
 // Results do not depend on them beyond f32 rounding.
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;
+  int batch_blocks = 0;                 // batch groups (capped at B)
   int batch_tile = 0;                   // a power of two, 1 to 32
   bool streamed_weights = false;        // force R's slices out of shared memory
   // Forward: 1 asks for a warp per unit (taken where the shape allows it:

@@ -200,6 +200,7 @@ defmodule ExPhil.Native.CustomCallTest do
   # would see a literal cell compared with the other.
   defp assert_gated_rnn_blocks(cell, type, optional, final_state?) do
     g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+    states = ExPhil.Native.Pure.GatedRnn.states(cell)
     {b, t, h} = {2, 4, 3}
 
     tensors = %{
@@ -207,7 +208,9 @@ defmodule ExPhil.Native.CustomCallTest do
       r: random({h, g * h}, :f32, 2),
       bias: random({g * h}, :f32, 3),
       h0: random({b, h}, :f32, 4),
-      c0: random({b, h}, :f32, 5)
+      c0: random({b, h}, :f32, 5),
+      n0: random({b, h}, :f32, 6),
+      m0: random({b, h}, :f32, 7)
     }
 
     op_fun = fn tensors ->
@@ -218,14 +221,14 @@ defmodule ExPhil.Native.CustomCallTest do
     {forward, backward} = forward_and_backward(op_fun, Map.take(tensors, [:wx, :r | optional]))
     {_, _, [y | finals]} = assert_matches_target(forward, "exphil_#{cell}_fwd")
     assert {Nx.shape(y), Nx.type(y)} == {{b, t, h}, type}
-    final_names = if cell == :gru, do: ["h_final"], else: ["h_final", "c_final"]
+    final_names = for s <- states, do: "#{s}_final"
     assert length(finals) == length(final_names)
 
     for state <- finals do
       assert {Nx.shape(state), Nx.type(state)} == {{b, h}, {:f, 32}}
     end
 
-    keys = if cell == :gru, do: [:bias, :h0], else: [:bias, :h0, :c0]
+    keys = [:bias | for(s <- states, do: :"#{s}0")]
     has = Map.new(keys, &{"has_#{&1}", &1 in optional})
     assert elem(forward, 0).attributes == has
 
@@ -239,7 +242,7 @@ defmodule ExPhil.Native.CustomCallTest do
              [{{b, t, h}, type}, {{b, t, h}, type}]
 
     # Every result, whether or not its input was given: grad_wx, grad_R,
-    # grad_bias, grad_h0, (grad_c0,) grad_rh.
+    # grad_bias, grad_h0, (grad_c0, grad_n0, grad_m0,) grad_rh.
     state = {{b, h}, {:f, 32}}
 
     expected =
@@ -249,11 +252,19 @@ defmodule ExPhil.Native.CustomCallTest do
     assert Enum.map(results, &{Nx.shape(&1), Nx.type(&1)}) == expected
   end
 
-  describe "gru and lstm" do
-    for cell <- [:gru, :lstm],
+  describe "gru, lstm and slstm" do
+    for cell <- [:gru, :lstm, :slstm],
         type <- [{:f, 32}, {:bf, 16}, {:f, 16}],
-        optional <- [[], [:bias, :h0], [:h0, :c0], [:bias, :h0, :c0]],
-        cell == :lstm or :c0 not in optional,
+        optional <- [
+          [],
+          [:bias, :h0],
+          [:h0, :c0],
+          [:bias, :h0, :c0],
+          [:n0, :m0],
+          [:bias, :h0, :c0, :n0, :m0]
+        ],
+        cell == :slstm or optional -- [:bias, :h0, :c0] == [],
+        cell != :gru or :c0 not in optional,
         final_state? <- [false, true] do
       test "#{cell} #{inspect(type)} with #{inspect(optional)} final state: #{final_state?}" do
         assert_gated_rnn_blocks(
@@ -265,19 +276,28 @@ defmodule ExPhil.Native.CustomCallTest do
       end
     end
 
-    test "r, bias, h0 and c0 reach the targets in f32 whatever their type" do
+    test "r, bias and the initial states reach the targets in f32 whatever their type" do
       tensors = %{
         wx: random({1, 2, 8}, :bf16, 1),
         r: random({2, 8}, :bf16, 2),
         bias: random({8}, :f16, 3),
         h0: random({1, 2}, :bf16, 4),
-        c0: random({1, 2}, :f64, 5)
+        c0: random({1, 2}, :f64, 5),
+        n0: random({1, 2}, :f16, 6),
+        m0: random({1, 2}, :f64, 7)
       }
 
-      op_fun = fn t -> Ops.lstm(t.wx, t.r, bias: t.bias, h0: t.h0, c0: t.c0) end
-      {{block, operands, _}, _backward} = forward_and_backward(op_fun, tensors)
-      assert block.unsupported == nil
-      assert Enum.map(operands, &Nx.type/1) == [{:bf, 16}, {:f, 32}, {:f, 32}, {:f, 32}, {:f, 32}]
+      for {cell, keys} <- [lstm: [:bias, :h0, :c0], slstm: [:bias, :h0, :c0, :n0, :m0]] do
+        op_fun = fn t -> apply(Ops, cell, [t.wx, t.r, Enum.map(keys, &{&1, t[&1]})]) end
+
+        {{block, operands, _}, _backward} =
+          forward_and_backward(op_fun, Map.take(tensors, [:wx, :r | keys]))
+
+        assert block.unsupported == nil
+
+        assert Enum.map(operands, &Nx.type/1) ==
+                 [{:bf, 16} | List.duplicate({:f, 32}, 1 + length(keys))]
+      end
     end
   end
 

@@ -151,6 +151,7 @@ defmodule ExPhil.Native.ErrorsTest do
       fn -> ss_backward(opts ++ [outputs: [grad_x: tensor(28672, {2, 5, 3})]]) end,
       fn -> rnn_forward(:gru, opts ++ [outputs: [y: rnn_y()]]) end,
       fn -> rnn_backward(:lstm, opts ++ [outputs: [grad_wx: tensor(20480, {2, 5, 16})]]) end,
+      fn -> rnn_forward(:slstm, opts ++ [outputs: [y: rnn_y()]]) end,
       fn ->
         q = tensor(4096, {1, 2, 3, 32})
 
@@ -520,12 +521,12 @@ defmodule ExPhil.Native.ErrorsTest do
     end
   end
 
-  ## GRU and LSTM
+  ## GRU, LSTM and sLSTM
 
   # Well-formed tensors at B2 T5 H4, at fake addresses 4 KiB apart: wx and r
   # of `cell`; y, grad_y [B, T, H].
   defp rnn_inputs(cell) do
-    g = if cell == :gru, do: 3, else: 4
+    g = ExPhil.Native.Pure.GatedRnn.gates(cell)
     [tensor(4096, {2, 5, g * 4}), tensor(8192, {4, g * 4})]
   end
 
@@ -542,89 +543,88 @@ defmodule ExPhil.Native.ErrorsTest do
         (inputs || rnn_inputs(cell)) ++ [rnn_y(), tensor(16384, {2, 5, 4}), opts]
       )
 
-  test "gru and lstm: options, outputs and the ranks output shapes rest on are checked, naming them" do
-    assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :bias, :h0, :outputs, :sync, :stream, got :c0/,
-                 fn -> rnn_forward(:gru, c0: tensor(20480, {2, 4})) end
-
-    assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :bias, :h0, :c0, :outputs, :sync, :stream, got :state_type/,
-                 fn -> rnn_forward(:lstm, state_type: {:f, 32}) end
-
-    assert_raise ArgumentError,
-                 ~r/argument 'opts': expected option names among :bias, :h0, :grad_h_final, :outputs, :sync, :stream, got :grad_c_final/,
-                 fn -> rnn_backward(:gru, grad_c_final: tensor(20480, {2, 4})) end
-
-    assert_raise ArgumentError, ~r/argument 'r': expected a tensor/, fn ->
-      rnn_forward(:gru, [], [tensor(4096, {2, 5, 12}), :nope])
-    end
-
-    assert_raise ArgumentError,
-                 ~r/argument 'wx': expected rank 3 \[B, T, 3H\], got shape \{2, 5\}/,
-                 fn ->
-                   rnn_forward(:gru, [], [tensor(4096, {2, 5}), tensor(8192, {4, 12})])
-                 end
-
-    assert_raise ArgumentError,
-                 ~r/argument 'outputs': expected output names among :grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_rh, got :grad_c0/,
-                 fn -> rnn_backward(:gru, outputs: [grad_c0: tensor(20480, {2, 4})]) end
-
-    assert_raise ArgumentError,
-                 ~r/argument 'outputs': expected at least one output among :grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_c0, :grad_rh, got \[\]/,
-                 fn -> rnn_backward(:lstm, outputs: []) end
-
-    assert_raise ArgumentError, ~r/argument 'outputs': expected a tensor for :y/, fn ->
-      rnn_forward(:lstm, outputs: [h_final: tensor(20480, {2, 4})])
-    end
+  # Each {pattern, call}: the call raises an ArgumentError whose message matches.
+  defp assert_argument_errors(cases) do
+    for {pattern, call} <- cases, do: assert_raise(ArgumentError, pattern, call)
   end
 
-  test "gru and lstm: the library's own checks come before any device access and name the argument" do
+  test "gru, lstm and slstm: options, outputs and the ranks output shapes rest on are checked, naming them" do
+    state = fn -> tensor(20480, {2, 4}) end
+
+    assert_argument_errors([
+      {~r/argument 'opts': expected option names among :bias, :h0, :outputs, :sync, :stream, got :c0/,
+       fn -> rnn_forward(:gru, c0: state.()) end},
+      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :outputs, :sync, :stream, got :state_type/,
+       fn -> rnn_forward(:lstm, state_type: {:f, 32}) end},
+      {~r/argument 'opts': expected option names among :bias, :h0, :grad_h_final, :outputs, :sync, :stream, got :grad_c_final/,
+       fn -> rnn_backward(:gru, grad_c_final: state.()) end},
+      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :n0, :m0, :outputs, :sync, :stream, got :grad_n_final/,
+       fn -> rnn_forward(:slstm, grad_n_final: state.()) end},
+      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :grad_h_final, :grad_c_final, :outputs, :sync, :stream, got :m0/,
+       fn -> rnn_backward(:lstm, m0: state.()) end},
+      {~r/argument 'r': expected a tensor/,
+       fn -> rnn_forward(:gru, [], [tensor(4096, {2, 5, 12}), :nope]) end},
+      {~r/argument 'wx': expected rank 3 \[B, T, 3H\], got shape \{2, 5\}/,
+       fn -> rnn_forward(:gru, [], [tensor(4096, {2, 5}), tensor(8192, {4, 12})]) end},
+      {~r/argument 'wx': expected rank 3 \[B, T, 4H\], got shape \{2, 5\}/,
+       fn -> rnn_forward(:slstm, [], [tensor(4096, {2, 5}), tensor(8192, {4, 16})]) end},
+      {~r/argument 'outputs': expected output names among :grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_rh, got :grad_c0/,
+       fn -> rnn_backward(:gru, outputs: [grad_c0: state.()]) end},
+      {~r/argument 'outputs': expected output names among :y, :h_final, :c_final, :n_final, :m_final, got :grad_n0/,
+       fn -> rnn_forward(:slstm, outputs: [grad_n0: state.()]) end},
+      {~r/argument 'outputs': expected at least one output among :grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_c0, :grad_rh, got \[\]/,
+       fn -> rnn_backward(:lstm, outputs: []) end},
+      {~r/argument 'outputs': expected at least one output among :grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_c0, :grad_n0, :grad_m0, :grad_rh, got \[\]/,
+       fn -> rnn_backward(:slstm, outputs: []) end},
+      {~r/argument 'outputs': expected a tensor for :y/,
+       fn -> rnn_forward(:lstm, outputs: [h_final: state.()]) end},
+      {~r/argument 'outputs': expected a tensor for :y/,
+       fn -> rnn_forward(:slstm, outputs: [m_final: state.()]) end}
+    ])
+  end
+
+  test "gru, lstm and slstm: the library's own checks come before any device access and name the argument" do
+    bf16_state = fn -> tensor(24576, {2, 4}, {:bf, 16}) end
+
     # Without outputs: too (the NIF allocates them after the check).
     for opts <- [[], [outputs: [y: rnn_y()]]] do
-      assert_raise ArgumentError,
-                   ~r/gru forward: argument 'R': expected shape \[H, 3H\] with 3H = 12 \(the last dimension of 'wx'\), 3 times H, got \[4, 16\]/,
-                   fn ->
-                     rnn_forward(:gru, opts, [tensor(4096, {2, 5, 12}), tensor(8192, {4, 16})])
-                   end
-
-      assert_raise ArgumentError,
-                   ~r/gru forward: argument 'h0': expected shape \[2, 4\] \(\[B, H\] from 'wx' and 'R'\), got \[2, 3\]/,
-                   fn -> rnn_forward(:gru, opts ++ [h0: tensor(20480, {2, 3})]) end
-
-      assert_raise ArgumentError,
-                   ~r/lstm forward: argument 'bias': expected shape \[16\] \(\[4H\] from 'R'\), got \[12\]/,
-                   fn -> rnn_forward(:lstm, opts ++ [bias: tensor(20480, {12})]) end
-
-      assert_raise ArgumentError,
-                   ~r/lstm forward: argument 'c0': expected dtype f32 \(the dtype of 'h0'\), got bf16/,
-                   fn ->
-                     rnn_forward(
-                       :lstm,
-                       opts ++ [h0: tensor(20480, {2, 4}), c0: tensor(24576, {2, 4}, {:bf, 16})]
-                     )
-                   end
+      assert_argument_errors([
+        {~r/gru forward: argument 'R': expected shape \[H, 3H\] with 3H = 12 \(the last dimension of 'wx'\), 3 times H, got \[4, 16\]/,
+         fn -> rnn_forward(:gru, opts, [tensor(4096, {2, 5, 12}), tensor(8192, {4, 16})]) end},
+        {~r/slstm forward: argument 'R': expected shape \[H, 4H\] with 4H = 16 \(the last dimension of 'wx'\), 4 times H, got \[4, 12\]/,
+         fn -> rnn_forward(:slstm, opts, [tensor(4096, {2, 5, 16}), tensor(8192, {4, 12})]) end},
+        {~r/gru forward: argument 'h0': expected shape \[2, 4\] \(\[B, H\] from 'wx' and 'R'\), got \[2, 3\]/,
+         fn -> rnn_forward(:gru, opts ++ [h0: tensor(20480, {2, 3})]) end},
+        {~r/slstm forward: argument 'm0': expected shape \[2, 4\] \(\[B, H\] from 'wx' and 'R'\), got \[2, 3\]/,
+         fn -> rnn_forward(:slstm, opts ++ [m0: tensor(20480, {2, 3})]) end},
+        {~r/lstm forward: argument 'bias': expected shape \[16\] \(\[4H\] from 'R'\), got \[12\]/,
+         fn -> rnn_forward(:lstm, opts ++ [bias: tensor(20480, {12})]) end},
+        {~r/lstm forward: argument 'c0': expected dtype f32 \(the dtype of 'h0'\), got bf16/,
+         fn -> rnn_forward(:lstm, opts ++ [h0: tensor(20480, {2, 4}), c0: bf16_state.()]) end},
+        {~r/slstm forward: argument 'n0': expected dtype f32 \(the dtype of 'c0'\), got bf16/,
+         fn -> rnn_forward(:slstm, opts ++ [c0: tensor(20480, {2, 4}), n0: bf16_state.()]) end}
+      ])
     end
 
-    assert_raise ArgumentError, ~r/gru forward: argument 'R': expected dtype f32/, fn ->
-      rnn_forward(:gru, [], [tensor(4096, {2, 5, 12}), tensor(8192, {4, 12}, {:bf, 16})])
-    end
-
-    assert_raise ArgumentError,
-                 ~r/gru backward: argument 'grad_y': expected shape \[2, 5, 4\] \(\[B, T, H\] from 'wx' and 'R'\), got \[2, 5, 3\]/,
-                 fn ->
-                   apply(
-                     Native,
-                     :gru_backward,
-                     rnn_inputs(:gru) ++ [rnn_y(), tensor(16384, {2, 5, 3}), []]
-                   )
-                 end
-
-    assert_raise ArgumentError,
-                 ~r/lstm backward: argument 'grad_R': expected shape \[4, 16\] \(\[H, 4H\] of 'R'\), got \[4, 12\]/,
-                 fn -> rnn_backward(:lstm, outputs: [grad_r: tensor(20480, {4, 12})]) end
+    assert_argument_errors([
+      {~r/gru forward: argument 'R': expected dtype f32/,
+       fn ->
+         rnn_forward(:gru, [], [tensor(4096, {2, 5, 12}), tensor(8192, {4, 12}, {:bf, 16})])
+       end},
+      {~r/gru backward: argument 'grad_y': expected shape \[2, 5, 4\] \(\[B, T, H\] from 'wx' and 'R'\), got \[2, 5, 3\]/,
+       fn ->
+         apply(Native, :gru_backward, rnn_inputs(:gru) ++ [rnn_y(), tensor(16384, {2, 5, 3}), []])
+       end},
+      {~r/lstm backward: argument 'grad_R': expected shape \[4, 16\] \(\[H, 4H\] of 'R'\), got \[4, 12\]/,
+       fn -> rnn_backward(:lstm, outputs: [grad_r: tensor(20480, {4, 12})]) end},
+      {~r/slstm backward: argument 'grad_n0': expected shape \[2, 4\] \(\[B, H\] from 'wx' and 'R'\), got \[4, 2\]/,
+       fn -> rnn_backward(:slstm, outputs: [grad_n0: tensor(20480, {4, 2})]) end},
+      {~r/slstm backward: argument 'grad_m_final': expected dtype f32 \(the dtype of 'h0'\), got bf16/,
+       fn -> rnn_backward(:slstm, h0: tensor(20480, {2, 4}), grad_m_final: bf16_state.()) end}
+    ])
   end
 
-  test "gru and lstm: well-formed calls fail cleanly where there is no GPU memory" do
+  test "gru, lstm and slstm: well-formed calls fail cleanly where there is no GPU memory" do
     state = tensor(20480, {2, 4})
 
     calls = [
@@ -634,7 +634,13 @@ defmodule ExPhil.Native.ErrorsTest do
       fn ->
         rnn_backward(:gru, grad_h_final: state, outputs: [grad_r: tensor(24576, {4, 12})])
       end,
-      fn -> rnn_backward(:lstm, c0: state) end
+      fn -> rnn_backward(:lstm, c0: state) end,
+      fn -> rnn_forward(:slstm, n0: state, outputs: [y: rnn_y()]) end,
+      fn -> rnn_forward(:slstm, bias: tensor(24576, {16}), h0: nil, m0: state) end,
+      fn ->
+        rnn_backward(:slstm, grad_n_final: state, outputs: [grad_m0: tensor(24576, {2, 4})])
+      end,
+      fn -> rnn_backward(:slstm, c0: state, n0: state, m0: state, grad_m_final: state) end
     ]
 
     for call <- calls do
@@ -647,36 +653,40 @@ defmodule ExPhil.Native.ErrorsTest do
     end
   end
 
-  # ExPhil.Native.Eager's NIF call for a GRU or LSTM block (on Torchx CUDA
-  # tensors): every tensor by its name, every result of the target as an
-  # output. Here it must pass every check the NIF and the library make
+  # ExPhil.Native.Eager's NIF call for a GRU, LSTM or sLSTM block (on Torchx
+  # CUDA tensors): every tensor by its name, every result of the target as
+  # an output. Here it must pass every check the NIF and the library make
   # before the device's.
-  test "gru and lstm: the call Eager makes for a block is well-formed" do
-    for cell <- [:gru, :lstm], direction <- [:forward, :backward], given? <- [false, true] do
-      g = if cell == :gru, do: 3, else: 4
+  test "gru, lstm and slstm: the call Eager makes for a block is well-formed" do
+    for cell <- [:gru, :lstm, :slstm],
+        direction <- [:forward, :backward],
+        given? <- [false, true] do
+      states = ExPhil.Native.Pure.GatedRnn.states(cell)
+      g = ExPhil.Native.Pure.GatedRnn.gates(cell)
       {b, t, h} = {2, 5, 4}
       # 1 MiB apart: no two overlap
       fake = fn shape -> tensor(:erlang.unique_integer([:positive, :monotonic]) <<< 20, shape) end
       state = fn -> if given?, do: fake.({b, h}) end
-      lstm? = cell == :lstm
       backward? = direction == :backward
+      each_state = fn name -> for s <- states, do: {:"#{name.(s)}", state.()} end
 
       named =
         [wx: fake.({b, t, g * h}), r: fake.({h, g * h})] ++
           if(backward?, do: [y: fake.({b, t, h}), grad_y: fake.({b, t, h})], else: []) ++
-          [bias: if(given?, do: fake.({g * h})), h0: state.()] ++
-          if(lstm?, do: [c0: state.()], else: []) ++
-          if(backward?, do: [grad_h_final: state.()], else: []) ++
-          if(backward? and lstm?, do: [grad_c_final: state.()], else: [])
+          [bias: if(given?, do: fake.({g * h}))] ++
+          each_state.(&"#{&1}0") ++
+          if(backward?, do: each_state.(&"grad_#{&1}_final"), else: [])
+
+      carries = for _ <- states, do: fake.({b, h})
 
       outputs =
         case direction do
           :forward ->
-            [fake.({b, t, h}), fake.({b, h})] ++ if(lstm?, do: [fake.({b, h})], else: [])
+            [fake.({b, t, h}) | carries]
 
           :backward ->
-            [fake.({b, t, g * h}), fake.({h, g * h}), fake.({g * h}), fake.({b, h})] ++
-              if(lstm?, do: [fake.({b, h})], else: []) ++ [fake.({b, t, g * h})]
+            [fake.({b, t, g * h}), fake.({h, g * h}), fake.({g * h})] ++
+              carries ++ [fake.({b, t, g * h})]
         end
 
       {fun, args} = ExPhil.Native.Eager.gated_rnn_call(cell, direction, named, outputs)

@@ -307,19 +307,20 @@ defmodule ExPhil.Native.FuzzTest do
     assert is_integer(Native.device_count())
   end
 
-  # GRU and LSTM calls whose tensors have the described shapes (now and
-  # then one extent off by one) and dtypes (now and then another), with any
-  # subset of the optional inputs and outputs: they get through decoding to
-  # the library's checks, which must refuse them (nothing is device memory)
-  # with an ArgumentError or an error, never a crash.
-  test "nearly valid gru and lstm calls are refused cleanly" do
+  # GRU, LSTM and sLSTM calls whose tensors have the described shapes (now
+  # and then one extent off by one) and dtypes (now and then another), with
+  # any subset of the optional inputs and outputs: they get through decoding
+  # to the library's checks, which must refuse them (nothing is device
+  # memory) with an ArgumentError or an error, never a crash.
+  test "nearly valid gru, lstm and slstm calls are refused cleanly" do
     seed = :rand.uniform(1 <<< 30)
     :rand.seed(:exsss, {seed, seed, seed})
 
     for _ <- 1..2_000 do
-      cell = Enum.random([:gru, :lstm])
+      cell = Enum.random([:gru, :lstm, :slstm])
       direction = Enum.random([:forward, :backward])
-      g = if cell == :gru, do: 3, else: 4
+      states = ExPhil.Native.Pure.GatedRnn.states(cell)
+      g = ExPhil.Native.Pure.GatedRnn.gates(cell)
       [b, t, h] = for _ <- 1..3, do: Enum.random([1, 2, 3])
       seq = Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}])
 
@@ -336,31 +337,27 @@ defmodule ExPhil.Native.FuzzTest do
       end
 
       state = fn -> Enum.random([nil, tensor.({b, h})]) end
-      lstm = if cell == :lstm, do: [c0: state.()], else: []
+      # one per state of the cell, named by `name`
+      each_state = fn name -> for s <- states, do: {:"#{name.(s)}", state.()} end
 
       optional =
-        [bias: Enum.random([nil, tensor.({g * h})]), h0: state.()] ++
-          lstm ++
-          if direction == :backward,
-            do:
-              [grad_h_final: state.()] ++
-                if(cell == :lstm, do: [grad_c_final: state.()], else: []),
-            else: []
+        [bias: Enum.random([nil, tensor.({g * h})])] ++
+          each_state.(&"#{&1}0") ++
+          if(direction == :backward, do: each_state.(&"grad_#{&1}_final"), else: [])
 
       outputs =
         case direction do
           :forward ->
-            [y: tensor.({b, t, h}), h_final: tensor.({b, h})] ++
-              if(cell == :lstm, do: [c_final: tensor.({b, h})], else: [])
+            [y: tensor.({b, t, h})] ++ for(s <- states, do: {:"#{s}_final", tensor.({b, h})})
 
           :backward ->
             [
               grad_wx: tensor.({b, t, g * h}),
               grad_r: tensor.({h, g * h}),
-              grad_bias: tensor.({g * h}),
-              grad_h0: tensor.({b, h}),
-              grad_rh: tensor.({b, t, g * h})
-            ] ++ if(cell == :lstm, do: [grad_c0: tensor.({b, h})], else: [])
+              grad_bias: tensor.({g * h})
+            ] ++
+              for(s <- states, do: {:"grad_#{s}0", tensor.({b, h})}) ++
+              [grad_rh: tensor.({b, t, g * h})]
         end
 
       outputs = Enum.take_random(outputs, :rand.uniform(length(outputs) + 1) - 1)

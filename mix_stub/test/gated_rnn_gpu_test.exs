@@ -1,17 +1,21 @@
 defmodule ExPhil.Native.GatedRnnGpuTest do
-  # gru_forward, gru_backward, lstm_forward and lstm_backward on the GPU
-  # against the pure-Nx GRU and LSTM (ExPhil.Native.Pure.GatedRnn, itself held
-  # to Axon's cells and to Nx's autodiff) run in f64 on the same values:
-  # f32, bf16 and f16; with and without the optional inputs; NIF-owned
-  # outputs, destination passing into pointer maps with a chosen set of
-  # gradients, sync: false with await/1, a stream of its own; weights and
-  # states in the sequence dtype; an H the device cannot hold.
+  # gru_*, lstm_* and slstm_forward / _backward on the GPU against the
+  # pure-Nx GRU, LSTM and sLSTM (ExPhil.Native.Pure.GatedRnn, itself held to
+  # Axon's cells, Edifice's sLSTM and Nx's autodiff) run in f64 on the same
+  # values: f32, bf16 and f16; with and without the optional inputs;
+  # NIF-owned outputs, destination passing into pointer maps with a chosen
+  # set of gradients, sync: false with await/1, a stream of its own; weights
+  # and states in the sequence dtype; an H the device cannot hold.
   #
   # The tolerances are those of the C++ suite (test/gpu/test_gated_rnn.cpp):
   # |got - ref| <= atol * scale + rtol * |ref|, the scale the largest
-  # reference state (y, h_final, c_final) or gradient of the call, and for
-  # grad_r and grad_bias, sums over batch and time, also the largest sum of
-  # their terms' magnitudes.
+  # reference state (y, h_final, c_final; the sLSTM's c, n and m each their
+  # own, as there) or gradient of the call, and for grad_r and grad_bias,
+  # sums over batch and time, also the largest sum of their terms'
+  # magnitudes. As there, the sLSTM takes n0 >= 1, and gradients of its
+  # c_final, n_final and m_final in f32 only: elsewhere they jump at max()'s
+  # ties, and the backward's recompute from rounded y can land on the other
+  # side of one near the reference's point.
   use ExUnit.Case, async: false
   @moduletag :gpu
 
@@ -59,7 +63,8 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
   end
 
   # A problem of `cell` in sequence type `type`: the host tensors (rounded to
-  # their types), and which optional inputs and final-state gradients it has.
+  # their types), and which optional inputs and final-state gradients it has
+  # (all of the cell's, but for a 16-bit sLSTM those of c, n and m).
   defp problem(cell, type, optional?, opts \\ []) do
     {b, t, h} = Keyword.get(opts, :dims, @dims)
     g = GatedRnn.gates(cell)
@@ -73,6 +78,13 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
       grad_y: random({b, t, h}, type, 3, 1.0)
     }
 
+    states = GatedRnn.states(cell)
+
+    finals =
+      if cell == :slstm and type != {:f, 32},
+        do: [:grad_h_final],
+        else: for(s <- states, do: :"grad_#{s}_final")
+
     optional =
       if optional? do
         %{
@@ -80,9 +92,14 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
           h0: random({b, h}, state, 5, 1.0),
           c0: random({b, h}, state, 6, 1.0),
           grad_h_final: random({b, h}, state, 7, 1.0),
-          grad_c_final: random({b, h}, state, 8, 1.0)
+          grad_c_final: random({b, h}, state, 8, 1.0),
+          # n0 in [1, 2]: at least 1, as the default and every n_final
+          n0: Nx.add(random({b, h}, state, 9, 0.5), 1.5),
+          m0: random({b, h}, state, 10, 1.0),
+          grad_n_final: random({b, h}, state, 11, 1.0),
+          grad_m_final: random({b, h}, state, 12, 1.0)
         }
-        |> Map.drop(if cell == :gru, do: [:c0, :grad_c_final], else: [])
+        |> Map.take([:bias | finals] ++ for(s <- states, do: :"#{s}0"))
       else
         %{}
       end
@@ -90,8 +107,9 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
     %{cell: cell, type: type, dims: {b, t, h}, tensors: Map.merge(inputs, optional)}
   end
 
-  @forward_options [:bias, :h0, :c0]
-  @backward_options @forward_options ++ [:grad_h_final, :grad_c_final]
+  @forward_options [:bias, :h0, :c0, :n0, :m0]
+  @backward_options @forward_options ++
+                      [:grad_h_final, :grad_c_final, :grad_n_final, :grad_m_final]
 
   defp options(p, keys, buffers),
     do: for(key <- keys, Map.has_key?(p.tensors, key), do: {key, buffers[key]})
@@ -127,23 +145,48 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
     )
   end
 
-  defp check_forward(p, outputs, ref) do
-    finals = if p.cell == :gru, do: [:h_final], else: [:h_final, :c_final]
+  defp finals(cell), do: for(s <- GatedRnn.states(cell), do: :"#{s}_final")
 
+  # The largest magnitude of the initial state `name` given (0 without it).
+  defp initial_scale(p, name),
+    do: if(t = p.tensors[name], do: max_abs(f64(t)), else: 0.0)
+
+  # The scale of each forward output. The GRU's and LSTM's outputs share
+  # one: |y|, |h_final|, |h0|, |c0| (and |c_final|). The sLSTM's h, c, n and
+  # m each have their own (the C++ suite's): n's at least 1, where it starts
+  # without n0.
+  defp forward_scales(%{cell: :slstm} = p, ref) do
+    h = Enum.max([max_abs(ref.y), max_abs(ref.h_final), initial_scale(p, :h0)])
+
+    %{
+      y: h,
+      h_final: h,
+      c_final: max(max_abs(ref.c_final), initial_scale(p, :c0)),
+      n_final: Enum.max([max_abs(ref.n_final), initial_scale(p, :n0), 1.0]),
+      m_final: max(max_abs(ref.m_final), initial_scale(p, :m0))
+    }
+  end
+
+  defp forward_scales(p, ref) do
     states =
       [ref.y, ref.h_final] ++
         Enum.map(Enum.filter(Map.keys(p.tensors), &(&1 in [:h0, :c0])), &f64(p.tensors[&1]))
 
     scale = states |> Enum.map(&max_abs/1) |> Enum.max()
     scale = if p.cell == :lstm, do: max(scale, max_abs(ref.c_final)), else: scale
+    Map.new([:y | finals(p.cell)], &{&1, scale})
+  end
 
-    for {name, tensor} <- outputs, name in [:y | finals] do
-      assert_close("#{p.cell} #{name}", tensor, Map.fetch!(ref, name), scale, p.type)
+  defp check_forward(p, outputs, ref) do
+    scales = forward_scales(p, ref)
+
+    for {name, tensor} <- outputs, name in [:y | finals(p.cell)] do
+      assert_close("#{p.cell} #{name}", tensor, Map.fetch!(ref, name), scales[name], p.type)
     end
   end
 
   defp check_backward(p, grads, ref) do
-    families = [:grad_wx, :grad_rh, :grad_h0, :grad_c0]
+    families = [:grad_wx, :grad_rh, :grad_h0, :grad_c0, :grad_n0, :grad_m0]
     scale = for(name <- families, Map.has_key?(ref, name), do: max_abs(ref[name])) |> Enum.max()
 
     for {name, tensor} <- grads do
@@ -171,7 +214,7 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
     ])
   end
 
-  for cell <- [:gru, :lstm],
+  for cell <- [:gru, :lstm, :slstm],
       type <- [{:f, 32}, {:bf, 16}, {:f, 16}],
       optional? <- [false, true] do
     test "#{cell} #{inspect(type)} optional inputs: #{optional?}: NIF-owned outputs match the pure reference" do
@@ -181,7 +224,7 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
       g = GatedRnn.gates(p.cell)
 
       assert {:ok, %{y: y} = fwd} = run_forward(p, buffers, [])
-      finals = if p.cell == :gru, do: [:h_final], else: [:h_final, :c_final]
+      finals = finals(p.cell)
       assert Enum.sort(Map.keys(fwd)) == Enum.sort([:y | finals])
       assert {y.type, y.shape} == {p.type, {b, t, h}}
       assert Enum.all?(finals, &(fwd[&1].type == {:f, 32} and fwd[&1].shape == {b, h}))
@@ -190,16 +233,15 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
 
       assert {:ok, bwd} = run_backward(p, buffers, y, [])
 
-      grads =
-        [:grad_wx, :grad_r, :grad_bias, :grad_h0, :grad_rh] ++
-          if(p.cell == :lstm, do: [:grad_c0], else: [])
+      initial_grads = for s <- GatedRnn.states(p.cell), do: :"grad_#{s}0"
+      grads = [:grad_wx, :grad_r, :grad_bias, :grad_rh | initial_grads]
 
       assert Enum.sort(Map.keys(bwd)) == Enum.sort(grads)
       assert {bwd.grad_wx.type, bwd.grad_wx.shape} == {p.type, {b, t, g * h}}
       assert {bwd.grad_rh.type, bwd.grad_rh.shape} == {p.type, {b, t, g * h}}
       assert {bwd.grad_r.type, bwd.grad_r.shape} == {{:f, 32}, {h, g * h}}
       assert {bwd.grad_bias.type, bwd.grad_bias.shape} == {{:f, 32}, {g * h}}
-      assert {bwd.grad_h0.type, bwd.grad_h0.shape} == {{:f, 32}, {b, h}}
+      assert Enum.all?(initial_grads, &({bwd[&1].type, bwd[&1].shape} == {{:f, 32}, {b, h}}))
 
       ref = reference_backward(p, download!(y))
       check_backward(p, Map.new(bwd, fn {k, v} -> {k, download!(v)} end), ref)
@@ -207,7 +249,7 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
   end
 
   test "destination passing into pointer maps, a chosen set of gradients, sync: false and a stream" do
-    for cell <- [:gru, :lstm] do
+    for cell <- [:gru, :lstm, :slstm] do
       p = problem(cell, {:f, 32}, true)
       buffers = Map.new(p.tensors, fn {k, t} -> {k, upload!(t)} end)
       {b, t, h} = p.dims
@@ -219,8 +261,7 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
       inputs = Map.new(buffers, fn {k, v} -> {k, view.(v)} end)
 
       outs =
-        %{y: owned.({b, t, h}), h_final: owned.({b, h})}
-        |> then(&if(cell == :lstm, do: Map.put(&1, :c_final, owned.({b, h})), else: &1))
+        Map.new([:y | finals(cell)], &{&1, owned.(if(&1 == :y, do: {b, t, h}, else: {b, h}))})
 
       out_views = Map.new(outs, fn {k, v} -> {k, view.(v)} end)
       {:ok, stream} = Native.new_stream(device: 0)
@@ -250,17 +291,21 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
   end
 
   test "weights and states in the sequence dtype: the outputs the NIF makes take their kind's dtype" do
-    for cell <- [:gru, :lstm] do
+    for cell <- [:gru, :lstm, :slstm] do
       p = problem(cell, {:bf, 16}, true, weight_type: {:bf, 16}, state_type: {:bf, 16})
       buffers = Map.new(p.tensors, fn {k, t} -> {k, upload!(t)} end)
       assert {:ok, %{y: y} = fwd} = run_forward(p, buffers, [])
-      assert fwd.h_final.type == {:bf, 16}
+      assert Enum.all?(finals(cell), &(fwd[&1].type == {:bf, 16}))
       check_forward(p, Map.new(fwd, fn {k, v} -> {k, download!(v)} end), reference_forward(p))
 
       assert {:ok, bwd} = run_backward(p, buffers, y, [])
 
-      assert {bwd.grad_r.type, bwd.grad_bias.type, bwd.grad_h0.type} ==
-               {{:bf, 16}, {:bf, 16}, {:bf, 16}}
+      weights_and_states = [
+        :grad_r,
+        :grad_bias | for(s <- GatedRnn.states(cell), do: :"grad_#{s}0")
+      ]
+
+      assert Enum.all?(weights_and_states, &(bwd[&1].type == {:bf, 16}))
 
       check_backward(
         p,

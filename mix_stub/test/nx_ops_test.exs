@@ -281,10 +281,14 @@ defmodule ExPhil.Native.NxOpsTest do
     end
   end
 
-  describe "gru and lstm" do
+  describe "gru, lstm and slstm" do
     # {batch, steps, hidden}; the optional inputs of each cell.
     @rnn_dims {2, 6, 3}
-    @rnn_optional %{gru: [:bias, :h0], lstm: [:bias, :h0, :c0]}
+    @rnn_optional %{
+      gru: [:bias, :h0],
+      lstm: [:bias, :h0, :c0],
+      slstm: [:bias, :h0, :c0, :n0, :m0]
+    }
 
     # wx, r and every optional input of `cell`, of sequence type `type`.
     defp rnn_inputs(cell, type, {b, t, h} \\ @rnn_dims) do
@@ -293,7 +297,9 @@ defmodule ExPhil.Native.NxOpsTest do
       optional = %{
         bias: random({g * h}, type, 3, {-0.5, 0.5}),
         h0: random({b, h}, type, 4),
-        c0: random({b, h}, type, 5)
+        c0: random({b, h}, type, 5),
+        n0: random({b, h}, type, 6, {1.0, 2.0}),
+        m0: random({b, h}, type, 7)
       }
 
       %{
@@ -315,14 +321,11 @@ defmodule ExPhil.Native.NxOpsTest do
       up = &Nx.as_type(&1, state)
       optional = for key <- keys, do: {key, up.(inputs[key])}
       out = Pure.GatedRnn.forward(cell, inputs.wx, up.(inputs.r), optional)
-
-      case cell do
-        :gru -> {out.y, out.h_final}
-        :lstm -> {out.y, out.h_final, out.c_final}
-      end
+      finals = for key <- [:h_final, :c_final, :n_final, :m_final], out[key], do: out[key]
+      List.to_tuple([out.y | finals])
     end
 
-    for cell <- [:gru, :lstm] do
+    for cell <- [:gru, :lstm, :slstm] do
       test "#{cell}: eager values are the pure implementation's, with and without the optional inputs" do
         cell = unquote(cell)
 
@@ -345,8 +348,7 @@ defmodule ExPhil.Native.NxOpsTest do
           inputs = rnn_inputs(cell, {:f, 32}) |> Map.take([:wx, :r | keys])
           w_y = random({b, t, h}, :f32, 10)
 
-          w_finals =
-            if finals?, do: [random({b, h}, :f32, 11), random({b, h}, :f32, 12)], else: []
+          w_finals = if finals?, do: Enum.map(11..14, &random({b, h}, :f32, &1)), else: []
 
           loss = fn forward ->
             fn inputs ->
@@ -402,28 +404,30 @@ defmodule ExPhil.Native.NxOpsTest do
       end
     end
 
-    test "r, bias, h0 and c0 of another float type are converted to f32" do
-      inputs = rnn_inputs(:lstm, {:f, 32})
-      keys = @rnn_optional[:lstm]
+    test "r, bias and the initial states of another float type are converted to f32" do
+      for cell <- [:lstm, :slstm] do
+        inputs = rnn_inputs(cell, {:f, 32})
+        keys = @rnn_optional[cell]
 
-      half =
-        Map.new(inputs, fn {k, t} -> {k, if(k == :wx, do: t, else: Nx.as_type(t, :bf16))} end)
+        half =
+          Map.new(inputs, fn {k, t} -> {k, if(k == :wx, do: t, else: Nx.as_type(t, :bf16))} end)
 
-      f32 = Map.new(half, fn {k, t} -> {k, Nx.as_type(t, :f32)} end)
+        f32 = Map.new(half, fn {k, t} -> {k, Nx.as_type(t, :f32)} end)
 
-      assert rnn_call(:lstm, half, keys, final_state: true) ==
-               rnn_call(:lstm, f32, keys, final_state: true)
+        assert rnn_call(cell, half, keys, final_state: true) ==
+                 rnn_call(cell, f32, keys, final_state: true)
 
-      # Nx passes a gradient through as_type unconverted: it stays f32.
-      grads = Nx.Defn.grad(half, &Nx.sum(rnn_call(:lstm, &1, keys)))
+        # Nx passes a gradient through as_type unconverted: it stays f32.
+        grads = Nx.Defn.grad(half, &Nx.sum(rnn_call(cell, &1, keys)))
 
-      expected =
-        Nx.Defn.grad(
-          half,
-          &Nx.sum(rnn_call(:lstm, Map.new(&1, fn {k, t} -> {k, Nx.as_type(t, :f32)} end), keys))
-        )
+        expected =
+          Nx.Defn.grad(
+            half,
+            &Nx.sum(rnn_call(cell, Map.new(&1, fn {k, t} -> {k, Nx.as_type(t, :f32)} end), keys))
+          )
 
-      assert grads == expected
+        assert grads == expected
+      end
     end
 
     test "bad arguments raise, naming the argument, the expected and the received value" do
@@ -453,7 +457,19 @@ defmodule ExPhil.Native.NxOpsTest do
         {fn -> Ops.gru(wx, r, c0: h0) end,
          "ExPhil.Native.Ops.gru/3: unknown options [:c0], expected one of [:bias, :h0, :final_state]"},
         {fn -> Ops.gru(wx, r, final_state: :yes) end,
-         "ExPhil.Native.Ops.gru/3: option :final_state expected a boolean, got: :yes"}
+         "ExPhil.Native.Ops.gru/3: option :final_state expected a boolean, got: :yes"},
+        {fn -> Ops.slstm(wx, r) end,
+         "ExPhil.Native.Ops.slstm/3: argument 'r' expected shape {3, 12} ({hidden, 4 * hidden}, hidden from its first axis), got: {3, 9}"},
+        {fn -> Ops.slstm(wx4, r4, n0: :one) end,
+         "ExPhil.Native.Ops.slstm/3: argument 'n0' expected a tensor, got: :one"},
+        {fn -> Ops.slstm(wx4, r4, m0: Nx.transpose(h0)) end,
+         "ExPhil.Native.Ops.slstm/3: argument 'm0' expected shape {2, 3} ({batch, hidden} of 'wx' and 'r'), got: {3, 2}"},
+        {fn -> Ops.slstm(wx4, r4, n0: Nx.as_type(h0, :s32)) end,
+         "argument 'n0' expected a floating-point tensor, got type: {:s, 32}"},
+        {fn -> Ops.lstm(wx4, r4, n0: h0) end,
+         "ExPhil.Native.Ops.lstm/3: unknown options [:n0], expected one of [:bias, :h0, :c0, :final_state]"},
+        {fn -> Ops.slstm(wx4, r4, grad_m_final: h0) end,
+         "ExPhil.Native.Ops.slstm/3: unknown options [:grad_m_final], expected one of [:bias, :h0, :c0, :n0, :m0, :final_state]"}
       ]
 
       assert_errors(errors)

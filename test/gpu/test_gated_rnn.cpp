@@ -111,7 +111,7 @@ struct GatedCase {
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
-                  "units=%d tile=%d streamed=%d unit_warps=%d",
+                  "units=%d groups=%d tile=%d streamed=%d unit_warps=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
                   dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
@@ -124,8 +124,8 @@ struct GatedCase {
                   : m0                       ? " m0"
                                              : "",
                   kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
-                  options.units_per_block, options.batch_tile, options.streamed_weights,
-                  options.unit_warps);
+                  options.units_per_block, options.batch_blocks, options.batch_tile,
+                  options.streamed_weights, options.unit_warps);
     return buf;
   }
 };
@@ -643,6 +643,12 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
       c.options.units_per_block = units;
       cases.push_back(c);
     }
+    // Batch groups: one (every row in every block), two, a row each.
+    for (int groups : {1, 2, 5}) {
+      c.options = {};
+      c.options.batch_blocks = groups;
+      cases.push_back(c);
+    }
     c.options = {};
     c.options.batch_tile = 1;
     cases.push_back(c);
@@ -652,6 +658,22 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
     c.B = 3, c.T = 6, c.H = 257;
     cases.push_back(c);
     c.B = 2, c.T = 4, c.H = 1024;
+    cases.push_back(c);
+    c.options.batch_blocks = 3;  // streamed, in groups
+    c.B = 7, c.T = 5, c.H = 70;
+    cases.push_back(c);
+    // Groups of 10 rows in passes of 4 (the last short), 8 units a slice.
+    c.options = {};
+    c.options.units_per_block = 8;
+    c.options.batch_blocks = 4;
+    c.options.batch_tile = 4;
+    c.B = 40, c.T = 6, c.H = 100;
+    cases.push_back(c);
+    // The automatic plan's groups at larger batches.
+    c.options = {};
+    c.B = 33, c.T = 10, c.H = 257;
+    cases.push_back(c);
+    c.B = 64, c.T = 3, c.H = 512;
     cases.push_back(c);
     c.options = {};
     c.B = 3, c.T = 5, c.H = 255;
@@ -702,14 +724,15 @@ TEST_CASE("gated RNN: unit-warps and block layouts at small batches", "[gpu][gat
 TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
   std::vector<GatedCase> cases;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-    for (int layout : {0, 1, 2}) {  // resident, streamed, unit warps
+    for (int layout : {0, 1, 2, 3}) {  // resident, streamed, unit warps, batch groups
       GatedCase c;
       c.kind = kind;
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
-      c.B = 3, c.T = 4, c.H = 37;
+      c.B = layout == 3 ? 6 : 3, c.T = 4, c.H = 37;
       c.options.streamed_weights = layout == 1;
       c.options.unit_warps = layout == 2 ? 1 : -1;
       c.options.units_per_block = 8;
+      c.options.batch_blocks = layout == 3 ? 3 : 0;
       cases.push_back(c);
     }
   run_cases("sanitizer cases", cases);

@@ -48,12 +48,12 @@ TEST_CASE("gated RNN plan: one block per SM, tiles, resident or streamed", "[gat
       CHECK(p.resident_weights);
       CHECK(gated_rnn_unsupported(p, cell, {1, 32, 256}, kH100) == nullptr);
       check_workspace(p);
-      // Batch tiles are powers of two up to 32.
-      CHECK(plan_gated_rnn(dir, cell, {5, 3, 37}, kH100).batch_tile == 8);
-      // (The (s)LSTM backward's 32 rows of 4 x 512 floats would not fit with its slice.)
-      CHECK(plan_gated_rnn(dir, cell, {64, 256, 512}, kH100).batch_tile ==
-            (dir == GatedRnnDirection::backward && G == 4 ? 16 : 32));
+      // Batch tiles are powers of two up to 32, no more than a group's rows.
       GatedRnnLaunchOptions o;
+      o.batch_blocks = 1;
+      CHECK(plan_gated_rnn(dir, cell, {5, 3, 37}, kH100, o).batch_tile == 8);
+      CHECK(plan_gated_rnn(dir, cell, {64, 256, 512}, kH100, o).batch_tile == 32);
+      o = {};
       o.batch_tile = 3;
       CHECK(plan_gated_rnn(dir, cell, {5, 3, 37}, kH100, o).batch_tile == 4);
       // H = 1024: resident on an H100 (8 units per block).
@@ -83,6 +83,78 @@ TEST_CASE("gated RNN plan: one block per SM, tiles, resident or streamed", "[gat
       CHECK(gated_rnn_unsupported(plan_gated_rnn(dir, cell, {0, 4, 8}, kH100), cell, {0, 4, 8},
                                   kH100) != nullptr);
     }
+}
+
+TEST_CASE("gated RNN plan: batch groups above 4 rows, fewer and wider slices", "[gated_rnn][plan]") {
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
+    for (GatedRnnDirection dir : {GatedRnnDirection::forward, GatedRnnDirection::backward}) {
+      const int G = gated_rnn_gates(cell);
+      INFO("cell " << G << " gates, " << (dir == GatedRnnDirection::forward ? "forward" : "backward"));
+      // B32 H256: 8 groups of 4 rows; 16 slices of 16 units.
+      GatedRnnPlan p = plan_gated_rnn(dir, cell, {32, 64, 256}, kH100);
+      CHECK(p.batch_blocks == 8);
+      CHECK(p.batch_rows == 4);
+      CHECK(p.batch_tile == 4);
+      CHECK(p.units_per_block == 16);
+      CHECK(p.unit_slices == 16);
+      CHECK(p.blocks == 128);
+      CHECK(p.stored_columns == G * 16);
+      // 5 to 7 rows: one group (a group has at least 4); 8: two.
+      CHECK(plan_gated_rnn(dir, cell, {7, 8, 256}, kH100).batch_blocks == 1);
+      CHECK(plan_gated_rnn(dir, cell, {8, 8, 256}, kH100).batch_blocks == 2);
+      // B64 H512: the GRU's 8 groups of 32 units (96 columns); the LSTMs'
+      // 128 columns of 512 floats would not fit, so 4 groups of 16 units.
+      p = plan_gated_rnn(dir, cell, {64, 256, 512}, kH100);
+      CHECK(p.batch_blocks == (G == 3 ? 8 : 4));
+      CHECK(p.units_per_block == (G == 3 ? 32 : 16));
+      CHECK(p.unit_slices * p.batch_blocks <= kH100.sm_count);
+      CHECK(p.resident_weights);
+      // Up to 4 rows: one group.
+      CHECK(plan_gated_rnn(dir, cell, {4, 8, 256}, kH100).batch_blocks == 1);
+      // Asked for: the groups (none left empty) and units as given.
+      GatedRnnLaunchOptions o;
+      o.batch_blocks = 4;
+      p = plan_gated_rnn(dir, cell, {10, 8, 256}, kH100, o);
+      CHECK(p.batch_rows == 3);
+      CHECK(p.batch_blocks == 4);
+      o.batch_blocks = 8;  // 8 groups of 2 rows cover 10 rows with 5
+      p = plan_gated_rnn(dir, cell, {10, 8, 256}, kH100, o);
+      CHECK(p.batch_rows == 2);
+      CHECK(p.batch_blocks == 5);
+      CHECK(p.blocks == 5 * p.unit_slices);
+      o = {};
+      o.units_per_block = 16;
+      p = plan_gated_rnn(dir, cell, {32, 8, 256}, kH100, o);
+      CHECK(p.units_per_block == 16);
+      CHECK(p.unit_slices == 16);
+      CHECK(p.batch_blocks == 8);  // 132 / 16 SMs left per slice, rounded to a power of two
+      // The backward's exchange holds every slice's part: [2, Su, B, H] words.
+      if (dir == GatedRnnDirection::backward) {
+        CHECK(p.ws_exchange >= 0);
+        int64_t next = p.ws_floats;
+        for (int64_t at : {p.ws_weights, p.ws_state, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c})
+          if (at > p.ws_exchange && at < next) next = at;
+        CHECK(next - p.ws_exchange >= 2 * 2 * int64_t{16} * 32 * 256);
+      }
+    }
+}
+
+TEST_CASE("gated RNN plan: every shape's plan fits and is accepted", "[gated_rnn][plan]") {
+  for (const GatedRnnDevice& device : {kH100, kA100})
+    for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
+      for (GatedRnnDirection dir : {GatedRnnDirection::forward, GatedRnnDirection::backward})
+        for (int64_t B : {1, 2, 3, 5, 7, 8, 31, 32, 33, 64, 100, 256, 1000})
+          for (int64_t H : {1, 7, 37, 64, 256, 511, 512, 1024, 2048}) {
+            const GatedRnnShape shape{B, 5, H};
+            INFO("B " << B << " H " << H << " gates " << gated_rnn_gates(cell) << " dir "
+                      << static_cast<int>(dir) << " SMs " << device.sm_count);
+            const GatedRnnPlan p = plan_gated_rnn(dir, cell, shape, device);
+            CHECK(gated_rnn_unsupported(p, cell, shape, device) == nullptr);
+            CHECK(p.blocks <= device.sm_count);
+            CHECK(p.shared_bytes <= device.max_shared_per_block);
+            CHECK(int64_t{p.batch_blocks - 1} * p.batch_rows < B);  // no empty group
+            check_workspace(p);
+          }
 }
 
 namespace {

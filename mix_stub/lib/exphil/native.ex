@@ -33,11 +33,12 @@ defmodule ExPhil.Native do
   `:window`, `:layout`, `:scale` and `:precision` (its docs say which); `:outputs`,
   `:sync` and `:stream` are as below.
 
-  GRU and LSTM sequences with the recurrent product fused in,
-  `gru_forward/3`, `gru_backward/5`, `lstm_forward/3` and `lstm_backward/5`,
-  take the input projection `wx` and the recurrent weights `r`, and
-  `:bias`, `:h0` (`:c0`) as options (their docs say which); `:outputs`,
-  `:sync` and `:stream` are as below.
+  GRU, LSTM and sLSTM sequences with the recurrent product fused in,
+  `gru_forward/3`, `gru_backward/5`, `lstm_forward/3`, `lstm_backward/5`,
+  `slstm_forward/3` and `slstm_backward/5`, take the input projection `wx`
+  and the recurrent weights `r`, and `:bias`, `:h0` (`:c0`, `:n0`, `:m0`)
+  as options (their docs say which); `:outputs`, `:sync` and `:stream` are
+  as below.
 
   Options of the linear recurrences (keyword list or map):
 
@@ -551,25 +552,32 @@ defmodule ExPhil.Native do
         ) :: op_result()
   defnative(attention_backward(q, k, v, o, lse, grad_o, opts \\ []))
 
-  ## GRU and LSTM sequences
+  ## GRU, LSTM and sLSTM sequences
 
   @typedoc """
-  Options of `gru_forward/3` and `lstm_forward/3`, as a keyword list or a
-  map. `nil` stands for an absent tensor.
+  Options of `gru_forward/3`, `lstm_forward/3` and `slstm_forward/3`, as a
+  keyword list or a map. `nil` stands for an absent tensor.
   """
   @type gated_rnn_option ::
           {:bias, tensor() | nil}
           | {:h0, tensor() | nil}
           | {:c0, tensor() | nil}
+          | {:n0, tensor() | nil}
+          | {:m0, tensor() | nil}
           | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
           | {:sync, boolean()}
           | {:stream, :managed | :legacy_default | Stream.t()}
 
-  @typedoc "Options of `gru_backward/5` and `lstm_backward/5`: the forward's and the final states' gradients."
+  @typedoc "Options of `gru_backward/5`, `lstm_backward/5` and `slstm_backward/5`: the forward's and the final states' gradients."
   @type gated_rnn_backward_option ::
           gated_rnn_option()
           | {:grad_h_final, tensor() | nil}
           | {:grad_c_final, tensor() | nil}
+          | {:grad_n_final, tensor() | nil}
+          | {:grad_m_final, tensor() | nil}
+
+  @typedoc "`gated_rnn_backward_option()`s as a keyword list or a map."
+  @type gated_rnn_backward_options :: [gated_rnn_backward_option()] | map()
 
   @doc """
   A GRU over a whole sequence (Axon's `gru_cell`, PyTorch's and cuDNN's GRU),
@@ -626,13 +634,8 @@ defmodule ExPhil.Native do
   (`:grad_r`, `:grad_bias`) are taken in a fixed order: results are bitwise
   the same from run to run.
   """
-  @spec gru_backward(
-          tensor(),
-          tensor(),
-          tensor(),
-          tensor(),
-          [gated_rnn_backward_option()] | map()
-        ) :: op_result()
+  @spec gru_backward(tensor(), tensor(), tensor(), tensor(), gated_rnn_backward_options()) ::
+          op_result()
   defnative(gru_backward(wx, r, y, grad_y, opts \\ []))
 
   @doc """
@@ -658,14 +661,42 @@ defmodule ExPhil.Native do
   `:c0` and `:grad_c_final` among the options, and `:grad_c0` among the
   outputs. `:grad_rh` equals `:grad_wx` for the LSTM.
   """
-  @spec lstm_backward(
-          tensor(),
-          tensor(),
-          tensor(),
-          tensor(),
-          [gated_rnn_backward_option()] | map()
-        ) :: op_result()
+  @spec lstm_backward(tensor(), tensor(), tensor(), tensor(), gated_rnn_backward_options()) ::
+          op_result()
   defnative(lstm_backward(wx, r, y, grad_y, opts \\ []))
+
+  @doc """
+  xLSTM's sLSTM over a whole sequence, exactly as Edifice's `slstm_scan`,
+  the recurrent product fused in. With `wx` `[B, T, 4H]` the input
+  projection of every step, `r` `[H, 4H]` and `:bias` `[4H]`, gates i, f, z,
+  o side by side, and `pre = wx + h_{t-1} r + bias`:
+
+      m_t = max(pre_f + m_{t-1}, pre_i)
+      i = exp(pre_i - m_t),  f = exp(pre_f + m_{t-1} - m_t)
+      c_t = f * c_{t-1} + i * tanh(pre_z),  n_t = f * n_{t-1} + i
+      h_t = sigmoid(pre_o) * c_t / max(|n_t|, 1)
+
+  Types as in `gru_forward/3`. Options as there, and `:c0`, `:n0`, `:m0`,
+  the initial cell, normaliser and stabiliser `[B, H]` (when absent or
+  `nil`: zeros, ones and zeros, Edifice's). Outputs: `:y` `[B, T, H]`,
+  `:h_final`, `:c_final`, `:n_final` and `:m_final` `[B, H]` (all but `:y`
+  optional under `:outputs`). H is at most 64 hidden units per
+  multiprocessor of the device.
+  """
+  @spec slstm_forward(tensor(), tensor(), [gated_rnn_option()] | map()) :: op_result()
+  defnative(slstm_forward(wx, r, opts \\ []))
+
+  @doc """
+  Gradients of `slstm_forward/3`, as `gru_backward/5` gives the GRU's, with
+  `:c0`, `:n0`, `:m0` and `:grad_c_final`, `:grad_n_final`, `:grad_m_final`
+  among the options, and `:grad_c0`, `:grad_n0`, `:grad_m0` among the
+  outputs. `c`, `n` and `m` are recomputed from `y`. `:grad_rh` equals
+  `:grad_wx`. At max()'s ties the gradient is split as Nx's autodiff splits
+  it (half to each side).
+  """
+  @spec slstm_backward(tensor(), tensor(), tensor(), tensor(), gated_rnn_backward_options()) ::
+          op_result()
+  defnative(slstm_backward(wx, r, y, grad_y, opts \\ []))
 
   ## In-graph (XLA FFI)
 

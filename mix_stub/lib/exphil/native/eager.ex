@@ -56,7 +56,7 @@ defmodule ExPhil.Native.Eager do
 
     * `[:exphil_native, :eager, :call]` - after the NIF took an op on the
       tensors' own memory. Measurements: `%{count: 1}`. Metadata: `:op`
-      (`:min_gru`, ..., `:selective_scan`, `:attention`, `:gru`, `:lstm`), `:direction`
+      (`:min_gru`, ..., `:selective_scan`, `:attention`, `:gru`, `:lstm`, `:slstm`), `:direction`
       (`:forward` or `:backward`), `:backend`, `:device`, `:type` (the
       sequence tensors' type).
     * `[:exphil_native, :eager, :pure]` - when a default function runs the
@@ -457,10 +457,10 @@ defmodule ExPhil.Native.Eager do
     )
   end
 
-  ## GRU and LSTM sequences
+  ## GRU, LSTM and sLSTM sequences
 
   @doc false
-  # The default function of a GRU or LSTM block (`cell`, `direction`):
+  # The default function of a GRU, LSTM or sLSTM block (`cell`, `direction`):
   # `named`, the block's tensors by their NIF names (`wx:`, `r:`, ..., nil
   # for an absent optional one), and `template`, the tuple of its results
   # in the target's order. The NIF takes the op description's required
@@ -485,7 +485,7 @@ defmodule ExPhil.Native.Eager do
   end
 
   @doc false
-  # The NIF call of a GRU or LSTM block: `{function, arguments}` for
+  # The NIF call of a GRU, LSTM or sLSTM block: `{function, arguments}` for
   # `named`, the NIF arguments of its tensors by name (nil for an absent
   # optional one), and `outputs`, those of its results in the target's
   # order. The op description's required inputs are arguments, the rest

@@ -25,8 +25,9 @@ defmodule ExPhil.Native.Ops do
   default function.
 
   Sequence tensors keep their type (f32, bf16 or f16 on the kernels); states
-  and their gradients are f32. State inputs (`:h0`, `:c0`) and the GRU's and
-  LSTM's weights (`r`, `:bias`) of any float type are converted to f32 first.
+  and their gradients are f32. State inputs (`:h0`, `:c0`, `:n0`, `:m0`) and
+  the GRU's, LSTM's and sLSTM's weights (`r`, `:bias`) of any float type are
+  converted to f32 first.
   """
 
   alias ExPhil.Native.Ops
@@ -179,4 +180,35 @@ defmodule ExPhil.Native.Ops do
   `:h0` and `:c0`.
   """
   def lstm(wx, r, opts \\ []), do: Ops.GatedRnn.run(:lstm, wx, r, opts)
+
+  @doc """
+  xLSTM's sLSTM (scalar LSTM with exponential gating) over a whole sequence,
+  exactly as Edifice's `slstm_scan`, the recurrent product fused in. With
+  `pre = wx_t + h_{t-1} r + bias` and the gates i, f, z, o side by side in
+  the last axis:
+
+      m_t = max(pre_f + m_{t-1}, pre_i)
+      i   = exp(pre_i - m_t)      f = exp(pre_f + m_{t-1} - m_t)
+      c_t = f * c_{t-1} + i * tanh(pre_z)
+      n_t = f * n_{t-1} + i
+      h_t = sigmoid(pre_o) * c_t / max(|n_t|, 1)
+
+  `wx` is `{batch, steps, 4 * hidden}`, `r` `{hidden, 4 * hidden}` (Edifice's
+  `recurrent_weight`).
+
+  ## Options
+
+    * `:bias` - a recurrent bias `{4 * hidden}` (default: none), added to
+      the gates as if folded into `wx`
+    * `:h0`, `:c0`, `:n0`, `:m0` - the initial state, cell, normaliser and
+      stabiliser `{batch, hidden}` (default: Edifice's zeros, zeros, ones,
+      zeros)
+    * `:final_state` - when `true`, returns
+      `{y, h_final, c_final, n_final, m_final}` instead of `y`
+
+  Types, gradients and limits as in `lstm/3`; differentiable in `wx`, `r`,
+  `:bias` and the initial states. At max()'s ties the gradient is split as
+  Nx's autodiff splits it (half to each side).
+  """
+  def slstm(wx, r, opts \\ []), do: Ops.GatedRnn.run(:slstm, wx, r, opts)
 end

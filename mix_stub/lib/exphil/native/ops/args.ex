@@ -108,9 +108,10 @@ defmodule ExPhil.Native.Ops.Args do
 
   @doc """
   A default function for `Nx.block/4` over `count` operands: ignores the block
-  struct and calls `fun` with the operands as one list.
+  struct and calls `fun` with the operands as one list (up to 13, the
+  sLSTM backward's).
   """
-  for count <- 1..12 do
+  for count <- 1..13 do
     operands = Macro.generate_arguments(count, __MODULE__)
 
     def spread(unquote(count), fun) do

@@ -1,25 +1,26 @@
 defmodule ExPhil.Native.Ops.GatedRnn do
   @moduledoc false
-  # The GRU and LSTM sequences as Nx blocks: checks, the forward block, and
-  # (inside defn) its gradient, a block for the backward target. The
-  # blocks' default functions are ExPhil.Native.Pure.GatedRnn, or the NIF on
-  # Torchx CUDA tensors (ExPhil.Native.Eager). Operands and results are in
-  # the targets' order (exphil_{gru,lstm}_{fwd,bwd}, xla_ffi_targets.h); an
-  # absent optional operand is the scalar placeholder with has_<name> false.
+  # The GRU, LSTM and sLSTM sequences as Nx blocks: checks, the forward
+  # block, and (inside defn) its gradient, a block for the backward target.
+  # The blocks' default functions are ExPhil.Native.Pure.GatedRnn, or the
+  # NIF on Torchx CUDA tensors (ExPhil.Native.Eager). Operands and results
+  # are in the targets' order (exphil_{gru,lstm,slstm}_{fwd,bwd},
+  # xla_ffi_targets.h); an absent optional operand is the scalar placeholder
+  # with has_<name> false.
 
   alias ExPhil.Native.{Block, Eager, Targets}
   alias ExPhil.Native.Ops.Args
   alias ExPhil.Native.Pure
 
-  # The optional inputs of each cell, in the targets' operand order, and the
-  # final states (the forward's results after y) whose gradients the
-  # backward takes.
-  @optional %{gru: [:bias, :h0], lstm: [:bias, :h0, :c0]}
-  @finals %{gru: [:h_final], lstm: [:h_final, :c_final]}
+  # The optional inputs of `cell`, in the targets' operand order (the
+  # recurrent bias, then the initial states), and its final states (the
+  # forward's results after y) whose gradients the backward takes.
+  defp optional(cell), do: [:bias | for(s <- Pure.GatedRnn.states(cell), do: :"#{s}0")]
+  defp finals(cell), do: for(s <- Pure.GatedRnn.states(cell), do: :"#{s}_final")
 
   def run(cell, wx, r, opts) do
     fun = "ExPhil.Native.Ops.#{cell}/3"
-    optional_keys = Map.fetch!(@optional, cell)
+    optional_keys = optional(cell)
     opts = Args.options!(fun, opts, Enum.map(optional_keys, &{&1, nil}) ++ [final_state: false])
 
     unless is_boolean(opts[:final_state]) do
@@ -43,7 +44,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     template =
       List.to_tuple([
         Nx.template({batch, steps, hidden}, type)
-        | Enum.map(@finals[cell], fn _ -> Nx.template({batch, hidden}, state) end)
+        | Enum.map(finals(cell), fn _ -> Nx.template({batch, hidden}, state) end)
       ])
 
     operands = [wx, r | operands(optional)]
@@ -58,7 +59,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
 
           Eager.gated_rnn(block, cell, :forward, [wx: wx, r: r] ++ given, template, fn ->
             out = Pure.GatedRnn.forward(cell, wx, r, given)
-            List.to_tuple([out.y | Enum.map(@finals[cell], &Map.fetch!(out, &1))])
+            List.to_tuple([out.y | Enum.map(finals(cell), &Map.fetch!(out, &1))])
           end)
         end)
       )
@@ -83,7 +84,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     [grad_y | final_grads] = Tuple.to_list(grads)
 
     finals =
-      Enum.zip_with(@finals[cell], final_grads, fn name, grad ->
+      Enum.zip_with(finals(cell), final_grads, fn name, grad ->
         {:"grad_#{name}", Args.state_gradient(grad, type)}
       end)
 
@@ -95,13 +96,17 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     state = Args.state_type(type)
 
     # The target's results, every one always written: grad_wx, grad_R,
-    # grad_bias, grad_h0, (grad_c0,) grad_rh.
+    # grad_bias, grad_h0, (grad_c0, grad_n0, grad_m0,) grad_rh.
+    carry = Nx.template({batch, hidden}, state)
+
     templates = %{
       "grad_wx" => template(wx),
       "grad_R" => template(r),
       "grad_bias" => Nx.template({width}, Nx.type(r)),
-      "grad_h0" => Nx.template({batch, hidden}, state),
-      "grad_c0" => Nx.template({batch, hidden}, state),
+      "grad_h0" => carry,
+      "grad_c0" => carry,
+      "grad_n0" => carry,
+      "grad_m0" => carry,
       "grad_rh" => template(wx)
     }
 
@@ -187,7 +192,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
       "{batch, steps, #{width}}, hidden from 'r'"
     )
 
-    # r, bias, h0 and c0 are state-typed (f32 on the kernels).
+    # r, bias and the initial states are state-typed (f32 on the kernels).
     state = Args.state_type(Nx.type(wx))
 
     state! = fn name, tensor, shape, why ->
@@ -198,7 +203,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     end
 
     optional =
-      for key <- Map.fetch!(@optional, cell) do
+      for key <- optional(cell) do
         {shape, why} =
           case key do
             :bias -> {{gates * hidden}, "{#{width}} of 'r'"}
