@@ -103,9 +103,9 @@ struct GatedRnnOpDirection {
     info.resident_weights = p.plan.resident_weights;
     info.unit_warps = p.plan.unit_warps;
     if constexpr (kForward)
-      info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{});
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p.plan);
     else
-      info.kernels = kernels::gated_rnn_kernel_count(Direction, params);
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, params, p.plan);
   }
 };
 

@@ -29,11 +29,11 @@
  * workspace) are ~1 GB, ~0.35 ms. Measured (H200, bench/RESULTS.md, issue
  * 30 first part): B1 T32 H256 GRU f32 111.7 us; B64 T256 H512 18.0 ms.
  *
- * Algorithm: four launches, none with atomics, every sum in a fixed order
- * (bitwise reproducible).
+ * Algorithm: four launches (five when step 4 is split), none with atomics,
+ * every sum in a fixed order (bitwise reproducible).
  *   1. rh = h_{t-1} R + b for all t at once (the forward's y gives every
  *      h_{t-1}): a tiled f32 product [B*T, H] x [H, G*H] into the
- *      workspace (gated_rnn_gemm_kernel).
+ *      workspace (gated_rnn_gemm.cuh).
  *   2. the gates from rh and wx (gated_rnn_gates_kernel): GRU r, z, n, rh_n
  *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t, a
  *      thread per (b, unit) walking t (c_t needs c_{t-1}) in chunks of 8
@@ -60,7 +60,11 @@
  *      first version's exchange of grad_rh was its bound at B64 H512.
  *   4. grad_R and grad_bias: the product [H+1, B*T] x [B*T, G*H] of
  *      [h_{t-1}; 1]^T and grad_rh, each output summed over b, t in order by
- *      one thread (the same tiled kernel as step 1).
+ *      one thread, split along B*T into slices added in order where its
+ *      tiles are too few to fill the device (the same tiled kernel as step
+ *      1, and a reduction).
+ *   Measured (H100, bench/RESULTS.md, run L): at B64 T256 H512 GRU f32 the
+ *   two products take 1.0 and 1.7 ms, the walk 4.8 ms, the forward 2.4 ms.
  *
  * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
  * forward's f32 state is not kept); for f32 this is exact. The LSTM's c and
@@ -86,83 +90,34 @@
 #include <cooperative_groups.h>
 
 #include "gated_rnn/gated_rnn_common.cuh"
+#include "gated_rnn/gated_rnn_gemm.cuh"
 #include "gated_rnn/slstm_cell.cuh"
 
 namespace exphil::kernels {
 
 // ---------------------------------------------------------------------------
-// Tiled f32 product C[m, n] = sum_k A(m, k) B(k, n) for m < M, n < N, with
-// loaders for A and B and a store for C: 64 x 64 tiles, k in steps of 64
-// (few steps at small B*T, where each step costs a trip to memory), 256
-// threads of 4 x 4 outputs. Each output is summed by one thread in
-// increasing k: deterministic.
-inline constexpr int kGatedRnnGemmTile = 64;
-inline constexpr int kGatedRnnGemmDepth = 64;
+// The products' operands (gated_rnn_gemm.cuh gives the loader contract).
 
-template <class ALoad, class BLoad, class CStore>
-__global__ void __launch_bounds__(kGatedRnnThreads)
-    gated_rnn_gemm_kernel(int64_t M, int64_t N, int64_t K, const ALoad a, const BLoad b,
-                          const CStore store) {
-  constexpr int TM = kGatedRnnGemmTile, TK = kGatedRnnGemmDepth;
-  __shared__ float As[TK][TM + 4];
-  __shared__ float Bs[TK][TM + 4];
-  const int tid = static_cast<int>(threadIdx.x);
-  const int tx = tid & 15, ty = tid >> 4;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * TM;
-  float acc[4][4] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += TK) {
-#pragma unroll
-    for (int q = 0; q < TM * TK / kGatedRnnThreads; ++q) {
-      const int e = tid + q * kGatedRnnThreads;
-      int mm, kk;
-      if constexpr (ALoad::kContiguousK) {
-        kk = e % TK;
-        mm = e / TK;
-      } else {
-        mm = e % TM;
-        kk = e / TM;
-      }
-      const int64_t m = m0 + mm, k = k0 + kk;
-      As[kk][mm] = (m < M && k < K) ? a(m, k) : 0.0f;
-      const int nn = e % TM, kb = e / TM;
-      const int64_t n = n0 + nn, k2 = k0 + kb;
-      Bs[kb][nn] = (n < N && k2 < K) ? b(k2, n) : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int kk = 0; kk < TK; ++kk) {
-      float av[4], bv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) av[i] = As[kk][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) bv[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
-    }
-    __syncthreads();
-  }
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t m = m0 + ty + 16 * i, n = n0 + tx + 16 * j;
-      if (m < M && n < N) store(m, n, acc[i][j]);
-    }
-}
-
-// h_{t-1} of row m = b*T + t, unit k: y_{t-1}, or h0 (zeros) at t = 0.
+// h_{t-1} of row m = b*T + t: y_{t-1}, or h0 (zeros) at t = 0. A row is
+// found once (its division by T), then read by unit.
 template <class Elem>
 struct GatedRnnPrevState {
   const Elem* y;
   const void* h0;
   DType h0_dtype;
   int64_t T, H;
-  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const {
-    if (m % T != 0) return to_float(y[(m - 1) * H + k]);
-    return h0 ? load_state(h0, h0_dtype, (m / T) * H + k) : 0.0f;
+  struct Row {
+    const void* p = nullptr;  // null: zeros
+    bool from_y = false;      // y (Elem) or h0 (h0_dtype)
+  };
+  __device__ __forceinline__ Row row(int64_t m) const {
+    if (m % T != 0) return {y + (m - 1) * H, true};
+    const int64_t bytes = h0_dtype == DType::f32 ? 4 : 2;
+    return {h0 ? static_cast<const char*>(h0) + (m / T) * H * bytes : nullptr, false};
+  }
+  __device__ __forceinline__ float at(const Row& r, int64_t k) const {
+    if (r.from_y) return to_float(static_cast<const Elem*>(r.p)[k]);
+    return r.p ? load_state(r.p, h0_dtype, k) : 0.0f;
   }
 };
 
@@ -171,22 +126,24 @@ template <class Elem>
 struct GatedRnnRecomputeA {
   static constexpr bool kContiguousK = true;
   GatedRnnPrevState<Elem> h;
-  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const { return h(m, k); }
+  using Row = typename GatedRnnPrevState<Elem>::Row;
+  __device__ __forceinline__ Row row(int64_t m) const { return h.row(m); }
+  __device__ __forceinline__ float at(const Row& r, int64_t k) const { return h.at(r, k); }
 };
 struct GatedRnnWeightB {
   const void* R;
   DType dtype;
   int64_t N;
-  __device__ __forceinline__ float operator()(int64_t k, int64_t n) const {
-    return load_state(R, dtype, k * N + n);
-  }
+  using Row = int64_t;  // the row's first element
+  __device__ __forceinline__ Row row(int64_t k) const { return k * N; }
+  __device__ __forceinline__ float at(Row r, int64_t n) const { return load_state(R, dtype, r + n); }
 };
 struct GatedRnnRecomputeStore {
   float* rh;
   const void* bias;
   DType bias_dtype;
   int64_t N;
-  __device__ __forceinline__ void operator()(int64_t m, int64_t n, float v) const {
+  __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
     rh[m * N + n] = v + (bias ? load_state(bias, bias_dtype, n) : 0.0f);
   }
 };
@@ -198,24 +155,26 @@ struct GatedRnnWeightGradA {
   static constexpr bool kContiguousK = false;
   GatedRnnPrevState<Elem> h;
   int64_t first;
-  __device__ __forceinline__ float operator()(int64_t m, int64_t k) const {
-    const int64_t row = m + first;
-    return row < h.H ? h(k, row) : 1.0f;
+  using Row = typename GatedRnnPrevState<Elem>::Row;
+  __device__ __forceinline__ Row row(int64_t k) const { return h.row(k); }
+  __device__ __forceinline__ float at(const Row& r, int64_t m) const {
+    const int64_t unit = m + first;
+    return unit < h.H ? h.at(r, unit) : 1.0f;
   }
 };
 struct GatedRnnGradRhB {
   const float* grad_rh;
   int64_t N;
-  __device__ __forceinline__ float operator()(int64_t k, int64_t n) const {
-    return grad_rh[k * N + n];
-  }
+  using Row = const float*;
+  __device__ __forceinline__ Row row(int64_t k) const { return grad_rh + k * N; }
+  __device__ __forceinline__ float at(Row r, int64_t n) const { return r[n]; }
 };
 struct GatedRnnWeightGradStore {
   void* grad_R;
   void* grad_bias;
   DType dtype;
   int64_t H, N, first;
-  __device__ __forceinline__ void operator()(int64_t m, int64_t n, float v) const {
+  __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
     const int64_t row = m + first;
     if (row < H) {
       store_state(grad_R, dtype, row * N + n, v);

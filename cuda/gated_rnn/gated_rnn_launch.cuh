@@ -62,14 +62,37 @@ LaunchResult launch_persistent(Kernel kernel, std::atomic<uint64_t>& shared_allo
   return {};
 }
 
+inline unsigned gemm_tiles(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
+
+// C = A B through gated_rnn_gemm.cuh.
 template <class ALoad, class BLoad, class CStore>
 LaunchResult gemm(int64_t M, int64_t N, int64_t K, const ALoad& a, const BLoad& b,
                   const CStore& c, cudaStream_t stream) {
   if (M <= 0 || N <= 0) return {};
-  const dim3 grid(static_cast<unsigned>((M + kGatedRnnGemmTile - 1) / kGatedRnnGemmTile),
-                  static_cast<unsigned>((N + kGatedRnnGemmTile - 1) / kGatedRnnGemmTile));
-  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, a, b, c);
+  const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN));
+  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, K, a, b, c);
   EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel");
+  return {};
+}
+
+// The same split along k into `splits` slices of whole steps (partial:
+// splits * M * N floats of workspace), then the slices added in order.
+template <class ALoad, class BLoad, class CStore>
+LaunchResult gemm_split(int64_t M, int64_t N, int64_t K, const ALoad& a, const BLoad& b,
+                        const CStore& c, int splits, float* partial, cudaStream_t stream) {
+  if (splits <= 1) return gemm(M, N, K, a, b, c, stream);
+  if (M <= 0 || N <= 0) return {};
+  const int64_t depth = kGatedRnnGemmDepth;
+  const int64_t per_split = (K + splits * depth - 1) / (splits * depth) * depth;
+  const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN),
+                  static_cast<unsigned>(splits));
+  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(
+      M, N, K, per_split, a, b, GatedRnnGemmPartialStore{partial, M, N});
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel (split along k)");
+  const auto blocks = static_cast<unsigned>(
+      std::clamp<int64_t>((M * N + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
+  gated_rnn_gemm_reduce_kernel<<<blocks, kGatedRnnThreads, 0, stream>>>(M, N, splits, partial, c);
+  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_reduce_kernel");
   return {};
 }
 
@@ -140,11 +163,11 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
     const int64_t first = params.d_grad_R ? 0 : H;
     const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
     if (const LaunchResult r =
-            gemm(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
+            gemm_split(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
                  GatedRnnGradRhB{d_workspace + plan.ws_rh, GH},
                  GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype, H,
                                          GH, first},
-                 stream);
+                 plan.weight_grad_splits, d_workspace + plan.ws_split, stream);
         !r.ok())
       return r;
   }

@@ -38,6 +38,11 @@ inline constexpr int64_t gated_rnn_padded_columns(int64_t columns) noexcept {
 // kGatedRnnPreferredColumns columns of R.
 inline constexpr int64_t kGatedRnnLatencyRows = 4;
 inline constexpr int64_t kGatedRnnPreferredColumns = 128;
+// The backward's products (gated_rnn_gemm.cuh): output tile side, depth of
+// one step of k, and the most slices the grad_R product is split into.
+inline constexpr int64_t kGatedRnnWeightGradTile = 128;
+inline constexpr int64_t kGatedRnnWeightGradDepth = 16;
+inline constexpr int64_t kGatedRnnMaxWeightGradSplits = 16;
 // The forward's unit-warps layout (gated_rnn_forward_unit_warps.cuh): batch
 // rows it carries (one accumulator per gate and row in every lane) and its
 // largest block (8 warps, 8 units).
@@ -71,9 +76,11 @@ inline std::size_t gated_rnn_workspace_bytes(const GatedRnnPlan& plan) noexcept 
   return static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
 }
 
-// Kernel launches the call makes: forward 1; backward 3 to 4 (gates, the
-// persistent kernel, and the grad_R / grad_bias product when wanted).
-int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params) noexcept;
+// Kernel launches the call makes: forward 1; backward 3 to 5 (the
+// recompute product, gates, the persistent kernel, and the grad_R /
+// grad_bias product when wanted, with its reduction when split).
+int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
+                           const GatedRnnPlan& plan) noexcept;
 
 // Enqueue the kernels on `stream` (the current device must own it).
 // d_workspace: gated_rnn_workspace_bytes(plan) of device memory, 256-byte

@@ -121,6 +121,10 @@ struct GatedRnnPlan {
   // units_per_block is the warps of a block, batch_tile is B, columns G*U.
   bool unit_warps = false;
   int threads = 256;             // of each block of the persistent kernel
+  // Backward: the slices along B*T of the grad_R / grad_bias product
+  // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to
+  // fill the device.
+  int weight_grad_splits = 1;
   // Workspace layout: offsets in floats from its start, -1 when not used.
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
   int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
@@ -134,6 +138,7 @@ struct GatedRnnPlan {
                             // sLSTM i', f' (the stabilised exponentials), z, o
   int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t; sLSTM [B, T, 3, H]:
                             // every c_t, n_t and the share of dm_t taken by log f + m_{t-1}
+  int64_t ws_split = -1;    // backward [weight_grad_splits, H+1, G*H]: the splits' partial sums
   int64_t ws_floats = 0;    // total
 };
 

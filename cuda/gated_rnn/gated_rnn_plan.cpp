@@ -174,6 +174,15 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     plan.ws_state = take(total, B * H);
     if (cell_states > 0) plan.ws_cell = take(total, cell_states * B * H);
     plan.ws_exchange = take(total, 2 * 2 * slices * B * H);  // 64-bit words
+    // grad_R / grad_bias: [H+1, G*H] summed over B*T. Split along B*T until
+    // its tiles fill the device twice, each split at least 8 steps of k.
+    const int64_t tiles = ceil_div(H + 1, kGatedRnnWeightGradTile) *
+                          ceil_div(G * H, kGatedRnnWeightGradTile);
+    const int64_t splits = std::clamp<int64_t>(
+        std::min<int64_t>(ceil_div(2 * sms, tiles), (B * T) / (8 * kGatedRnnWeightGradDepth)), 1,
+        kGatedRnnMaxWeightGradSplits);
+    plan.weight_grad_splits = static_cast<int>(splits);
+    if (splits > 1) plan.ws_split = take(total, splits * (H + 1) * G * H);
   }
   if (!plan.resident_weights) plan.ws_weights = take(total, plan.blocks * padded * H);
   plan.ws_floats = total;
@@ -201,6 +210,9 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   if (plan.columns > kGatedRnnThreads)
     return "gated RNN plan: more than 256 columns per block (H too large for the device's "
            "multiprocessors)";
+  if (plan.weight_grad_splits < 1 || plan.weight_grad_splits > kGatedRnnMaxWeightGradSplits ||
+      (plan.weight_grad_splits > 1 && plan.ws_split < 0))
+    return "gated RNN plan: the grad_R product's splits are not 1 to 16 with their workspace";
   if (plan.batch_tile < 1 || plan.batch_tile > kGatedRnnMaxBatchTile ||
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
@@ -215,9 +227,11 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   return nullptr;
 }
 
-int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params) noexcept {
+int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
+                           const GatedRnnPlan& plan) noexcept {
   if (direction == GatedRnnDirection::forward) return 1;
-  return 3 + ((params.d_grad_R || params.d_grad_bias) ? 1 : 0);
+  if (!params.d_grad_R && !params.d_grad_bias) return 3;
+  return plan.weight_grad_splits > 1 ? 5 : 4;
 }
 
 }  // namespace exphil::kernels

@@ -22,7 +22,7 @@ constexpr GatedRnnDevice kA100{108, 166912, 167936};
 void check_workspace(const GatedRnnPlan& p) {
   std::vector<std::pair<int64_t, int64_t>> pieces;  // offset, next offset
   const int64_t offsets[] = {p.ws_weights, p.ws_state, p.ws_exchange, p.ws_cell,
-                             p.ws_rh,      p.ws_gates, p.ws_c};
+                             p.ws_rh,      p.ws_gates, p.ws_c,     p.ws_split};
   for (int64_t o : offsets)
     if (o >= 0) {
       CHECK(o % 64 == 0);
@@ -132,7 +132,7 @@ TEST_CASE("gated RNN plan: batch groups above 4 rows, fewer and wider slices", "
       if (dir == GatedRnnDirection::backward) {
         CHECK(p.ws_exchange >= 0);
         int64_t next = p.ws_floats;
-        for (int64_t at : {p.ws_weights, p.ws_state, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c})
+        for (int64_t at : {p.ws_weights, p.ws_state, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c, p.ws_split})
           if (at > p.ws_exchange && at < next) next = at;
         CHECK(next - p.ws_exchange >= 2 * 2 * int64_t{16} * 32 * 256);
       }
@@ -162,7 +162,8 @@ namespace {
 // The floats from a piece's offset to the next piece (or the end).
 int64_t room(const GatedRnnPlan& p, int64_t at) {
   int64_t next = p.ws_floats;
-  for (int64_t o : {p.ws_weights, p.ws_state, p.ws_exchange, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c})
+  for (int64_t o : {p.ws_weights, p.ws_state, p.ws_exchange, p.ws_cell, p.ws_rh, p.ws_gates, p.ws_c,
+                    p.ws_split})
     if (o > at && o < next) next = o;
   return next - at;
 }
@@ -264,5 +265,30 @@ TEST_CASE("gated RNN plan: the forward's unit-warps layout at small batches", "[
     CHECK(p.threads == 32);
     // A unit-warps plan stretched past its rows is refused, with a reason.
     CHECK(gated_rnn_unsupported(p, cell, {5, 32, 256}, kH100) != nullptr);
+  }
+}
+
+TEST_CASE("gated RNN plan: the grad_R product split along B*T when its tiles are few",
+          "[gated_rnn][plan]") {
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm}) {
+    const int64_t G = gated_rnn_gates(cell);
+    // B64 T256 H512: 5 x 12 (GRU) or 5 x 16 tiles of 128: splits fill 264 blocks.
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::backward, cell, {64, 256, 512}, kH100);
+    CHECK(p.weight_grad_splits == (G == 3 ? 5 : 4));
+    CHECK(room(p, p.ws_split) >= p.weight_grad_splits * 513 * G * 512);
+    // Its launches: recompute, gates, walk, the split product and its reduction.
+    GatedRnnBackwardParams wants_grad_R;
+    int grad_R = 0;
+    wants_grad_R.d_grad_R = &grad_R;
+    CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, wants_grad_R, p) == 5);
+    CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, GatedRnnBackwardParams{}, p) == 3);
+    // Short sequences: at least 8 steps of 16 a split, so none at B1 T32.
+    p = plan_gated_rnn(GatedRnnDirection::backward, cell, {1, 32, 256}, kH100);
+    CHECK(p.weight_grad_splits == 1);
+    CHECK(p.ws_split < 0);
+    // Enough tiles already (H = 2048): none.
+    CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, {4, 512, 2048}, kH100).weight_grad_splits == 1);
+    // The forward has none.
+    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 256, 512}, kH100).ws_split < 0);
   }
 }
