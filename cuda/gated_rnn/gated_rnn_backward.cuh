@@ -435,14 +435,22 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       GatedRnnBackwardInputs<Elem, kCell> first;
       if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
       if (carried) {
-        // Every slice's part for these rows and units:
-        // parts[(j * nb + b) * live + u].
+        // Every slice's part for these rows and units, staged at
+        // parts[(j * nb + b) * live + u]: the threads sharing an item
+        // (row, unit) take its slices j = slot, slot + per_item, ...
         const uint64_t* src = xchg + ((s + 1) & 1) * Su * B * K;
-        gated_rnn_stage_words(parts, Su * nb * live, [&](int i) {
-          const int r = i / live;  // j * nb + b
-          const int j = r / nb;
-          return src + (static_cast<int64_t>(j) * B + b0 + (r - j * nb)) * K + u0 + (i - r * live);
-        }, static_cast<int>(s + 1));
+        const int per_item = kGatedRnnThreads / items;  // 0: more items than threads
+        const int stride = per_item > 1 ? per_item : 1;
+        for (int it = per_item > 0 ? tid % items : tid;
+             it < items && (per_item == 0 || tid < items * per_item);
+             it += per_item > 0 ? items : kGatedRnnThreads) {
+          const int slot = per_item > 0 ? tid / items : 0;
+          const int b = it / live, u = it - (it / live) * live;
+          gated_rnn_stage_strided(parts + (slot * nb + b) * live + u, stride * nb * live,
+                                  src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
+                                  static_cast<int64_t>(stride) * B * K,
+                                  (Su - slot + stride - 1) / stride, static_cast<int>(s + 1));
+        }
         __syncthreads();
       }
       for (int i = tid; i < items; i += kGatedRnnThreads) {

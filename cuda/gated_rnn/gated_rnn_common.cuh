@@ -139,6 +139,30 @@ __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, i
   }
 }
 
+// Stages `count` words src[n * src_stride] into dst[n * dst_stride] (one
+// thread's share of a strided gather), waiting for each to carry `step`,
+// in batches of 8 loads in flight as gated_rnn_stage_words does; the
+// addresses are an add apart (the first backward's gather divided twice
+// per word to find them, and re-derived them every poll round).
+__device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst, int dst_stride,
+                                                        const uint64_t* src, int64_t src_stride,
+                                                        int count, int step) {
+  constexpr int kBatch = 8;
+  for (int n0 = 0; n0 < count; n0 += kBatch) {
+    const uint64_t* first = src + n0 * src_stride;
+    uint64_t w[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (n0 + j < count) w[j] = gated_rnn_peek(first + j * src_stride);
+    gated_rnn_poll_rounds<kBatch>(w, [&](int j) -> const uint64_t* {
+      return n0 + j < count ? first + j * src_stride : nullptr;
+    }, step);
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j)
+      if (n0 + j < count) dst[(n0 + j) * dst_stride] = __uint_as_float(static_cast<uint32_t>(w[j]));
+  }
+}
+
 // Stages rows [0, nb) of one step's exchange buffer (row length K, rows
 // contiguous from `src`) into x [rows, K], waiting for `step`; rows
 // [nb, rows) are zeros.

@@ -47,6 +47,16 @@ struct GatedRnnGemmPartialStore {
   }
 };
 
+// Eight consecutive elements first + j of one prepared row of an operand,
+// zeros where the row is not `live` or past `end`.
+template <class Load>
+__device__ __forceinline__ void gated_rnn_gemm_load8(const Load& load, const typename Load::Row& row,
+                                                     bool live, int64_t first, int64_t end,
+                                                     float (&out)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = (live && first + j < end) ? load.at(row, first + j) : 0.0f;
+}
+
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads)
     gated_rnn_gemm_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split, const ALoad a,
@@ -78,29 +88,15 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   float ra[8], rb[8];
   const auto load = [&](int64_t k0) {
     if constexpr (kAk) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t k = k0 + a_first + j;
-        ra[j] = (am < M && k < k_end) ? a.at(a_row, k) : 0.0f;
-      }
+      gated_rnn_gemm_load8(a, a_row, am < M, k0 + a_first, k_end, ra);
     } else {
       const int64_t k = k0 + a_fixed;
-      typename ALoad::Row r{};
-      if (k < k_end) r = a.row(k);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t m = m0 + a_first + j;
-        ra[j] = (k < k_end && m < M) ? a.at(r, m) : 0.0f;
-      }
+      gated_rnn_gemm_load8(a, k < k_end ? a.row(k) : typename ALoad::Row{}, k < k_end,
+                           m0 + a_first, M, ra);
     }
     const int64_t k = k0 + b_k;
-    typename BLoad::Row r{};
-    if (k < k_end) r = b.row(k);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t n = n0 + b_first + j;
-      rb[j] = (k < k_end && n < N) ? b.at(r, n) : 0.0f;
-    }
+    gated_rnn_gemm_load8(b, k < k_end ? b.row(k) : typename BLoad::Row{}, k < k_end, n0 + b_first,
+                         N, rb);
   };
   const auto stash = [&]() {
 #pragma unroll
