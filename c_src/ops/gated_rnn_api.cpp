@@ -15,16 +15,6 @@ namespace {
 
 using kernels::GatedRnnDirection;
 
-// The kernels' plan and the device numbers it was made for (and whether
-// asking for them failed: the plan is then refused). The numbers are asked
-// for on each call; the runtime's LaunchContext, which reads the
-// multiprocessor count once per device, is where they belong.
-struct GatedRnnOpPlan {
-  kernels::GatedRnnPlan plan;
-  kernels::GatedRnnDevice device;
-  cudaError_t query = cudaSuccess;
-};
-
 template <GatedRnnDirection Direction>
 struct GatedRnnOpDirection {
   static constexpr bool kForward = Direction == GatedRnnDirection::forward;
@@ -33,7 +23,8 @@ struct GatedRnnOpDirection {
       std::conditional_t<kForward, kernels::GatedRnnForwardParams, kernels::GatedRnnBackwardParams>;
   using Call = runtime::GatedRnnCall;
   using LaunchOptions = GatedRnnLaunchOptions;
-  using Plan = GatedRnnOpPlan;
+  // The kernels' plan, with the device numbers it was made for.
+  using Plan = kernels::GatedRnnPlan;
   static constexpr const char* kWhere = kForward ? "gated_rnn_forward" : "gated_rnn_backward";
   static constexpr const char* kWorkspace = "gated RNN workspace";
 
@@ -50,8 +41,9 @@ struct GatedRnnOpDirection {
 
   static Plan plan(const Args& args, const Call& call, const Params&, const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
-    Plan p;
-    p.query = kernels::query_gated_rnn_device(context.device(), p.device);
+    // The device's numbers as the launch context read them once.
+    const runtime::DeviceArchitecture& a = context.architecture();
+    const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
     kernels::GatedRnnLaunchOptions o;
     if (options) {
       o.units_per_block = options->units_per_block;
@@ -60,13 +52,11 @@ struct GatedRnnOpDirection {
       o.streamed_weights = options->streamed_weights;
       o.unit_warps = options->unit_warps;
     }
-    p.plan = kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                     p.device, o);
-    return p;
+    return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
+                                   device, o);
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
-    if (p.query != cudaSuccess) return runtime::cuda_status(p.query, "query_gated_rnn_device");
     const kernels::GatedRnnForwardParams& f = [&]() -> const kernels::GatedRnnForwardParams& {
       if constexpr (kForward)
         return params;
@@ -74,7 +64,7 @@ struct GatedRnnOpDirection {
         return params.fwd;
     }();
     const kernels::GatedRnnCell cell = f.cell;
-    if (const char* why = kernels::gated_rnn_unsupported(p.plan, cell, call.shape, p.device)) {
+    if (const char* why = kernels::gated_rnn_unsupported(p, cell, call.shape, p.device)) {
       const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
       return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
     }
@@ -82,30 +72,30 @@ struct GatedRnnOpDirection {
   }
 
   static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
-    return kernels::gated_rnn_workspace_bytes(p.plan);
+    return kernels::gated_rnn_workspace_bytes(p);
   }
 
   static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
                                       cudaStream_t stream) {
     if constexpr (kForward)
-      return kernels::launch_gated_rnn_forward(params, p.plan, d_workspace, stream);
+      return kernels::launch_gated_rnn_forward(params, p, d_workspace, stream);
     else
-      return kernels::launch_gated_rnn_backward(params, p.plan, d_workspace, stream);
+      return kernels::launch_gated_rnn_backward(params, p, d_workspace, stream);
   }
 
   static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
     if (!options || !options->chosen) return;
     GatedRnnLaunchInfo& info = *options->chosen;
-    info.units_per_block = p.plan.units_per_block;
-    info.blocks = p.plan.blocks;
-    info.batch_blocks = p.plan.batch_blocks;
-    info.batch_tile = p.plan.batch_tile;
-    info.resident_weights = p.plan.resident_weights;
-    info.unit_warps = p.plan.unit_warps;
+    info.units_per_block = p.units_per_block;
+    info.blocks = p.blocks;
+    info.batch_blocks = p.batch_blocks;
+    info.batch_tile = p.batch_tile;
+    info.resident_weights = p.resident_weights;
+    info.unit_warps = p.unit_warps;
     if constexpr (kForward)
-      info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p.plan);
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
     else
-      info.kernels = kernels::gated_rnn_kernel_count(Direction, params, p.plan);
+      info.kernels = kernels::gated_rnn_kernel_count(Direction, params, p);
   }
 };
 

@@ -80,23 +80,33 @@ Status DeviceRegistry::require_device_locked(int device) {
   return {};
 }
 
-Status DeviceRegistry::architecture(int device, int& sm_count, int& compute_capability) {
+Status DeviceRegistry::architecture(int device, DeviceArchitecture& out) {
   std::lock_guard<std::mutex> lock(mutex_);
   EXPHIL_RETURN_IF_ERROR(require_device_locked(device));
-  Device& d = devices_[static_cast<size_t>(device)];
-  if (d.sm_count == 0) {
-    int sms = 0, major = 0, minor = 0;
-    cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(MultiProcessorCount)");
-    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-    e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    if (e != cudaSuccess) return cuda_status(e, "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
-    d.compute_capability = 10 * major + minor;
-    d.sm_count = sms;  // last: a nonzero count marks both as known
+  DeviceArchitecture& a = devices_[static_cast<size_t>(device)].architecture;
+  if (a.sm_count == 0) {
+    DeviceArchitecture read;
+    int major = 0, minor = 0;
+    const struct {
+      int* value;
+      cudaDeviceAttr attribute;
+      const char* call;
+    } reads[] = {
+        {&read.sm_count, cudaDevAttrMultiProcessorCount, "cudaDeviceGetAttribute(MultiProcessorCount)"},
+        {&major, cudaDevAttrComputeCapabilityMajor, "cudaDeviceGetAttribute(ComputeCapabilityMajor)"},
+        {&minor, cudaDevAttrComputeCapabilityMinor, "cudaDeviceGetAttribute(ComputeCapabilityMinor)"},
+        {&read.max_shared_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+         "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)"},
+        {&read.max_shared_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+         "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)"},
+    };
+    for (const auto& r : reads)
+      if (const cudaError_t e = cudaDeviceGetAttribute(r.value, r.attribute, device); e != cudaSuccess)
+        return cuda_status(e, r.call);
+    read.compute_capability = 10 * major + minor;
+    a = read;  // a nonzero sm_count marks all as known
   }
-  sm_count = d.sm_count;
-  compute_capability = d.compute_capability;
+  out = a;
   return {};
 }
 

@@ -18,6 +18,14 @@
 
 namespace exphil::runtime {
 
+// What the planners need of a device, read from it once.
+struct DeviceArchitecture {
+  int sm_count = 0;
+  int compute_capability = 0;      // 10 * major + minor, e.g. 90 for an H100
+  int max_shared_per_block = 0;    // opt-in maximum, bytes
+  int max_shared_per_sm = 0;       // bytes
+};
+
 class DeviceRegistry {
  public:
   static DeviceRegistry& instance() noexcept;
@@ -27,9 +35,9 @@ class DeviceRegistry {
   // ok if `device` exists; no_device (with the driver's reason) when there
   // is no GPU, invalid_argument when the index is out of range.
   Status require_device(int device);
-  // The multiprocessor count and the compute capability (10 * major +
-  // minor, e.g. 90 for an H100), read from the device once.
-  Status architecture(int device, int& sm_count, int& compute_capability);
+  // The device's numbers, read from it once (a call's planning then makes
+  // no driver call).
+  Status architecture(int device, DeviceArchitecture& out);
   Status stream(int device, cudaStream_t& stream);
   Status workspace_pool(int device, cudaMemPool_t& pool);
   // The workspace pool if a call has created it, else nullptr (creates none).
@@ -42,8 +50,7 @@ class DeviceRegistry {
   struct Device {
     cudaStream_t stream = nullptr;
     cudaMemPool_t pool = nullptr;
-    int sm_count = 0;
-    int compute_capability = 0;
+    DeviceArchitecture architecture;  // sm_count 0: not read yet
   };
 
   Status count_locked();  // mutex_ held

@@ -12,7 +12,7 @@ Status LaunchContext::prepare(const CallTensors& tensors, Stream requested) {
   EXPHIL_RETURN_IF_ERROR(locate_device(tensors, device_));
   EXPHIL_RETURN_IF_ERROR(scoped_.enter(device_));
   EXPHIL_RETURN_IF_ERROR(resolve_stream(device_, requested, stream_, capturing_));
-  return DeviceRegistry::instance().architecture(device_, sm_count_, compute_capability_);
+  return DeviceRegistry::instance().architecture(device_, architecture_);
 }
 
 Status LaunchContext::allocate_workspace(std::size_t bytes, void** out, const char* what) const {

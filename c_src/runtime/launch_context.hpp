@@ -24,8 +24,9 @@ class LaunchContext {
 
   int device() const noexcept { return device_; }
   cudaStream_t stream() const noexcept { return stream_; }
-  int sm_count() const noexcept { return sm_count_; }
-  int compute_capability() const noexcept { return compute_capability_; }
+  int sm_count() const noexcept { return architecture_.sm_count; }
+  int compute_capability() const noexcept { return architecture_.compute_capability; }
+  const DeviceArchitecture& architecture() const noexcept { return architecture_; }
 
   // Takes `bytes` of workspace (null for 0), runs launch(float* d_workspace,
   // cudaStream_t) -> kernels::LaunchResult, and releases the workspace on the
@@ -54,8 +55,7 @@ class LaunchContext {
   int device_ = -1;
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;
-  int sm_count_ = 0;
-  int compute_capability_ = 0;
+  DeviceArchitecture architecture_;
 };
 
 }  // namespace exphil::runtime

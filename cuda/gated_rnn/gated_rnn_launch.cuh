@@ -19,33 +19,60 @@
 namespace exphil::kernels {
 namespace gated_rnn_launch {
 
+// The persistent kernels' blocks wait on each other, so all must be
+// resident at once: blocks <= blocks per SM x SMs. The occupancy API answers
+// per kernel, block size and shared memory; its last answer for a kernel is
+// kept (device, threads, bytes and the answer packed in one word), so that
+// a call with the plan of the last one makes no driver call.
+struct PersistentKernelCache {
+  std::atomic<uint64_t> shared_allowed{0};  // allow_dynamic_shared_once's devices
+  std::atomic<uint64_t> occupancy{0};       // 0: nothing kept
+};
+
+template <class Kernel>
+cudaError_t blocks_per_sm(Kernel kernel, PersistentKernelCache& cache, int threads,
+                          int shared_bytes, int& out) {
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  // device + 1 (8 bits) | threads (12) | bytes (24) | answer (16); larger
+  // values are never kept.
+  const bool keepable = device < 255 && threads < (1 << 12) && shared_bytes < (1 << 24);
+  const uint64_t key = (static_cast<uint64_t>(device + 1) << 56) |
+                       (static_cast<uint64_t>(threads) << 44) |
+                       (static_cast<uint64_t>(shared_bytes) << 20);
+  const uint64_t kept = cache.occupancy.load(std::memory_order_acquire);
+  if (keepable && (kept & ~uint64_t{0xFFFFF}) == key) {
+    out = static_cast<int>(kept & 0xFFFF);
+    return cudaSuccess;
+  }
+  if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &out, kernel, threads, static_cast<std::size_t>(shared_bytes));
+      e != cudaSuccess)
+    return e;
+  if (keepable && out >= 0 && out < (1 << 16))
+    cache.occupancy.store(key | static_cast<uint64_t>(out), std::memory_order_release);
+  return cudaSuccess;
+}
+
 // Opts `kernel` in to the device's largest dynamic shared memory (once per
 // device), then checks that all `blocks` can be resident at once, as
-// grid.sync() needs, and launches it cooperatively.
+// grid.sync() needs, and launches it cooperatively. The device's numbers
+// come with the plan (read once per device by the runtime).
 template <class Kernel, class Params>
-LaunchResult launch_persistent(Kernel kernel, std::atomic<uint64_t>& shared_allowed,
-                               const Params& params, const GatedRnnPlan& plan, float* ws,
-                               cudaStream_t stream, const char* name) {
-  int device = 0, optin = 0, sms = 0, per_sm = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return {e, "cudaGetDevice"};
-  if (const cudaError_t e =
-          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      e != cudaSuccess)
-    return {e, "cudaDeviceGetAttribute (shared memory per block)"};
-  if (const cudaError_t e =
-          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-      e != cudaSuccess)
-    return {e, "cudaDeviceGetAttribute (multiprocessor count)"};
-  if (plan.shared_bytes > optin)
+LaunchResult launch_persistent(Kernel kernel, PersistentKernelCache& cache, const Params& params,
+                               const GatedRnnPlan& plan, float* ws, cudaStream_t stream,
+                               const char* name) {
+  if (plan.shared_bytes > plan.device.max_shared_per_block)
     return {cudaErrorInvalidConfiguration, "gated RNN plan (shared memory above the device's)"};
-  if (const cudaError_t e = allow_dynamic_shared_once(kernel, optin, shared_allowed);
+  if (const cudaError_t e =
+          allow_dynamic_shared_once(kernel, plan.device.max_shared_per_block, cache.shared_allowed);
       e != cudaSuccess)
     return {e, "cudaFuncSetAttribute (gated RNN persistent kernel shared memory)"};
-  if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, kernel, plan.threads, static_cast<std::size_t>(plan.shared_bytes));
+  int per_sm = 0;
+  if (const cudaError_t e = blocks_per_sm(kernel, cache, plan.threads, plan.shared_bytes, per_sm);
       e != cudaSuccess)
     return {e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor (gated RNN)"};
-  if (static_cast<int64_t>(per_sm) * sms < plan.blocks)
+  if (static_cast<int64_t>(per_sm) * plan.device.sm_count < plan.blocks)
     return {cudaErrorCooperativeLaunchTooLarge,
             "gated RNN co-residency check (its blocks cannot all be resident)"};
   Params p = params;
@@ -102,18 +129,18 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
-  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0}, unit_warps_allowed{0};
+  static gated_rnn_launch::PersistentKernelCache resident, streamed, unit_warps;
   if (plan.unit_warps)
     return gated_rnn_launch::launch_persistent(
-        gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps_allowed, params, plan,
-        d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_unit_warps_kernel)");
+        gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps, params, plan, d_workspace,
+        stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_unit_warps_kernel)");
   if (plan.resident_weights)
     return gated_rnn_launch::launch_persistent(
-        gated_rnn_forward_kernel<Elem, kCell, true>, resident_allowed, params, plan, d_workspace,
-        stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
+        gated_rnn_forward_kernel<Elem, kCell, true>, resident, params, plan, d_workspace, stream,
+        "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
   return gated_rnn_launch::launch_persistent(
-      gated_rnn_forward_kernel<Elem, kCell, false>, streamed_allowed, params, plan, d_workspace,
-      stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
+      gated_rnn_forward_kernel<Elem, kCell, false>, streamed, params, plan, d_workspace, stream,
+      "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
 }
 
 template <class Elem, GatedRnnCell kCell>
@@ -147,14 +174,14 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   }
 
   // 3. The reverse walk.
-  static std::atomic<uint64_t> resident_allowed{0}, streamed_allowed{0};
+  static PersistentKernelCache resident, streamed;
   const LaunchResult walk =
       plan.resident_weights
-          ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident_allowed,
-                              params, plan, d_workspace, stream,
+          ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params, plan,
+                              d_workspace, stream,
                               "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)")
-          : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed_allowed,
-                              params, plan, d_workspace, stream,
+          : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed, params,
+                              plan, d_workspace, stream,
                               "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
   if (!walk.ok()) return walk;
 

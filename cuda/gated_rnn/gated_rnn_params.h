@@ -103,6 +103,7 @@ struct GatedRnnLaunchOptions {
 
 // How one call is laid out (gated_rnn_plan.cpp).
 struct GatedRnnPlan {
+  GatedRnnDevice device;         // the numbers it was planned for (the launch checks with them)
   int units_per_block = 1;       // U: hidden units a block owns
   int unit_slices = 1;           // Su = ceil(H / U): the slices of units (and of R's columns)
   int batch_blocks = 1;          // Sb: blocks per slice, each owning batch_rows rows

@@ -91,6 +91,7 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
                             const GatedRnnLaunchOptions& options) noexcept {
   GatedRnnPlan plan;
+  plan.device = device;
   const bool forward = direction == GatedRnnDirection::forward;
   const int64_t G = gated_rnn_gates(cell);
   const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
