@@ -51,7 +51,10 @@ Variants, per case (each line covers the forward and the backward call):
                 results as the module's outputs (no transposes after the
                 call), "b unpinned, operands only", the operands' side alone.
 
-The GRU's and LSTM's cases (ops "gru", "lstm": exphil_{gru,lstm}_{fwd,bwd},
+The sLSTM's cases (op "slstm": exphil_slstm_{fwd,bwd}, bias, h0, c0, n0 and
+m0 given or not, the final states not used) take check_slstm_case's inputs
+(n0 in [1, 2]) and its float64 JAX reference, slstm_all_ref. The GRU's and
+LSTM's cases (ops "gru", "lstm": exphil_{gru,lstm}_{fwd,bwd},
 bias, h0 and c0 given or not, the final states used or not) take
 check_jax_ffi.check_gated_case's input ranges and tolerances (GATED_TOL) and
 float64 numpy references written here: the forward step by step, the
@@ -676,13 +679,19 @@ def compared(case, direction, outs, refs, data):
 
 
 # ---------------------------------------------------------------------------
-# GRU and LSTM (exphil/gated_rnn.hpp; targets exphil_{gru,lstm}_{fwd,bwd})
+# GRU, LSTM and sLSTM (exphil/gated_rnn.hpp; targets
+# exphil_{gru,lstm,slstm}_{fwd,bwd})
 # ---------------------------------------------------------------------------
-GATED_CELLS = {"gru": 3, "lstm": 4}  # cell -> gates
+GATED_CELLS = {"gru": 3, "lstm": 4, "slstm": 4}  # cell -> gates
 # The optional operands of each cell, in the targets' order, with the
 # options that give them; then the final states' cotangents (final_state).
-GATED_OPTIONAL = {"gru": ("bias", "h0"), "lstm": ("bias", "h0", "c0")}
-GATED_FINALS = {"gru": ("h_final",), "lstm": ("h_final", "c_final")}
+GATED_OPTIONAL = {"gru": ("bias", "h0"), "lstm": ("bias", "h0", "c0"),
+                  "slstm": ("bias", "h0", "c0", "n0", "m0")}
+GATED_FINALS = {"gru": ("h_final",), "lstm": ("h_final", "c_final"),
+                "slstm": ("h_final", "c_final", "n_final", "m_final")}
+# Initial states' ranges: [-1, 1], but the sLSTM's n0 in [1, 2]
+# (check_jax_ffi.check_slstm_case's: |n| > 1, so max(|n|, 1) never ties).
+GATED_STATE_RANGE = {"n0": (1.0, 2.0)}
 
 
 def sigmoid64(x):
@@ -787,9 +796,10 @@ def operand_dtypes(case):
 
 
 def gated_generate(case, rng):
-    """check_jax_ffi.check_gated_case's distributions: wx in [-1.5, 1.5], R
-    within 1.5 / sqrt(H), bias in [-0.5, 0.5], states and cotangents in
-    [-1, 1]; each rounded to its operand's dtype."""
+    """check_jax_ffi.check_gated_case's and check_slstm_case's
+    distributions: wx in [-1.5, 1.5], R within 1.5 / sqrt(H), bias in
+    [-0.5, 0.5], states (GATED_STATE_RANGE) and cotangents in [-1, 1]; each
+    rounded to its operand's dtype."""
     cell, s, o = case["op"], case["shape"], case["options"]
     b, t, h = s["batch"], s["steps"], s["hidden"]
     gh = GATED_CELLS[cell] * h
@@ -798,9 +808,9 @@ def gated_generate(case, rng):
     data = {"wx": u(-1.5, 1.5, (b, t, gh)), "R": u(-r, r, (h, gh)), "grad_y": u(-1.0, 1.0, (b, t, h))}
     if o["bias"]:
         data["bias"] = u(-0.5, 0.5, gh)
-    for name in GATED_OPTIONAL[cell][1:]:  # h0, c0
+    for name in GATED_OPTIONAL[cell][1:]:  # h0, c0, n0, m0
         if o[name]:
-            data[name] = u(-1.0, 1.0, (b, h))
+            data[name] = u(*GATED_STATE_RANGE.get(name, (-1.0, 1.0)), (b, h))
     for name in GATED_FINALS[cell]:
         if needs(case["backward"], f"grad_{name}"):
             data[f"grad_{name}"] = u(-1.0, 1.0, (b, h))
@@ -814,6 +824,27 @@ def gated_reference(case, data):
           GATED_OPTIONAL[cell] + tuple(f"grad_{n}" for n in GATED_FINALS[cell]) if k in data}
     return gated_backward64(cell, data["wx"].astype(np.float64), data["R"].astype(np.float64),
                             data["grad_y"].astype(np.float64), **kw)
+
+
+def slstm_reference(case, data):
+    """check_jax_ffi.slstm_all_ref (JAX, float64) on the case's inputs,
+    absent states at their defaults (n0 ones), absent cotangents zeros, as
+    gated_reference's results."""
+    s = case["shape"]
+    b, h = s["batch"], s["hidden"]
+    defaults = {"h0": 0.0, "c0": 0.0, "n0": 1.0, "m0": 0.0}
+
+    def given(name, shape, fill=0.0):
+        return f64(data[name]) if name in data else jnp.full(shape, fill, jnp.float64)
+
+    r = jax.jit(cj.slstm_all_ref)(
+        f64(data["wx"]), f64(data["R"]), given("bias", (4 * h,)),
+        *(given(n, (b, h), defaults[n]) for n in cj.SLSTM_STATES), f64(data["grad_y"]),
+        *(given(n, (b, h)) for n in cj.SLSTM_FINALS))
+    fwd = {n: np.asarray(r[n]) for n in ("y", "h_final", "c_final", "n_final", "m_final")}
+    bwd = {f"grad_{k}": np.asarray(r[k]) for k in ("wx", "R", "bias", "h0", "c0", "n0", "m0", "rh")}
+    bwd["grad_R_terms"], bwd["grad_bias_terms"] = np.asarray(r["R_terms"]), np.asarray(r["bias_terms"])
+    return fwd, bwd
 
 
 def gated_compared(case, direction, outs, refs, data, results):
@@ -830,10 +861,15 @@ def gated_compared(case, direction, outs, refs, data, results):
     if direction == "forward":
         scales = {"y": max(cj.amax(refs["y"]), cj.amax(refs["h_final"]), amax_of("h0"))}
         scales["h_final"] = scales["y"]
-        if "c_final" in refs:
-            scales["c_final"] = max(cj.amax(refs["c_final"]), amax_of("c0"))
+        # The sLSTM's c, n and m against at least 1 (check_slstm_case's).
+        floor = 1.0 if case["op"] == "slstm" else 0.0
+        for state in ("c", "n", "m"):
+            if f"{state}_final" in refs:
+                scales[f"{state}_final"] = max(cj.amax(refs[f"{state}_final"]), amax_of(f"{state}0"),
+                                               floor)
     else:
-        g = max(cj.amax(refs[n]) for n in ("grad_wx", "grad_rh", "grad_h0", "grad_c0") if n in refs)
+        g = max(cj.amax(refs[n]) for n in
+                ("grad_wx", "grad_rh", "grad_h0", "grad_c0", "grad_n0", "grad_m0") if n in refs)
         scales = {r["name"]: g for r in results}
         for n in ("grad_R", "grad_bias"):
             scales[n] = max(g, cj.amax(refs[n + "_terms"]))
@@ -980,6 +1016,7 @@ FAMILIES = {
     "attention": (attention_generate, attention_reference),
     "gru": (gated_generate, gated_reference),
     "lstm": (gated_generate, gated_reference),
+    "slstm": (gated_generate, slstm_reference),
     "edifice": (edifice_generate, edifice_reference, edifice_finish),
 }
 
@@ -1056,8 +1093,8 @@ def contract_problems(case):
                 problems.append(f"{direction} operand {o['name']}: placeholder {o['placeholder']}, "
                                 f"has_{o['name']} {has.get(o['name'])}")
         for r in call["results"]:
-            # The GRU's and LSTM's backward writes every result (grad_bias,
-            # grad_h0, grad_c0 at zero inputs too): none is a placeholder.
+            # The gated RNNs' backward writes every result (grad_bias and
+            # the initial states' at their defaults too): none is a placeholder.
             absent = (r["name"].startswith("grad_") and has.get(r["name"][5:]) is False
                       and case["op"] not in GATED_CELLS)
             if r["placeholder"] != absent:
@@ -1356,7 +1393,7 @@ def main(argv=None):
     if any(c["op"] == "edifice" for c in cases):
         ce.register(lib)  # the targets of Edifice's ops, by pointer
     if any(c["op"] in GATED_CELLS for c in cases):
-        cj.register_targets(cj.GATED_TARGETS)  # exphil_jax registers no GRU/LSTM target
+        cj.register_targets(cj.GATED_TARGETS)  # exphil_jax registers no gated-RNN target
     print(f"check_exla_form: jax {jax.__version__}, python {platform.python_version()}, "
           f"device {xla.device.device_kind}; {len(cases)} cases from {args.cases} "
           f"(from {args.start}, only {args.only!r}); seed {args.seed}; "

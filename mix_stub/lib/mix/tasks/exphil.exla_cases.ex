@@ -20,6 +20,8 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
   as `CustomCall.fields/3` gives them. The layouts are not listed: a patched
   EXLA pins every operand and result to row-major (`layouts: "row_major"`).
 
+  The sLSTM (`op` "slstm") likewise with `bias`, `h0`, `c0`, `n0` and `m0`,
+  without its final states (their gradients jump at ties of m's max()).
   The GRU and LSTM (`op` "gru", "lstm") are traced with `bias`, `h0` and
   (LSTM) `c0` each given or not (`options`, true where given) and the final
   states used or not (`final_state`), at H 37, T 1 and H 130; their
@@ -63,7 +65,8 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
 
     cases =
       Enum.map(
-        scan_cases() ++ selective_cases() ++ attention_cases() ++ gated_rnn_cases(),
+        scan_cases() ++
+          selective_cases() ++ attention_cases() ++ gated_rnn_cases() ++ slstm_cases(),
         &trace(&1, blocks)
       ) ++ edifice_cases(blocks)
 
@@ -262,6 +265,55 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
         fun: fn inputs ->
           opts = Enum.map(optional, &{&1, inputs[&1]}) ++ [final_state: final?]
           apply(Ops, cell, [inputs.wx, inputs.r, opts])
+        end
+      }
+    end
+  end
+
+  # The sLSTM's: each optional input (bias, h0, c0, n0, m0) alone, all,
+  # none; T 1 and H 130; every dtype. Without the final states: their
+  # gradients (of c, n and m) jump at ties of m's max(), which random inputs
+  # and their broadcast variants meet now and then; y's does not while n >=
+  # 1 (n0 is drawn in [1, 2]). check_jax_ffi.py's gated section checks the
+  # targets with every final state's cotangent, redrawing near ties.
+  @slstm [
+    {{2, 17, 37}, [], ["f32", "bf16", "f16"]},
+    {{2, 17, 37}, [:bias, :h0, :c0, :n0, :m0], ["f32", "bf16", "f16"]},
+    {{2, 17, 37}, [:bias], ["f32"]},
+    {{2, 17, 37}, [:h0], ["f32"]},
+    {{2, 17, 37}, [:c0], ["f32"]},
+    {{2, 17, 37}, [:n0], ["f32", "bf16"]},
+    {{2, 17, 37}, [:m0], ["f32"]},
+    {{3, 1, 37}, [:bias, :h0, :c0, :n0, :m0], ["f32", "bf16"]},
+    {{2, 9, 130}, [:bias, :h0, :n0], ["f32", "bf16"]}
+  ]
+
+  defp slstm_cases do
+    keys = [:bias, :h0, :c0, :n0, :m0]
+
+    for {{b, t, h}, optional, dtypes} <- @slstm, {dtype, type} <- @types, dtype in dtypes do
+      inputs =
+        Map.new(keys, fn
+          :bias -> {:bias, zeros({4 * h}, :f32)}
+          key -> {key, zeros({b, h}, :f32)}
+        end)
+
+      on = Enum.map_join(optional, ",", &Atom.to_string/1)
+
+      %{
+        name: "slstm #{dtype} B#{b} T#{t} H#{h} [#{if on == "", do: "none", else: on}]",
+        op: :slstm,
+        dtype: dtype,
+        shape: %{"batch" => b, "steps" => t, "hidden" => h},
+        options:
+          Map.new(keys, &{Atom.to_string(&1), &1 in optional}) |> Map.put("final_state", false),
+        inputs:
+          Map.merge(
+            %{wx: zeros({b, t, 4 * h}, type), r: zeros({h, 4 * h}, :f32)},
+            Map.take(inputs, optional)
+          ),
+        fun: fn inputs ->
+          Ops.slstm(inputs.wx, inputs.r, Enum.map(optional, &{&1, inputs[&1]}))
         end
       }
     end
