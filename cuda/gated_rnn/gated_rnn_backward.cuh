@@ -26,8 +26,10 @@
  * each) plus four launches. B64 T256 H512 LSTM f32: the recomputed product
  * and grad_R are 34 GFLOP each and the carried product another 34, ~1.7 ms
  * of f32 CUDA-core arithmetic; bytes (wx, y, grad_y, grad_wx and the f32
- * workspace) are ~1 GB, ~0.35 ms. Measured (H200, bench/RESULTS.md, issue
- * 30 first part): B1 T32 H256 GRU f32 111.7 us; B64 T256 H512 18.0 ms.
+ * workspace) are ~1 GB, ~0.35 ms. Measured (H100, bench/RESULTS.md, issue
+ * 30 run M, graph replay): B1 T32 H256 GRU f32 152.6 us (111.7 us on an
+ * H200 before the parts exchange: at B1 each of its 128 slices publishes a
+ * part for every unit); B64 T256 H512 4.88 ms (18.0 ms before).
  *
  * Algorithm: four launches (five when step 4 is split), none with atomics,
  * every sum in a fixed order (bitwise reproducible).
@@ -63,8 +65,8 @@
  *      one thread, split along B*T into slices added in order where its
  *      tiles are too few to fill the device (the same tiled kernel as step
  *      1, and a reduction).
- *   Measured (H100, bench/RESULTS.md, run L): at B64 T256 H512 GRU f32 the
- *   two products take 1.0 and 1.7 ms, the walk 4.8 ms, the forward 2.4 ms.
+ *   Measured (H100, ncu, bench/RESULTS.md runs L and M): at B64 T256 H512
+ *   GRU f32 the two products take 1.0 and 1.7 ms, the walk 3.0 ms.
  *
  * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
  * forward's f32 state is not kept); for f32 this is exact. The LSTM's c and

@@ -45,9 +45,10 @@
  *   B64 T256 H512 LSTM f32: 170 MB (wx 134, y 34) is ~57 us, but the
  *     recurrent product is 34 GFLOP: ~0.6 ms on f32 CUDA cores. At large B
  *     the bound is arithmetic; only a tensor-core product per step (not
- *     this kernel) reaches cuDNN there.
- *   Measured (H200, bench/RESULTS.md, issue 30 first part): B1 T32 H256
- *     GRU f32 59.5 us, 1.7 us a step; B64 T256 H512 GRU f32 5.2 ms.
+ *     this kernel) reaches cuDNN's bf16 kernels there.
+ *   Measured (H100, bench/RESULTS.md, issue 30 run M, graph replay): B1
+ *     T32 H256 GRU f32 60.2 us, 1.9 us a step; B64 T256 H512 GRU f32
+ *     2.11 ms, 8.3 us a step (6.1 ms in one batch group, run G on an H200).
  *
  * Layouts. This file is the block layout, for any B, and the default.
  * gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no block barrier
