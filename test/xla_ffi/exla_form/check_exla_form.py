@@ -65,7 +65,8 @@ also for inputs not given (the gradient at zero): none is a placeholder.
 The targets are registered by pointer as check_jax_ffi.py does.
 
 Edifice's cases (op "edifice": a forward and a backward block of a pair of
-native Edifice ops, as ExPhil.Native.Edifice.native_block/3 makes them) take
+native Edifice ops, as ExPhil.Native.Edifice.native_block/3 makes them, its
+GRU and LSTM scans among them) take
 check_edifice_ffi.py's inputs and float64 references of Edifice's math, and
 its comparisons; the backward's y (or o) is the reference forward of its own
 inputs, rounded to the dtype, as Edifice passes its forward's output.
@@ -890,6 +891,8 @@ def edifice_kind(case):
         return "selective"
     if target == ce.ATT_F_TARGET:
         return "attention"
+    if target in ce.RNN_FORWARD:
+        return "rnn"
     return "scan"
 
 
@@ -930,6 +933,17 @@ def edifice_generate(case, rng):
                 "A": np.broadcast_to(-(np.arange(n) + 1.0), (d, n)).copy(),
                 "B": nrm((b, t, n)), "C": nrm((b, t, n)), "grad_y": nrm((b, t, d))}
         data = {k: rounded(v, "f32") for k, v in data.items()}
+    elif kind == "rnn":
+        # check_rnn_backward's: wx in [-1.5, 1.5], R within 1.5 / sqrt(H),
+        # states and cotangents in [-1, 1], all of the sequence dtype.
+        cell = ce.RNN_FORWARD[fwd["target"]]
+        b, t, h = s["batch"], s["steps"], s["hidden"]
+        gh, r, u = cj.GATES[cell] * h, 1.5 / math.sqrt(h), rng.uniform
+        data = {"wx": u(-1.5, 1.5, (b, t, gh)), "R": u(-r, r, (h, gh)), "h0": u(-1.0, 1.0, (b, h)),
+                scoped(bwd, "grad_y"): u(-1.0, 1.0, (b, t, h))}
+        if cell == "lstm":
+            data["c0"] = u(-1.0, 1.0, (b, h))
+        data = {k: rounded(v, dt_name) for k, v in data.items()}
     else:
         shape = (s["batch"], s["heads"], s["steps"], s["width"])
         data = {k: rounded(nrm(shape), dt_name) for k in ("q", "k", "v", "grad_o")}
@@ -957,14 +971,36 @@ def edifice_finish(case, data):
         y = jax.jit(lambda x, h: ce.forward_ref(ce.BACKWARD[bwd["target"]], x, h))(
             [f64(x) for x in xs], f64(h0))
         data[scoped(bwd, "y")] = rounded(np.asarray(y), dt_name)
+    elif kind == "rnn":
+        y = rnn_forward64(case, data)
+        data[scoped(bwd, "y")] = rounded(np.asarray(y), dt_name)
     elif kind == "attention":
         o = jax.jit(ce.attention_ref, static_argnums=3)(
             f64(data["q"]), f64(data["k"]), f64(data["v"]), bool(case["options"]["causal"]))
         data[scoped(bwd, "o")] = rounded(np.asarray(o), dt_name)
 
 
+def rnn_forward64(case, data):
+    """Edifice's GRU or LSTM forward (check_edifice_ffi.rnn_forward_ref) of
+    the case's inputs, float64."""
+    cell = ce.RNN_FORWARD[case["forward"]["target"]]
+    c0 = f64(data["c0"]) if "c0" in data else None
+    return jax.jit(lambda wx, R, h0, c0: ce.rnn_forward_ref(cell, wx, R, h0, c0)[0])(
+        f64(data["wx"]), f64(data["R"]), f64(data["h0"]), c0)
+
+
 def edifice_reference(case, data):
     kind, fwd, bwd = edifice_kind(case), case["forward"], case["backward"]
+    if kind == "rnn":
+        # Edifice's backward on the y it is given (edifice_finish's).
+        cell = ce.RNN_FORWARD[fwd["target"]]
+        c0 = f64(data["c0"]) if "c0" in data else None
+        grads = jax.jit(lambda wx, R, h0, c0, y, g: ce.rnn_backward_ref(cell, wx, R, h0, c0, y, g))(
+            f64(data["wx"]), f64(data["R"]), f64(data["h0"]), c0, f64(data[scoped(bwd, "y")]),
+            f64(data[scoped(bwd, "grad_y")]))
+        names = [r["name"] for r in bwd["results"]]
+        return ({"y": np.asarray(rnn_forward64(case, data))},
+                {n: np.asarray(g) for n, g in zip(names, grads)})
     if kind == "scan":
         xs, h0 = edifice_scan_values(fwd, data)
         y = jax.jit(lambda x, h: ce.forward_ref(ce.FORWARD[fwd["target"]][0], x, h))(
@@ -1002,6 +1038,11 @@ def edifice_compared(case, direction, outs, refs, data, results):
                  / math.sqrt(case["shape"]["width"]))
         return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], tol["grad"], cj.DTYPES[dt], terms)
                 for r in results]
+    if kind == "rnn":  # check_rnn_forward's and check_rnn_backward's
+        states = [cj.amax(data[n]) for n in ("h0", "c0") if n in data and direction == "forward"]
+        scale = max([cj.amax(refs[r["name"]]) for r in results] + states)
+        return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], cj.GATED_TOL[r["dtype"]],
+                           cj.DTYPES[r["dtype"]], scale) for r in results]
     scale = None if kind == "selective" else max(cj.amax(refs[r["name"]]) for r in results)
     return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]], cj.SCAN_TOL[r["dtype"]],
                        cj.DTYPES[r["dtype"]], scale) for r in results]

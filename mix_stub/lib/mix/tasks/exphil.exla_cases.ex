@@ -330,7 +330,9 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
     {:fused_liquid_scan, :fused_liquid_scan_backward},
     {:fused_linear_scan, :fused_linear_scan_backward},
     {:fused_selective_scan, :fused_selective_scan_backward},
-    {:fused_flash_attention, :fused_flash_attention_backward}
+    {:fused_flash_attention, :fused_flash_attention_backward},
+    {:fused_gru_scan, :fused_gru_scan_backward},
+    {:fused_lstm_scan, :fused_lstm_scan_backward}
   ]
 
   defp edifice_cases(blocks) do
@@ -400,6 +402,29 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
      %{
        forward: {[bhtd, bhtd, bhtd, flag], bhtd},
        backward: {[bhtd, bhtd, bhtd, bhtd, bhtd, flag], {bhtd, bhtd, bhtd}}
+     }}
+  end
+
+  # The GRU's and LSTM's: wx [B, T, G*H], R [H, G*H] and the states in the
+  # sequence type, as Edifice passes them; the backward's fwd is y.
+  defp edifice_blocks(forward, backward, type, nil)
+       when forward in [:fused_gru_scan, :fused_lstm_scan] do
+    {b, t, h} = {2, 17, 37}
+    gh = if(forward == :fused_gru_scan, do: 3, else: 4) * h
+
+    {seq, state, wx, r} =
+      {zeros({b, t, h}, type), zeros({b, h}, type), zeros({b, t, gh}, type), zeros({h, gh}, type)}
+
+    {:ok, f} = ExPhil.Native.Edifice.fetch(forward)
+    {:ok, g} = ExPhil.Native.Edifice.fetch(backward)
+    value = %{wx: wx, recurrent_weight: r, h0: state, c0: state, fwd: seq, g: seq}
+    grads = %{grad_wx: wx, grad_rh: wx, grad_h0: state, grad_c0: state}
+
+    {%{"batch" => b, "steps" => t, "hidden" => h},
+     %{
+       forward: {Enum.map(f.operands, &value[&1]), seq},
+       backward:
+         {Enum.map(g.operands, &value[&1]), g.results |> Enum.map(&grads[&1]) |> List.to_tuple()}
      }}
   end
 
