@@ -478,4 +478,48 @@ defmodule ExPhil.Native.CustomCallTest do
     [{block, _, _}] = Blocks.capture(&Ops.gru(&1, &2), [wx, random({2, 6}, :f64, 7)])
     assert block.unsupported =~ "{:f, 64}"
   end
+
+  test "gated RNNs: an H above what the device's multiprocessors hold runs the default function" do
+    alias ExPhil.Native.Ops.GatedRnn
+
+    # A block holds div(256, G) units, a multiprocessor a block: 132 hold a
+    # GRU of H = 11,220 and an LSTM or sLSTM of 8,448; no count, no bound.
+    assert GatedRnn.hidden_unsupported(3, 11_220, 132) == nil
+
+    assert GatedRnn.hidden_unsupported(3, 11_221, 132) =~
+             "H = 11221 is more than the device's 132"
+
+    assert GatedRnn.hidden_unsupported(4, 8_448, 132) == nil
+    assert GatedRnn.hidden_unsupported(4, 8_449, 132) =~ "(8448, div(256, 4) units each)"
+    assert GatedRnn.hidden_unsupported(4, 1_000_000, nil) == nil
+
+    # The ops' forward and backward blocks, with device 0 taken to have 2
+    # multiprocessors (GRU up to 170, LSTM and sLSTM up to 128).
+    key = {GatedRnn, :multiprocessors}
+    saved = :persistent_term.get(key, :unknown)
+    :persistent_term.put(key, 2)
+
+    try do
+      for {cell, gates, fits} <- [{:gru, 3, 170}, {:lstm, 4, 128}, {:slstm, 4, 128}],
+          hidden <- [fits, fits + 1] do
+        wx = random({1, 2, gates * hidden}, :f32, hidden)
+        r = random({hidden, gates * hidden}, :f32, hidden + 1)
+        loss = fn wx, r -> Nx.sum(apply(Ops, cell, [wx, r])) end
+        grad = fn wx, r -> Nx.Defn.grad({wx, r}, fn {wx, r} -> loss.(wx, r) end) end
+
+        blocks = Blocks.capture(grad, [wx, r])
+        assert length(blocks) == 2, "#{cell}: the forward and the backward block"
+
+        for {block, _, _} <- blocks do
+          if hidden == fits,
+            do: assert(block.unsupported == nil, "#{cell} H #{hidden}"),
+            else: assert(block.unsupported =~ "H = #{hidden} is more than the device's 2")
+        end
+      end
+    after
+      if saved == :unknown,
+        do: :persistent_term.erase(key),
+        else: :persistent_term.put(key, saved)
+    end
+  end
 end

@@ -93,6 +93,7 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
 
     alias Edifice.Block.FusedOp
     alias ExPhil.Native.{Block, CustomCall, Targets}
+    alias ExPhil.Native.Ops.GatedRnn
 
     @native_tier Application.compile_env(:exphil_native, :edifice_native_tier, false)
     @exla Code.ensure_loaded?(EXLA.CustomCall)
@@ -1265,7 +1266,8 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
     # kernels would refuse the call (gated_rnn_check/3), with H held to the
     # multiprocessors of device 0 (EXLA's default device) when the library
     # can tell them.
-    def gated_rnn_attributes(out, args), do: gated_rnn_check(out, args, multiprocessors())
+    def gated_rnn_attributes(out, args),
+      do: gated_rnn_check(out, args, GatedRnn.multiprocessors())
 
     @doc false
     # Edifice's GRU, LSTM and sLSTM blocks: operands wx, recurrent_weight, h0 (c0 for
@@ -1292,7 +1294,6 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       state_results = for t <- results, Nx.rank(t) == 2, do: {"the gradient of a state", t}
       seq_results = for t <- results, Nx.rank(t) == 3, do: {"a result", t}
       state_types = Enum.uniq(for {_, t} <- states ++ state_results, do: Nx.type(t))
-      limit = multiprocessors && multiprocessors * div(256, gates)
 
       mismatch =
         Enum.find(sequences ++ seq_results, fn {_, t} -> Nx.type(t) != type end)
@@ -1321,10 +1322,8 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
            "the states and their gradients of types #{inspect(state_types)}: the kernels take " <>
              "one type, f32 or wx's (#{inspect(type)})"}
 
-        limit && hidden > limit ->
-          {:skip,
-           "H = #{hidden} is more than the device's #{multiprocessors} multiprocessors hold " <>
-             "(#{limit}, div(256, #{gates}) units each)"}
+        reason = GatedRnn.hidden_unsupported(gates, hidden, multiprocessors) ->
+          {:skip, reason}
 
         true ->
           {:ok, %{}}
@@ -1335,31 +1334,6 @@ if Code.ensure_loaded?(Edifice.Block.FusedOp) do
       do: tuple |> Tuple.to_list() |> Enum.flat_map(&leaves/1)
 
     defp leaves(tensor), do: [tensor]
-
-    # The multiprocessor count of device 0, asked for once per VM; nil when
-    # the library cannot tell (no device, or the NIF not loaded).
-    defp multiprocessors do
-      key = {__MODULE__, :multiprocessors}
-
-      case :persistent_term.get(key, :unknown) do
-        :unknown ->
-          count =
-            try do
-              case ExPhil.Native.device_info(0) do
-                {:ok, %{multiprocessor_count: n}} when is_integer(n) and n > 0 -> n
-                _ -> nil
-              end
-            rescue
-              _ -> nil
-            end
-
-          :persistent_term.put(key, count)
-          count
-
-        count ->
-          count
-      end
-    end
 
     defp causal_mask(causal_packed) do
       case constant(causal_packed) do

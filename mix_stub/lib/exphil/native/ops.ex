@@ -21,7 +21,8 @@ defmodule ExPhil.Native.Ops do
   Arguments are checked when the op is traced (or called): a wrong rank,
   shape or type raises `ArgumentError` naming the argument, the expected and
   the received value. Inputs the kernels cannot take (f64, a head width other
-  than 32, 64, 96 or 128, more than 256 selective-scan states) always run the
+  than 32, 64, 96 or 128, more than 256 selective-scan states, a GRU, LSTM or
+  sLSTM `hidden` above what device 0's multiprocessors hold) always run the
   default function.
 
   Sequence tensors keep their type (f32, bf16 or f16 on the kernels); states
@@ -149,7 +150,8 @@ defmodule ExPhil.Native.Ops do
   `h_final` is f32 (f64 for f64 inputs). `r`, `:bias` and `:h0` are converted
   to f32 (f64 for f64 inputs). Differentiable in `wx`, `r`, `:bias` and `:h0`.
   On the kernels, `hidden` is at most 256 / 3 units per multiprocessor of the
-  GPU (about 11,000 on an H100): a larger one fails when the call runs.
+  GPU (11,220 on an H100); a larger one runs the default function (the limit
+  is device 0's, read once).
   """
   def gru(wx, r, opts \\ []), do: Ops.GatedRnn.run(:gru, wx, r, opts)
 

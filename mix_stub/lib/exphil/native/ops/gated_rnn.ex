@@ -38,7 +38,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
           {Args.expr(wx), Args.expr(r), Keyword.new(optional, fn {k, t} -> {k, Args.expr(t)} end)},
         else: {wx, r, optional}
 
-    block = block(cell, :forward, has(optional), not traced?, type)
+    block = block(cell, :forward, has(optional), not traced?, type, hidden)
     state = Args.state_type(type)
 
     template =
@@ -89,10 +89,10 @@ defmodule ExPhil.Native.Ops.GatedRnn do
       end)
 
     inputs = optional ++ finals
-    block = block(cell, :backward, has(inputs), false, type)
-    operands = [wx, r, y, Nx.as_type(grad_y, type) | operands(inputs)]
     {batch, _steps, _} = Nx.shape(wx)
     {hidden, width} = Nx.shape(r)
+    block = block(cell, :backward, has(inputs), false, type, hidden)
+    operands = [wx, r, y, Nx.as_type(grad_y, type) | operands(inputs)]
     state = Args.state_type(type)
 
     # The target's results, every one always written: grad_wx, grad_R,
@@ -153,13 +153,56 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     end)
   end
 
-  defp block(cell, direction, attributes, eager, type) do
+  defp block(cell, direction, attributes, eager, type, hidden) do
     %Block{
       target: Targets.name(cell, direction),
       attributes: attributes,
       eager: eager,
-      unsupported: Args.unsupported_type(type)
+      unsupported:
+        Args.unsupported_type(type) || hidden_unsupported(Pure.GatedRnn.gates(cell), hidden)
     }
+  end
+
+  @doc false
+  # nil, or why the kernels cannot run hidden size H: a block holds at most
+  # div(256, gates) units and every block needs a multiprocessor of its own
+  # (cuda/gated_rnn/gated_rnn_plan.cpp), so H is at most that times the
+  # multiprocessors of device 0 (EXLA's default device; nil when the library
+  # cannot tell: no bound, the kernels refuse a larger H when called). Such
+  # a block runs its pure-Nx function; Edifice's blocks fall back alike.
+  def hidden_unsupported(gates, hidden, multiprocessors \\ multiprocessors()) do
+    limit = multiprocessors && multiprocessors * div(256, gates)
+
+    if limit && hidden > limit,
+      do:
+        "H = #{hidden} is more than the device's #{multiprocessors} multiprocessors hold " <>
+          "(#{limit}, div(256, #{gates}) units each)"
+  end
+
+  @doc false
+  # The multiprocessor count of device 0, asked for once per VM; nil when
+  # the library cannot tell (no device, or the NIF not loaded).
+  def multiprocessors do
+    key = {__MODULE__, :multiprocessors}
+
+    case :persistent_term.get(key, :unknown) do
+      :unknown ->
+        count =
+          try do
+            case ExPhil.Native.device_info(0) do
+              {:ok, %{multiprocessor_count: n}} when is_integer(n) and n > 0 -> n
+              _ -> nil
+            end
+          rescue
+            _ -> nil
+          end
+
+        :persistent_term.put(key, count)
+        count
+
+      count ->
+        count
+    end
   end
 
   defp check!(fun, cell, wx, r, opts) do
