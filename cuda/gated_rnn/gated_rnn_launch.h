@@ -2,7 +2,8 @@
 // sequences): device query, plan, check, workspace, launch. No device code;
 // the runtime includes this and nothing else of cuda/gated_rnn/.
 //
-// A call: query_gated_rnn_device once per device; plan_gated_rnn; reject the
+// A call: the device's numbers (query_gated_rnn_device, or the runtime's,
+// read once per device); plan_gated_rnn, which records them; reject the
 // call if gated_rnn_unsupported says why; allocate gated_rnn_workspace_bytes
 // of device memory ordered on the stream; launch_gated_rnn_forward or
 // _backward. The launch also checks, with the occupancy API, that every block
