@@ -70,6 +70,28 @@ defmodule ExPhil.Native.FuzzTest do
     :grad_h0
   ]
 
+  # A near-valid call is refused: an ArgumentError or an error tuple, never
+  # a result.
+  defp assert_refused(name, args, seed) do
+    result =
+      try do
+        apply(Native, name, args)
+      rescue
+        e -> {:raised, e.__struct__}
+      end
+
+    case result do
+      {:raised, ArgumentError} ->
+        :ok
+
+      {:error, _} ->
+        :ok
+
+      other ->
+        flunk("#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}")
+    end
+  end
+
   defp type,
     do: Enum.random([{:f, 32}, {:f, 16}, {:bf, 16}, {:f, 64}, {:s, 32}, {:bf, 32}, {:f}, {1, 2}])
 
@@ -283,25 +305,7 @@ defmodule ExPhil.Native.FuzzTest do
 
       args = for(_ <- 1..5, do: consistent_tensor()) ++ args ++ [opts]
 
-      result =
-        try do
-          apply(Native, name, args)
-        rescue
-          e -> {:raised, e.__struct__}
-        end
-
-      case result do
-        {:raised, ArgumentError} ->
-          :ok
-
-        {:error, _} ->
-          :ok
-
-        other ->
-          flunk(
-            "#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args, limit: 12)}"
-          )
-      end
+      assert_refused(name, args, seed)
     end
 
     assert is_integer(Native.device_count())
@@ -373,25 +377,7 @@ defmodule ExPhil.Native.FuzzTest do
 
       name = :"#{cell}_#{direction}"
 
-      result =
-        try do
-          apply(Native, name, args ++ [opts])
-        rescue
-          e -> {:raised, e.__struct__}
-        end
-
-      case result do
-        {:raised, ArgumentError} ->
-          :ok
-
-        {:error, _} ->
-          :ok
-
-        other ->
-          flunk(
-            "#{name} (seed #{seed}) returned #{inspect(other)} for #{inspect(args ++ [opts], limit: 12)}"
-          )
-      end
+      assert_refused(name, args ++ [opts], seed)
     end
 
     assert is_integer(Native.device_count())

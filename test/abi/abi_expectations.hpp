@@ -27,6 +27,11 @@ class FakeAddresses {
     int i = 0;
     for (int64_t d : shape) t.shape[i++] = d;
   }
+  exphil_tensor make(std::initializer_list<int64_t> shape, int32_t dtype = EXPHIL_F32) {
+    exphil_tensor t;
+    fill(t, dtype, shape);
+    return t;
+  }
 
  private:
   uintptr_t next_ = uintptr_t{1} << 32;

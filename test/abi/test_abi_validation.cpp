@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "abi_calls.hpp"
+#include "abi_expectations.hpp"
 #include "device_buffer.hpp"
 #include "exphil/exphil.h"
 #include "exphil/scan.hpp"
@@ -310,17 +311,8 @@ TEST_CASE("the last error is per thread", "[abi]") {
 
 TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", "[abi]") {
   // B=2, T=5, H=4: wx [2, 5, 3H] for the GRU, [2, 5, 4H] for the LSTM.
-  uintptr_t next = uintptr_t{1} << 32;
-  const auto tensor = [&](std::initializer_list<int64_t> shape) {
-    exphil_tensor t{};
-    t.data = reinterpret_cast<void*>(next);
-    next += uintptr_t{1} << 20;
-    t.dtype = EXPHIL_F32;
-    t.rank = static_cast<int32_t>(shape.size());
-    int i = 0;
-    for (int64_t d : shape) t.shape[i++] = d;
-    return t;
-  };
+  exphil::test::FakeAddresses fake;
+  const auto tensor = [&](std::initializer_list<int64_t> shape) { return fake.make(shape); };
   exphil_tensor wx3 = tensor({2, 5, 12}), R3 = tensor({4, 12}), wx4 = tensor({2, 5, 16}), R4 = tensor({4, 16});
   exphil_tensor y = tensor({2, 5, 4}), gy = tensor({2, 5, 4}), state = tensor({2, 4});
 
@@ -354,17 +346,8 @@ TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", 
 
 TEST_CASE("sLSTM through the C ABI: bad input named, before the device", "[abi]") {
   // B=2, T=5, H=4: wx [2, 5, 4H].
-  uintptr_t next = uintptr_t{1} << 32;
-  const auto tensor = [&](std::initializer_list<int64_t> shape) {
-    exphil_tensor t{};
-    t.data = reinterpret_cast<void*>(next);
-    next += uintptr_t{1} << 20;
-    t.dtype = EXPHIL_F32;
-    t.rank = static_cast<int32_t>(shape.size());
-    int i = 0;
-    for (int64_t d : shape) t.shape[i++] = d;
-    return t;
-  };
+  exphil::test::FakeAddresses fake;
+  const auto tensor = [&](std::initializer_list<int64_t> shape) { return fake.make(shape); };
   exphil_tensor wx = tensor({2, 5, 16}), R = tensor({4, 16}), y = tensor({2, 5, 4}), gy = tensor({2, 5, 4});
   exphil_tensor n0 = tensor({2, 4}), m0 = tensor({2, 4});
 

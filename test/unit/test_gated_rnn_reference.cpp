@@ -53,6 +53,19 @@ double dot(const std::vector<double>& a, const std::vector<double>& b) {
 
 std::size_t sz(int64_t v) { return static_cast<std::size_t>(v); }
 
+// Every element of `grad` (the analytic gradient of `loss` in `input`)
+// against a central difference of `loss` at that element.
+template <class Loss>
+void check_central_differences(std::vector<double>& input, const std::vector<double>& grad,
+                               const char* name, const Loss& loss) {
+  REQUIRE(grad.size() == input.size());
+  for (std::size_t i = 0; i < input.size(); ++i) {
+    const double numeric = central_difference(input[i], loss);
+    INFO(name << "[" << i << "]: analytic " << grad[i] << ", numeric " << numeric);
+    CHECK(matches_central_difference(grad[i], numeric));
+  }
+}
+
 // An sLSTM problem's backward against central differences of the loss
 // y.wy + the final states . their weights, for every input element (absent
 // optional inputs at their defaults, where their gradients are defined).
@@ -77,12 +90,7 @@ void check_slstm_against_differences(GatedRnnProblem p, bool finals, std::mt1993
   };
   const auto g = exphil::reference::gated_rnn_backward(p, wy, wh, wc, wn, wm);
   const auto check = [&](std::vector<double>& input, const std::vector<double>& grad, const char* name) {
-    REQUIRE(grad.size() == input.size());
-    for (std::size_t i = 0; i < input.size(); ++i) {
-      const double numeric = central_difference(input[i], loss);
-      INFO(name << "[" << i << "]: analytic " << grad[i] << ", numeric " << numeric);
-      CHECK(matches_central_difference(grad[i], numeric));
-    }
+    check_central_differences(input, grad, name, loss);
   };
   check(p.wx, g.wx, "wx");
   check(p.R, g.R, "R");
@@ -121,14 +129,7 @@ TEST_CASE("gated RNN reference: backward matches central differences of the forw
       const auto g = exphil::reference::gated_rnn_backward(p, wy, wh, wc);
       INFO((kind == GatedRnnKind::gru ? "GRU" : "LSTM") << " options " << options);
       const auto check = [&](std::vector<double>& input, const std::vector<double>& grad,
-                             const char* name) {
-        REQUIRE(grad.size() == input.size());
-        for (std::size_t i = 0; i < input.size(); ++i) {
-          const double numeric = central_difference(input[i], loss);
-          INFO(name << "[" << i << "]: analytic " << grad[i] << ", numeric " << numeric);
-          CHECK(matches_central_difference(grad[i], numeric));
-        }
-      };
+                             const char* name) { check_central_differences(input, grad, name, loss); };
       check(p.wx, g.wx, "wx");
       check(p.R, g.R, "R");
       check(p.bias, g.bias, "bias");

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <optional>
@@ -163,6 +164,29 @@ void check_reached_library(const HandlerOutcome& outcome, const std::string& tar
   const bool no_device = outcome.code == XLA_FFI_Error_Code_UNAVAILABLE;
   const bool host_memory = outcome.code == XLA_FFI_Error_Code_INVALID_ARGUMENT;
   CHECK((no_device || host_memory));
+}
+
+// Shapes for a frame whose tensor `bad` is one longer in its last
+// dimension (none when `bad` is empty): the library refuses it by name.
+struct Lengthened {
+  std::string bad;
+  std::vector<int64_t> operator()(const std::string& name, std::vector<int64_t> shape) const {
+    if (name == bad) ++shape.back();
+    return shape;
+  }
+};
+
+// Each of `names`, lengthened in the frame `call(name)` builds and calls, is
+// refused by the library naming it: "<prefix>argument '<name>'".
+template <class Call>
+void check_each_named(const Call& call, std::initializer_list<const char*> names,
+                      const std::string& prefix) {
+  for (const char* name : names) {
+    INFO(name);
+    const HandlerOutcome o = call(name);
+    CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(o.message, StartsWith(prefix + "argument '" + name + "'"));
+  }
 }
 
 // exphil_selective_scan_bwd with B = 1, T = 2, D = 4, N = 2, f32; the
@@ -937,10 +961,7 @@ TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]"
     // grad_wx grad_R grad_bias grad_h0 grad_rh; `bad` gets a shape one
     // longer in its last dimension, which the library refuses by name.
     auto gru_bwd = [&](const std::string& bad) {
-      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
-        if (name == bad) ++s.back();
-        return s;
-      };
+      const Lengthened shape{bad};
       return CallFrameBuilder(api)
           .operand(f32, shape("wx", gates(3)))
           .operand(f32, shape("R", weights(3)))
@@ -959,14 +980,10 @@ TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]"
     check_reached_library(gru_bwd(""), "exphil_gru_bwd");
     // (wx and R fix the sizes, so each of the others is refused as itself;
     // grad_bias and grad_h0 are always written, so the library checks them.)
-    for (const char* name : {"y", "grad_y", "bias", "h0", "grad_h_final", "grad_wx", "grad_R",
-                             "grad_bias", "grad_h0", "grad_rh"}) {
-      INFO(name);
-      const HandlerOutcome o = gru_bwd(name);
-      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-      CHECK_THAT(o.message, StartsWith(std::string("exphil_gru_bwd: gru backward: argument '") +
-                                       name + "'"));
-    }
+    check_each_named(gru_bwd,
+                     {"y", "grad_y", "bias", "h0", "grad_h_final", "grad_wx", "grad_R",
+                      "grad_bias", "grad_h0", "grad_rh"},
+                     "exphil_gru_bwd: gru backward: ");
 
     const HandlerOutcome lstm = CallFrameBuilder(api)
                                     .operand(bf16, gates(4))    // wx
@@ -1027,27 +1044,22 @@ TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]"
   }
   SECTION("y-only: each tensor bound by its name (a wrong shape is named by the library)") {
     // exphil_lstm_y_bwd: wx R h0 c0 y grad_y -> grad_wx grad_h0 grad_c0.
-    for (const char* bad : {"h0", "c0", "y", "grad_y", "grad_wx", "grad_h0", "grad_c0"}) {
-      INFO(bad);
-      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
-        if (name == bad) ++s.back();
-        return s;
-      };
-      const HandlerOutcome o = CallFrameBuilder(api)
-                                   .operand(f32, gates(4))
-                                   .operand(f32, weights(4))
-                                   .operand(f32, shape("h0", state))
-                                   .operand(f32, shape("c0", state))
-                                   .operand(f32, shape("y", seq))
-                                   .operand(f32, shape("grad_y", seq))
-                                   .result(f32, shape("grad_wx", gates(4)))
-                                   .result(f32, shape("grad_h0", state))
-                                   .result(f32, shape("grad_c0", state))
-                                   .call(exphil_lstm_y_bwd);
-      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-      CHECK_THAT(o.message, StartsWith(std::string("exphil_lstm_y_bwd: lstm backward: argument '") +
-                                       bad + "'"));
-    }
+    const auto lstm_y_bwd = [&](const std::string& bad) {
+      const Lengthened shape{bad};
+      return CallFrameBuilder(api)
+          .operand(f32, gates(4))
+          .operand(f32, weights(4))
+          .operand(f32, shape("h0", state))
+          .operand(f32, shape("c0", state))
+          .operand(f32, shape("y", seq))
+          .operand(f32, shape("grad_y", seq))
+          .result(f32, shape("grad_wx", gates(4)))
+          .result(f32, shape("grad_h0", state))
+          .result(f32, shape("grad_c0", state))
+          .call(exphil_lstm_y_bwd);
+    };
+    check_each_named(lstm_y_bwd, {"h0", "c0", "y", "grad_y", "grad_wx", "grad_h0", "grad_c0"},
+                     "exphil_lstm_y_bwd: lstm backward: ");
     // exphil_gru_y_bwd's grad_rh, third of Edifice's results.
     const HandlerOutcome o = CallFrameBuilder(api)
                                  .operand(f32, gates(3))
@@ -1110,10 +1122,7 @@ TEST_CASE("handlers: the sLSTM in the full and the y-only forms", "[xla_ffi]") {
     // y h_final c_final n_final m_final; `bad` one longer in its last
     // dimension.
     auto fwd = [&](const std::string& bad) {
-      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
-        if (name == bad) ++s.back();
-        return s;
-      };
+      const Lengthened shape{bad};
       CallFrameBuilder frame(api);
       frame.operand(bf16, gates).operand(f32, weights).operand(f32, shape("bias", {16}));
       for (const char* name : {"h0", "c0", "n0", "m0"}) frame.operand(f32, shape(name, state));
@@ -1123,24 +1132,17 @@ TEST_CASE("handlers: the sLSTM in the full and the y-only forms", "[xla_ffi]") {
       return frame.call(exphil_slstm_fwd);
     };
     check_reached_library(fwd(""), "exphil_slstm_fwd");
-    for (const char* name : {"bias", "h0", "c0", "n0", "m0", "y", "h_final", "c_final",
-                             "n_final", "m_final"}) {
-      INFO(name);
-      const HandlerOutcome o = fwd(name);
-      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_fwd: slstm forward: argument '") +
-                                       name + "'"));
-    }
+    check_each_named(fwd,
+                     {"bias", "h0", "c0", "n0", "m0", "y", "h_final", "c_final", "n_final",
+                      "m_final"},
+                     "exphil_slstm_fwd: slstm forward: ");
   }
   SECTION("full backward: every optional tensor present reaches the library by its name") {
     // exphil_slstm_bwd: wx R y grad_y bias? h0? c0? n0? m0? grad_h_final?
     // grad_c_final? grad_n_final? grad_m_final? -> grad_wx grad_R grad_bias
     // grad_h0 grad_c0 grad_n0 grad_m0 grad_rh.
     auto bwd = [&](const std::string& bad) {
-      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
-        if (name == bad) ++s.back();
-        return s;
-      };
+      const Lengthened shape{bad};
       CallFrameBuilder frame(api);
       frame.operand(f32, gates)
           .operand(f32, weights)
@@ -1159,16 +1161,11 @@ TEST_CASE("handlers: the sLSTM in the full and the y-only forms", "[xla_ffi]") {
       return frame.call(exphil_slstm_bwd);
     };
     check_reached_library(bwd(""), "exphil_slstm_bwd");
-    for (const char* name :
-         {"y", "grad_y", "bias", "h0", "c0", "n0", "m0", "grad_h_final", "grad_c_final",
-          "grad_n_final", "grad_m_final", "grad_wx", "grad_R", "grad_bias", "grad_h0", "grad_c0",
-          "grad_n0", "grad_m0", "grad_rh"}) {
-      INFO(name);
-      const HandlerOutcome o = bwd(name);
-      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_bwd: slstm backward: argument '") +
-                                       name + "'"));
-    }
+    check_each_named(bwd,
+                     {"y", "grad_y", "bias", "h0", "c0", "n0", "m0", "grad_h_final",
+                      "grad_c_final", "grad_n_final", "grad_m_final", "grad_wx", "grad_R",
+                      "grad_bias", "grad_h0", "grad_c0", "grad_n0", "grad_m0", "grad_rh"},
+                     "exphil_slstm_bwd: slstm backward: ");
   }
   SECTION("full forms: the optional operands absent (has_* false)") {
     const HandlerOutcome fwd = CallFrameBuilder(api)
@@ -1199,23 +1196,17 @@ TEST_CASE("handlers: the sLSTM in the full and the y-only forms", "[xla_ffi]") {
                               {"bias", "n0", "m0", "h_final", "c_final", "n_final", "m_final"});
       }
     }
-    for (const char* bad : {"h0", "c0", "y"}) {
-      INFO(bad);
-      auto shape = [&](const std::string& name, std::vector<int64_t> s) {
-        if (name == bad) ++s.back();
-        return s;
-      };
-      const HandlerOutcome o = CallFrameBuilder(api)
-                                   .operand(f32, gates)
-                                   .operand(f32, weights)
-                                   .operand(f32, shape("h0", state))
-                                   .operand(f32, shape("c0", state))
-                                   .result(f32, shape("y", seq))
-                                   .call(exphil_slstm_y_fwd);
-      CHECK(o.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
-      CHECK_THAT(o.message, StartsWith(std::string("exphil_slstm_y_fwd: slstm forward: argument '") +
-                                       bad + "'"));
-    }
+    const auto y_fwd = [&](const std::string& bad) {
+      const Lengthened shape{bad};
+      return CallFrameBuilder(api)
+          .operand(f32, gates)
+          .operand(f32, weights)
+          .operand(f32, shape("h0", state))
+          .operand(f32, shape("c0", state))
+          .result(f32, shape("y", seq))
+          .call(exphil_slstm_y_fwd);
+    };
+    check_each_named(y_fwd, {"h0", "c0", "y"}, "exphil_slstm_y_fwd: slstm forward: ");
   }
   SECTION("y-only forward: h0 and c0 are required, has_* are no attributes of its") {
     const HandlerOutcome empty = CallFrameBuilder(api)

@@ -75,6 +75,16 @@ defmodule ExPhil.Native.Ops.Args do
   def state_type({:f, 64}), do: {:f, 64}
   def state_type(_type), do: {:f, 32}
 
+  @doc """
+  A recurrent op's results from its forward block's `out` `{y, final
+  states...}`: traced (inside `defn`), with `backward.(grads)` as their
+  gradient in `inputs`; then `out`, or `y` alone unless `final_state?`.
+  """
+  def sequence_results(out, traced?, inputs, final_state?, backward) do
+    out = if traced?, do: Nx.Defn.Kernel.custom_grad(out, inputs, backward), else: out
+    if final_state?, do: out, else: elem(out, 0)
+  end
+
   @doc "Whether any tensor is an expression being traced (inside `defn`)."
   def traced?(tensors), do: Enum.any?(tensors, &match?(%T{data: %Nx.Defn.Expr{}}, &1))
 

@@ -64,18 +64,11 @@ defmodule ExPhil.Native.Ops.GatedRnn do
         end)
       )
 
-    out =
-      if traced? do
-        present = for {_key, t} <- optional, t != nil, do: t
+    present = for {_key, t} <- optional, t != nil, do: t
 
-        Nx.Defn.Kernel.custom_grad(out, [wx, r | present], fn grads ->
-          backward(cell, wx, r, optional, elem(out, 0), grads, type)
-        end)
-      else
-        out
-      end
-
-    if opts[:final_state], do: out, else: elem(out, 0)
+    Args.sequence_results(out, traced?, [wx, r | present], opts[:final_state], fn grads ->
+      backward(cell, wx, r, optional, elem(out, 0), grads, type)
+    end)
   end
 
   # The gradients of wx, r and of each optional input given, in that order,

@@ -61,18 +61,12 @@ defmodule ExPhil.Native.Ops.Scan do
         end)
       )
 
-    out =
-      if traced? do
-        differentiable = if h0, do: inputs ++ [h0], else: inputs
+    differentiable = if h0, do: inputs ++ [h0], else: inputs
 
-        Nx.Defn.Kernel.custom_grad(out, differentiable, fn {grad_y, grad_h_final} ->
-          backward(op, inputs, h0, elem(out, 0), grad_y, grad_h_final, type)
-        end)
-      else
-        out
-      end
-
-    if opts[:final_state], do: out, else: elem(out, 0)
+    Args.sequence_results(out, traced?, differentiable, opts[:final_state], fn {grad_y,
+                                                                                grad_h_final} ->
+      backward(op, inputs, h0, elem(out, 0), grad_y, grad_h_final, type)
+    end)
   end
 
   # The gradients of `inputs` (and of h0 when given), from the backward block.

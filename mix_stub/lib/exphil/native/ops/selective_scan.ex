@@ -71,18 +71,17 @@ defmodule ExPhil.Native.Ops.SelectiveScan do
         end)
       )
 
-    out =
-      if traced? do
-        present = Enum.flat_map(@optional, fn {key, _} -> List.wrap(optional[key]) end)
+    present = Enum.flat_map(@optional, fn {key, _} -> List.wrap(optional[key]) end)
 
-        Nx.Defn.Kernel.custom_grad(out, [x, dt, a, b, c | present], fn {grad_y, grad_h_final} ->
-          backward([x, dt, a, b, c], optional, attributes, grad_y, grad_h_final, dims, type)
-        end)
-      else
-        out
+    Args.sequence_results(
+      out,
+      traced?,
+      [x, dt, a, b, c | present],
+      opts[:final_state],
+      fn {grad_y, grad_h_final} ->
+        backward([x, dt, a, b, c], optional, attributes, grad_y, grad_h_final, dims, type)
       end
-
-    if opts[:final_state], do: out, else: elem(out, 0)
+    )
   end
 
   defp backward(inputs, optional, attributes, grad_y, grad_h_final, dims, type) do
