@@ -26,8 +26,10 @@
 //   dir    fwd: the forward (y, h_final, c_final); fwd+bwd: the forward
 //          then the backward (grad_wx, grad_R, grad_bias; no grad_h0).
 //   For B <= 4, one more row, proj "uw": the one-layer forward of "proj no"
-//   in the unit-warps layout (GatedRnnLaunchOptions::unit_warps), for the
-//   two layouts side by side (compare_gated_rnn.py skips it).
+//   in the unit-warps layout (GatedRnnLaunchOptions::unit_warps); for B = 1
+//   another, proj "blk", in the block layout (GatedRnnLaunchOptions::k_split
+//   = 0; the k-split layout is B1's default): the layouts side by side
+//   (compare_gated_rnn.py skips both).
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -616,9 +618,11 @@ void print_header() {
 
 // "u2x128/t1/res/k3": units per block x blocks, batch tile, R resident in
 // shared memory or streamed, kernel launches of the whole timed call; "w"
-// for "u" in the forward's unit-warps layout (a warp per unit).
+// for "u" in the forward's unit-warps layout (a warp per unit), "s" in its
+// k-split layout (B = 1).
 std::string layout_name(const GatedRnnLaunchInfo& info, int kernels) {
-  return (info.unit_warps ? "w" : "u") + std::to_string(info.units_per_block) + "x" + std::to_string(info.blocks) + "/t" +
+  return (info.unit_warps ? "w" : info.k_split ? "s" : "u") + std::to_string(info.units_per_block) + "x" +
+         std::to_string(info.blocks) + "/t" +
          std::to_string(info.batch_tile) + (info.resident_weights ? "/res" : "/str") + "/k" +
          std::to_string(kernels);
 }
@@ -682,28 +686,37 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
           std::printf("%12s %8s\n", "n/a", "");
         std::fflush(stdout);
       }
-  if (p.s.batch <= 4) {
-    // The same one-layer forward in the unit-warps layout: the two layouts'
-    // comparison in one run.
-    GatedRnnLaunchInfo block_info;
-    GatedRnnLaunchOptions block;
-    block.unit_warps = 1;
-    block.chosen = &block_info;
-    require(gated_rnn_forward(forward_args(p, sets[0]->layer[0], false), c.stream, &block),
-            "gated_rnn_forward");
-    block.chosen = nullptr;
-    auto blocked = [&](int rep) {
+  // The same one-layer forward in the other layouts the options can ask
+  // for at small batches, each against the automatic plan in one run: the
+  // unit-warps layout at B <= 4 ("uw"), the block layout at B = 1, where
+  // the k-split layout is the default ("blk").
+  auto other_layout = [&](const char* label, const char* note, GatedRnnLaunchOptions o) {
+    GatedRnnLaunchInfo info;
+    o.chosen = &info;
+    require(gated_rnn_forward(forward_args(p, sets[0]->layer[0], false), c.stream, &o), "gated_rnn_forward");
+    o.chosen = nullptr;
+    auto run = [&](int rep) {
       require(gated_rnn_forward(forward_args(p, sets[static_cast<std::size_t>(rep) % sets.size()]->layer[0],
                                               false),
-                                c.stream, &block),
+                                c.stream, &o),
               "gated_rnn_forward");
     };
-    const Times t = time_ours(c.stream, budget, sets.size(), small, blocked);
+    const Times t = time_ours(c.stream, budget, sets.size(), small, run);
     const Floor fl = floor_of(p, rates, c, 1, false, false);
-    std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %12s %8s\n",
-                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), name.c_str(), 1, "uw", "fwd",
-                layout_name(block_info, 1).c_str(), t.events_us, t.graph_us, fl.us, fl.bound,
-                t.graph_us / fl.us, t.host_us, "(unit", "warps)");
+    std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
+                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), name.c_str(), 1, label, "fwd",
+                layout_name(info, 1).c_str(), t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us,
+                t.host_us, note);
+  };
+  if (p.s.batch <= 4) {
+    GatedRnnLaunchOptions o;
+    o.unit_warps = 1;
+    other_layout("uw", "(unit warps)", o);
+  }
+  if (p.s.batch == 1) {
+    GatedRnnLaunchOptions o;
+    o.k_split = 0;
+    other_layout("blk", "(block layout)", o);
   }
   std::printf("%-5s %-5s %-14s validation %s: %s; %zu input sets\n", gated_rnn_cell_name(p.cell.cell),
               dtype_name(p.dtype), name.c_str(), valid ? "pass" : "FAILED", validation.c_str(),
@@ -739,7 +752,8 @@ Rates measure_rates(const SectionContext& c, const Gemm& gemm) {
 }
 
 // --layouts: one layer's kernels alone (no projection) in each layout the
-// options can ask for, units per block x batch groups, against the
+// options can ask for, units per block x batch groups (at B = 1 also the
+// block layout where the k-split one is taken, "s" for "u"), against the
 // automatic plan, in one run: the evidence for the planner's choice
 // (gated_rnn_plan.cpp). Each layout's y and grad_wx are compared with the
 // automatic plan's (results do not depend on the layout beyond f32
@@ -758,18 +772,22 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   std::vector<GatedRnnLaunchOptions> layouts(1);  // the automatic plan first
-  for (int units : {static_cast<int>((H + sms - 1) / sms), 4, 8, 16, 32, 64})
-    for (int groups : {1, 2, 4, 8, 16, 32}) {
-      const int64_t slices = (H + units - 1) / units;
-      if (units > H || groups > B || slices * groups > sms || p.cell.gates * units > 256) continue;
-      GatedRnnLaunchOptions o;
-      o.units_per_block = units;
-      o.batch_blocks = groups;
-      if (std::none_of(layouts.begin() + 1, layouts.end(), [&](const GatedRnnLaunchOptions& q) {
-            return q.units_per_block == units && q.batch_blocks == groups;
-          }))
-        layouts.push_back(o);
-    }
+  for (int k_split : {-1, 0})  // at B = 1 the k-split layout where it fits, then the block layout
+    for (int units : {static_cast<int>((H + sms - 1) / sms), 4, 8, 16, 32, 64})
+      for (int groups : {1, 2, 4, 8, 16, 32}) {
+        const int64_t slices = (H + units - 1) / units;
+        if (units > H || groups > B || slices * groups > sms || p.cell.gates * units > 256 ||
+            (k_split == 0 && B > 1))
+          continue;
+        GatedRnnLaunchOptions o;
+        o.units_per_block = units;
+        o.batch_blocks = groups;
+        o.k_split = k_split;
+        if (std::none_of(layouts.begin() + 1, layouts.end(), [&](const GatedRnnLaunchOptions& q) {
+              return q.units_per_block == units && q.batch_blocks == groups && q.k_split == k_split;
+            }))
+          layouts.push_back(o);
+      }
   const Budget budget{c.quick ? 2e4 : 1e5, c.quick ? 20 : 100};
   const bool small = small_call(p.s);
   const Layer& first = sets[0]->layer[0];
@@ -809,10 +827,11 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
     };
     const Times tf = time_ours(c.stream, budget, sets.size(), small, fwd);
     const Times tb = time_ours(c.stream, budget, sets.size(), small, bwd);
-    std::printf("%-5s %-5s %-14s %-4s u%-3d x %3d slices, %2d groups of %3d rows, tile %2d, %s: fwd %9.2f "
+    std::printf("%-5s %-5s %-14s %-4s %s%-3d x %3d slices, %2d groups of %3d rows, tile %2d, %s: fwd %9.2f "
                 "bwd %9.2f us (graph); vs auto |dy| %.2g |dgrad_wx|/|ref| %.2g; finite %s\n",
                 gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(),
-                li == 0 ? "auto" : "", info.units_per_block, info.blocks / std::max(info.batch_blocks, 1),
+                li == 0 ? "auto" : "", info.k_split ? "s" : "u", info.units_per_block,
+                info.blocks / std::max(info.batch_blocks, 1),
                 info.batch_blocks, static_cast<int>((B + info.batch_blocks - 1) / info.batch_blocks),
                 info.batch_tile, info.resident_weights ? "res" : "str", tf.graph_us, tb.graph_us,
                 normwise(y, y_auto), normwise(gwx, gwx_auto),

@@ -51,6 +51,7 @@ struct GatedRnnOpDirection {
       o.batch_tile = options->batch_tile;
       o.streamed_weights = options->streamed_weights;
       o.unit_warps = options->unit_warps;
+      o.k_split = options->k_split;
     }
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
                                    device, o);
@@ -92,6 +93,7 @@ struct GatedRnnOpDirection {
     info.batch_tile = p.batch_tile;
     info.resident_weights = p.resident_weights;
     info.unit_warps = p.unit_warps;
+    info.k_split = p.k_split;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
     else

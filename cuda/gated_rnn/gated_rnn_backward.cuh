@@ -31,11 +31,14 @@
  * H200 before the parts exchange: at B1 each of its 128 slices publishes a
  * part for every unit); B64 T256 H512 4.88 ms (18.0 ms before).
  *
- * Algorithm: four launches (five when step 4 is split), none with atomics,
- * every sum in a fixed order (bitwise reproducible).
+ * Algorithm: four launches (one more for each of steps 1 and 4 when
+ * split), none with atomics, every sum in a fixed order (bitwise
+ * reproducible).
  *   1. rh = h_{t-1} R + b for all t at once (the forward's y gives every
  *      h_{t-1}): a tiled f32 product [B*T, H] x [H, G*H] into the
- *      workspace (gated_rnn_gemm.cuh).
+ *      workspace (gated_rnn_gemm.cuh), split along H into slices added in
+ *      order where its tiles are too few to fill half the device (B1 to B4
+ *      at short T).
  *   2. the gates from rh and wx (gated_rnn_gates_kernel): GRU r, z, n, rh_n
  *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t, a
  *      thread per (b, unit) walking t (c_t needs c_{t-1}) in chunks of 8

@@ -35,4 +35,33 @@ __device__ __forceinline__ float gated_rnn_cell_step(const float (&x)[kGatedRnnG
   }
 }
 
+// The layouts that keep a unit's state in registers for the whole sequence
+// (k split, unit warps): its state before the first step, h0 and the cell's
+// c0 (n0, m0) at index sidx of [B, H] (zeros, and n0 ones, where absent),
+// and after the last, into whichever final states are asked for.
+template <GatedRnnCell kCell>
+__device__ __forceinline__ void gated_rnn_load_initial(const GatedRnnForwardParams& p, int64_t sidx,
+                                                       float& hp, SlstmState& s) {
+  hp = p.d_h0 ? load_state(p.d_h0, p.state_dtype, sidx) : 0.0f;
+  s = {0.0f, 1.0f, 0.0f};
+  if constexpr (kCell != GatedRnnCell::gru)
+    if (p.d_c0) s.c = load_state(p.d_c0, p.state_dtype, sidx);
+  if constexpr (kCell == GatedRnnCell::slstm) {
+    if (p.d_n0) s.n = load_state(p.d_n0, p.state_dtype, sidx);
+    if (p.d_m0) s.m = load_state(p.d_m0, p.state_dtype, sidx);
+  }
+}
+
+template <GatedRnnCell kCell>
+__device__ __forceinline__ void gated_rnn_store_finals(const GatedRnnForwardParams& p, int64_t sidx,
+                                                       float h, const SlstmState& s) {
+  if (p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, h);
+  if constexpr (kCell != GatedRnnCell::gru)
+    if (p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, s.c);
+  if constexpr (kCell == GatedRnnCell::slstm) {
+    if (p.d_n_final) store_state(p.d_n_final, p.state_dtype, sidx, s.n);
+    if (p.d_m_final) store_state(p.d_m_final, p.state_dtype, sidx, s.m);
+  }
+}
+
 }  // namespace exphil::kernels

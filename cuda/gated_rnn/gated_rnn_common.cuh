@@ -169,7 +169,19 @@ __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst,
 __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
                                                          int K, const uint64_t* src, int step) {
   const int n = nb * K;
-  gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step);
+  if (n <= kGatedRnnThreads) {
+    // A word a thread (B1 at H <= 256): the bare reload loop. The batched
+    // loop's bookkeeping for 8 words sat between the last load's arrival
+    // and the product, on every step's critical path.
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < n) {
+      uint64_t w = gated_rnn_peek(src + i);
+      while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src + i);
+      x[i] = __uint_as_float(static_cast<uint32_t>(w));
+    }
+  } else {
+    gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step);
+  }
   for (int i = n + static_cast<int>(threadIdx.x); i < rows * K; i += kGatedRnnThreads) x[i] = 0.0f;
 }
 
@@ -229,16 +241,18 @@ __device__ __forceinline__ void gated_rnn_reduce_scatter_store(float (&acc)[NB],
   if ((lane & ((1 << kShift) - 1)) == 0 && row < nb) out[row * ldo + c] = acc[0];
 }
 
-// Columns a warp takes at once: one at NB <= 2 (more warps busy on the
-// latency path), and as many as keep NB * CW <= 64 accumulators above.
-template <int NB>
-inline constexpr int kGatedRnnWarpColumns = NB <= 2 ? 1 : NB >= 32 ? 2 : kGatedRnnColumnGroup;
-
-template <int NB>
+// Columns a warp takes at once (CW). At NB <= 2, the latency path, the
+// fewest that cover the block's C columns in one pass of its 8 warps (1, 2
+// or 4): a warp's columns then share one run over k and their
+// reduce-scatters overlap, so the product's latency hardly grows with C.
+// One column at a time, each pass cost ~0.35 us a step on an H100 at B1
+// T32 H256 (bench/RESULTS.md, issue 30: 84 us a call at 8 units a block,
+// 118 at 16, in run I; one pass, 64 and 84, in run S). Above, as many as
+// keep NB * CW <= 64 accumulators.
+template <int NB, int CW>
 __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict__ x, int K, int nb,
                                                         const float* W, int C,
                                                         float* __restrict__ out, int ldo) {
-  constexpr int CW = kGatedRnnWarpColumns<NB>;
   static_assert(kGatedRnnColumnGroup % CW == 0, "a warp's columns divide a column group");
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -273,16 +287,30 @@ __device__ __forceinline__ int gated_rnn_product_rows(int nb) {
   return nb <= 1 ? 1 : nb <= 2 ? 2 : nb <= 4 ? 4 : nb <= 8 ? 8 : nb <= 16 ? 16 : 32;
 }
 
+template <int NB>
+__device__ __forceinline__ void gated_rnn_slice_product_latency(const float* x, int K, int nb,
+                                                                const float* W, int C, float* out,
+                                                                int ldo) {
+  constexpr int kWarps = kGatedRnnThreads / 32;
+  if (C <= kWarps)
+    gated_rnn_slice_product<NB, 1>(x, K, nb, W, C, out, ldo);
+  else if (C <= 2 * kWarps)
+    gated_rnn_slice_product<NB, 2>(x, K, nb, W, C, out, ldo);
+  else
+    gated_rnn_slice_product<NB, kGatedRnnColumnGroup>(x, K, nb, W, C, out, ldo);
+}
+
 __device__ __forceinline__ void gated_rnn_slice_product_rows(int rows, const float* x, int K,
                                                              int nb, const float* W, int C,
                                                              float* out, int ldo) {
+  constexpr int CG = kGatedRnnColumnGroup;
   switch (rows) {
-    case 1: gated_rnn_slice_product<1>(x, K, nb, W, C, out, ldo); break;
-    case 2: gated_rnn_slice_product<2>(x, K, nb, W, C, out, ldo); break;
-    case 4: gated_rnn_slice_product<4>(x, K, nb, W, C, out, ldo); break;
-    case 8: gated_rnn_slice_product<8>(x, K, nb, W, C, out, ldo); break;
-    case 16: gated_rnn_slice_product<16>(x, K, nb, W, C, out, ldo); break;
-    default: gated_rnn_slice_product<32>(x, K, nb, W, C, out, ldo); break;
+    case 1: gated_rnn_slice_product_latency<1>(x, K, nb, W, C, out, ldo); break;
+    case 2: gated_rnn_slice_product_latency<2>(x, K, nb, W, C, out, ldo); break;
+    case 4: gated_rnn_slice_product<4, CG>(x, K, nb, W, C, out, ldo); break;
+    case 8: gated_rnn_slice_product<8, CG>(x, K, nb, W, C, out, ldo); break;
+    case 16: gated_rnn_slice_product<16, CG>(x, K, nb, W, C, out, ldo); break;
+    default: gated_rnn_slice_product<32, 2>(x, K, nb, W, C, out, ldo); break;
   }
 }
 

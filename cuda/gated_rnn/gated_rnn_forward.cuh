@@ -50,10 +50,12 @@
  *     T32 H256 GRU f32 60.2 us, 1.9 us a step; B64 T256 H512 GRU f32
  *     2.11 ms, 8.3 us a step (6.1 ms in one batch group, run G on an H200).
  *
- * Layouts. This file is the block layout, for any B, and the default.
- * gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no block barrier
- * inside a step, B <= 4) runs when the launch options ask for it; both step
- * through gated_rnn_cell.cuh.
+ * Layouts. This file is the block layout, for any B, and the default
+ * except at B = 1 with H <= 256, where gated_rnn_forward_k_split.cuh (a
+ * thread per row of the product, the slice in registers, one barrier a
+ * step) runs. gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no
+ * block barrier inside a step, B <= 4) runs when the launch options ask for
+ * it. All three step through gated_rnn_cell.cuh.
  *
  * Algorithm. One cooperative launch of Su x Sb blocks, one per SM at most,
  * 256 threads each (the launch checks first, with the occupancy API, that
@@ -203,6 +205,19 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     __syncthreads();
   }
 
+  // This thread's first (row, unit) item of a tile, i = tid, and the step
+  // to its next, i + 256: no division inside the step loop (two sat on
+  // every step's critical path, between the product and the cell).
+  const int first_b = tid / live, first_u = tid - first_b * live;
+  const int skip_b = kGatedRnnThreads / live, skip_u = kGatedRnnThreads - skip_b * live;
+  // A group of one tile whose items fit a thread each (every B <= 4 with
+  // U <= 64): the thread reads its unit's h_{t-1} from x before the
+  // product's barrier, so a step needs no barrier at its end. The next
+  // step's staging may then overwrite x as soon as the product is done, and
+  // its product writes `pre` only after its own staging barrier, which the
+  // cell threads reach after their update.
+  const bool one_pass = g1 - g0 <= Bt && (g1 - g0) * live <= kGatedRnnThreads;
+
   Elem* __restrict__ y = static_cast<Elem*>(p.d_y);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
@@ -210,7 +225,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       const int rows = gated_rnn_product_rows(nb);
       const int items = nb * live;
       GatedRnnForwardInputs<Elem, kCell> first;
-      if (tid < items) first.load(p, cbuf, b0 + tid / live, u0 + tid % live, t);
+      if (tid < items) first.load(p, cbuf, b0 + first_b, u0 + first_u, t);
       if (t == 0) {
         gated_rnn_stage_state(x, nb, rows, K, p.d_h0, p.state_dtype, b0 * H);
       } else {
@@ -218,25 +233,28 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
                                  static_cast<int>(t - 1));
       }
       __syncthreads();
+      const float first_hp = tid < items ? x[first_b * K + u0 + first_u] : 0.0f;
       gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
       __syncthreads();
+      int b = first_b, u = first_u;
       for (int i = tid; i < items; i += kGatedRnnThreads) {
-        const int b = i / live;
-        const int u = i - b * live;
         const int64_t row = b0 + b;
         const int hu = u0 + u;
         const int64_t sidx = row * H + hu;
         GatedRnnForwardInputs<Elem, kCell> in;
+        float hp;
         if (i == tid) {
           in = first;
+          hp = first_hp;
         } else {
           in.load(p, cbuf, row, hu, t);
+          hp = x[b * K + hu];
         }
         float a[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) a[g] = pre[b * C + g * U + u] + in.bias[g];
         SlstmState st = in.prev;
-        const float h = gated_rnn_cell_step<kCell>(in.wx, a, x[b * K + hu], st);
+        const float h = gated_rnn_cell_step<kCell>(in.wx, a, hp, st);
         if constexpr (kCell != GatedRnnCell::gru) {
           // Read back only by this thread, next step.
           cbuf[sidx] = st.c;
@@ -253,8 +271,14 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
         y[(row * T + t) * H + hu] = from_float<Elem>(h);
         if (t + 1 < T) gated_rnn_publish(xchg + (t & 1) * B * H + sidx, h, static_cast<int>(t));
         if (t == T - 1 && p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, h);
+        b += skip_b;
+        u += skip_u;
+        if (u >= live) {
+          u -= live;
+          ++b;
+        }
       }
-      __syncthreads();
+      if (!one_pass) __syncthreads();
     }
   }
 }

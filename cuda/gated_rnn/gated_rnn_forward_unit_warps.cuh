@@ -108,15 +108,7 @@ __global__ void __launch_bounds__(kGatedRnnUnitWarpsMaxThreads)
   float hp = 0.0f;
   SlstmState s{0.0f, 1.0f, 0.0f};
   const int64_t sidx = static_cast<int64_t>(lane) * H + hu;
-  if (mine) {
-    if (p.d_h0) hp = load_state(p.d_h0, p.state_dtype, sidx);
-    if constexpr (kCell != GatedRnnCell::gru)
-      if (p.d_c0) s.c = load_state(p.d_c0, p.state_dtype, sidx);
-    if constexpr (kCell == GatedRnnCell::slstm) {
-      if (p.d_n0) s.n = load_state(p.d_n0, p.state_dtype, sidx);
-      if (p.d_m0) s.m = load_state(p.d_m0, p.state_dtype, sidx);
-    }
-  }
+  if (mine) gated_rnn_load_initial<kCell>(p, sidx, hp, s);
   float bias[G];
 #pragma unroll
   for (int g = 0; g < G; ++g)
@@ -200,15 +192,7 @@ __global__ void __launch_bounds__(kGatedRnnUnitWarpsMaxThreads)
                           static_cast<int>(t));
     }
   }
-  if (mine) {
-    if (p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, hp);
-    if constexpr (kCell != GatedRnnCell::gru)
-      if (p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, s.c);
-    if constexpr (kCell == GatedRnnCell::slstm) {
-      if (p.d_n_final) store_state(p.d_n_final, p.state_dtype, sidx, s.n);
-      if (p.d_m_final) store_state(p.d_m_final, p.state_dtype, sidx, s.m);
-    }
-  }
+  if (mine) gated_rnn_store_finals<kCell>(p, sidx, hp, s);
 }
 
 }  // namespace exphil::kernels

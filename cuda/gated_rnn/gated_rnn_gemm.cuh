@@ -15,9 +15,9 @@
  * it (`at`): the first version computed that per element and its products
  * ran at 6 TFLOP/s on an H100.
  *
- * Split K: with few output tiles (grad_R is [H+1, G*H] summed over B*T) the
- * grid is split along k into `splits` slices whose sums land in a f32
- * buffer [splits, M, N]; gated_rnn_gemm_reduce_kernel then adds the slices
+ * Split K: with few output tiles (grad_R is [H+1, G*H] summed over B*T;
+ * the recompute product [B*T, G*H] at small B*T) the grid is split along k
+ * into `splits` slices whose sums land in a f32 buffer [splits, M, N]; gated_rnn_gemm_reduce_kernel then adds the slices
  * in order and stores. Still one fixed order per output: deterministic.
  *
  * Loader contract: A::kContiguousK says whether A's elements of one m are
@@ -117,12 +117,18 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   for (int i = 0; i < 8; ++i)
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+  // A warp's outputs lie in rows m0 + 8w .. + 7 and m0 + 64 + 8w .. + 7: a
+  // warp whose first row is past M has only zeros to sum and skips its
+  // FMAs (at B1 T32 the recompute product's single row of tiles is a
+  // quarter live).
+  const bool rows_live = m0 + 8 * (tid >> 5) < M;
   if (k_begin < k_end) load(k_begin);
   for (int64_t k0 = k_begin; k0 < k_end; k0 += TK) {
     __syncthreads();  // the previous step's reads of As, Bs are done
     stash();
     __syncthreads();
     if (k0 + TK < k_end) load(k0 + TK);  // in flight while this step multiplies
+    if (!rows_live) continue;
 #pragma unroll
     for (int kk = 0; kk < TK; ++kk) {
       float av[8], bv[8];

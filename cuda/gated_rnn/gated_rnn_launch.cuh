@@ -13,6 +13,7 @@
 #include "common/dynamic_shared_memory.h"
 #include "gated_rnn/gated_rnn_backward.cuh"
 #include "gated_rnn/gated_rnn_forward.cuh"
+#include "gated_rnn/gated_rnn_forward_k_split.cuh"
 #include "gated_rnn/gated_rnn_forward_unit_warps.cuh"
 #include "gated_rnn/gated_rnn_instances.h"
 
@@ -129,7 +130,16 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
-  static gated_rnn_launch::PersistentKernelCache resident, streamed, unit_warps;
+  static gated_rnn_launch::PersistentKernelCache resident, streamed, unit_warps, k_split8, k_split16;
+  if (plan.k_split) {
+    // The instances gated_rnn_k_split_columns admits (the plan's check).
+    const char* name = "cudaLaunchCooperativeKernel (gated_rnn_forward_k_split_kernel)";
+    if (plan.stored_columns == 8)
+      return gated_rnn_launch::launch_persistent(gated_rnn_forward_k_split_kernel<Elem, kCell, 8>,
+                                                 k_split8, params, plan, d_workspace, stream, name);
+    return gated_rnn_launch::launch_persistent(gated_rnn_forward_k_split_kernel<Elem, kCell, 16>,
+                                               k_split16, params, plan, d_workspace, stream, name);
+  }
   if (plan.unit_warps)
     return gated_rnn_launch::launch_persistent(
         gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps, params, plan, d_workspace,
@@ -155,11 +165,10 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H};
 
   // 1. rh = h_{t-1} R + bias for every step.
-  if (const LaunchResult r =
-          gemm(B * T, GH, H, GatedRnnRecomputeA<Elem>{prev},
-               GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
-               GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
-               stream);
+  if (const LaunchResult r = gemm_split(
+          B * T, GH, H, GatedRnnRecomputeA<Elem>{prev}, GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
+          GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
+          plan.recompute_splits, d_workspace + plan.ws_split, stream);
       !r.ok())
     return r;
 

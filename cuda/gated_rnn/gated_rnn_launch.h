@@ -44,11 +44,21 @@ inline constexpr int64_t kGatedRnnPreferredColumns = 128;
 inline constexpr int64_t kGatedRnnWeightGradTile = 128;
 inline constexpr int64_t kGatedRnnWeightGradDepth = 16;
 inline constexpr int64_t kGatedRnnMaxWeightGradSplits = 16;
+// The most floats of partial sums the split products may keep (64 MB).
+inline constexpr int64_t kGatedRnnMaxSplitFloats = int64_t{16} << 20;
 // The forward's unit-warps layout (gated_rnn_forward_unit_warps.cuh): batch
 // rows it carries (one accumulator per gate and row in every lane) and its
 // largest block (8 warps, 8 units).
 inline constexpr int kGatedRnnUnitWarpsMaxRows = 4;
 inline constexpr int kGatedRnnUnitWarpsMaxThreads = 256;
+// The forward's k-split layout at B = 1 (gated_rnn_forward_k_split.cuh):
+// its instances' columns (the fewest of 8 or 16 that hold G*U) for a slice
+// of `columns` columns and `hidden` rows (a thread a row: at most 256), or
+// 0 where none fits.
+constexpr int gated_rnn_k_split_columns(int64_t columns, int64_t hidden) noexcept {
+  if (hidden > kGatedRnnThreads) return 0;
+  return columns <= 8 ? 8 : columns <= 16 ? 16 : 0;
+}
 
 // The multiprocessor count and shared-memory limits of `device`.
 cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
@@ -61,7 +71,8 @@ cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 // workspace each step (streamed). With
 // options.unit_warps = 1 a forward with B <= 4 takes the unit-warps layout
 // (a warp per hidden unit, 1 to 8 a block) where the block's columns of R
-// fit in shared memory.
+// fit in shared memory. Otherwise a forward at B = 1 takes the k-split
+// layout where an instance fits, unless options.k_split = 0.
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
                             const GatedRnnLaunchOptions& options = {}) noexcept;
@@ -77,9 +88,10 @@ inline std::size_t gated_rnn_workspace_bytes(const GatedRnnPlan& plan) noexcept 
   return static_cast<std::size_t>(plan.ws_floats) * sizeof(float);
 }
 
-// Kernel launches the call makes: forward 1; backward 3 to 5 (the
-// recompute product, gates, the persistent kernel, and the grad_R /
-// grad_bias product when wanted, with its reduction when split).
+// Kernel launches the call makes: forward 1; backward 3 to 6 (the
+// recompute product, with its reduction when split, gates, the persistent
+// kernel, and the grad_R / grad_bias product when wanted, with its
+// reduction when split).
 int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
                            const GatedRnnPlan& plan) noexcept;
 

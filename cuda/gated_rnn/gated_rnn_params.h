@@ -99,6 +99,9 @@ struct GatedRnnLaunchOptions {
   // Forward only: 1 asks for the unit-warps layout (taken where the plan
   // allows it); -1 (automatic) and 0 give the block layout.
   int unit_warps = -1;           // -1 automatic, 0 block tiles, 1 unit warps
+  // Forward only: the k-split layout at B = 1 (gated_rnn_forward_k_split.cuh),
+  // -1 (automatic) and 1 where it fits, 0 never.
+  int k_split = -1;
 };
 
 // How one call is laid out (gated_rnn_plan.cpp).
@@ -121,11 +124,19 @@ struct GatedRnnPlan {
   // Forward: a warp per hidden unit (gated_rnn_forward_unit_warps.cuh); then
   // units_per_block is the warps of a block, batch_tile is B, columns G*U.
   bool unit_warps = false;
+  // Forward at B = 1: threads split the product's depth, each holding its
+  // rows of the slice in registers (gated_rnn_forward_k_split.cuh); then
+  // stored_columns is the instance's columns (8 or 16).
+  bool k_split = false;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
   // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to
   // fill the device.
   int weight_grad_splits = 1;
+  // Backward: the same for the recompute product (rh = h_{t-1} R over H),
+  // more than 1 when its output tiles fill less than half the device (B1 to
+  // B4 at short T).
+  int recompute_splits = 1;
   // Workspace layout: offsets in floats from its start, -1 when not used.
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
   int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
@@ -139,7 +150,9 @@ struct GatedRnnPlan {
                             // sLSTM i', f' (the stabilised exponentials), z, o
   int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t; sLSTM [B, T, 3, H]:
                             // every c_t, n_t and the share of dm_t taken by log f + m_{t-1}
-  int64_t ws_split = -1;    // backward [weight_grad_splits, H+1, G*H]: the splits' partial sums
+  int64_t ws_split = -1;    // backward: the split products' partial sums, the recompute's
+                            // [recompute_splits, B*T, G*H], later grad_R's
+                            // [weight_grad_splits, H+1, G*H]
   int64_t ws_floats = 0;    // total
 };
 

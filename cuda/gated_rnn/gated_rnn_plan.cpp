@@ -129,6 +129,32 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     }
   }
 
+  // The forward at B = 1: the k-split layout, where one of its instances
+  // holds a block's slice (gated_rnn_forward_k_split.cuh), with the block
+  // layout's slices. Measured against the block layout at B1 (bench/RESULTS.md,
+  // issue 30 runs S and T).
+  if (forward && B == 1 && options.k_split != 0 && !options.streamed_weights) {
+    const int64_t units = options.units_per_block > 0
+                              ? std::min<int64_t>(options.units_per_block, H)
+                              : std::min(ceil_div(H, sms), H);
+    const int columns = gated_rnn_k_split_columns(G * units, H);
+    if (columns > 0) {
+      plan.k_split = true;
+      plan.units_per_block = static_cast<int>(units);
+      plan.unit_slices = static_cast<int>(ceil_div(H, units));
+      plan.blocks = plan.unit_slices;
+      plan.resident_weights = true;  // in registers
+      plan.k = static_cast<int>(H);
+      plan.columns = static_cast<int>(G * units);
+      plan.stored_columns = columns;
+      plan.shared_bytes = static_cast<int>(2 * (kGatedRnnThreads / 32) * columns * sizeof(float));
+      int64_t total = 0;
+      plan.ws_state = take(total, 2 * 2 * B * H);  // the exchange, 64-bit words
+      plan.ws_floats = total;
+      return plan;
+    }
+  }
+
   const Layout l = choose_layout(G, B, H, sms, limit, options, forward);
   const int64_t units = l.units;
   const int64_t slices = ceil_div(H, units);
@@ -183,7 +209,23 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
         std::min<int64_t>(ceil_div(2 * sms, tiles), (B * T) / (8 * kGatedRnnWeightGradDepth)), 1,
         kGatedRnnMaxWeightGradSplits);
     plan.weight_grad_splits = static_cast<int>(splits);
-    if (splits > 1) plan.ws_split = take(total, splits * (H + 1) * G * H);
+    // The recompute product [B*T, G*H] over H, split along H where its tiles
+    // would leave more than half the device idle: at B1 T32 H256 its 6 tiles
+    // of 128 rows (31 of them zeros) took 50 us on an H100 (bench/RESULTS.md,
+    // issue 30 run V). At least 2 steps of k a split; the partial sums at
+    // most kGatedRnnMaxSplitFloats.
+    const int64_t rc_tiles = ceil_div(B * T, kGatedRnnWeightGradTile) * ceil_div(G * H, kGatedRnnWeightGradTile);
+    int64_t rc = 1;
+    if (2 * rc_tiles <= sms)
+      rc = std::clamp<int64_t>(std::min<int64_t>(ceil_div(2 * sms, rc_tiles), H / (2 * kGatedRnnWeightGradDepth)),
+                               1, kGatedRnnMaxWeightGradSplits);
+    while (rc > 1 && rc * B * T * G * H > kGatedRnnMaxSplitFloats) rc /= 2;
+    plan.recompute_splits = static_cast<int>(rc);
+    // One buffer for both: the recompute's sums are added before grad_R's
+    // product starts.
+    const int64_t split_floats = std::max(splits > 1 ? splits * (H + 1) * G * H : 0,
+                                          rc > 1 ? rc * B * T * G * H : 0);
+    if (split_floats > 0) plan.ws_split = take(total, split_floats);
   }
   if (!plan.resident_weights) plan.ws_weights = take(total, plan.blocks * padded * H);
   plan.ws_floats = total;
@@ -206,14 +248,23 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
       static_cast<int64_t>(plan.batch_blocks) * plan.batch_rows < shape.batch ||
       static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks != plan.blocks)
     return "gated RNN plan: the blocks do not cover B and H";
-  if (!plan.unit_warps && plan.stored_columns != gated_rnn_padded_columns(plan.columns))
+  if (!plan.unit_warps && !plan.k_split &&
+      plan.stored_columns != gated_rnn_padded_columns(plan.columns))
     return "gated RNN plan: the stored columns are not G*U in whole column groups";
+  if (plan.k_split &&
+      (shape.batch != 1 || plan.unit_warps || plan.threads != kGatedRnnThreads ||
+       plan.stored_columns == 0 ||
+       plan.stored_columns != gated_rnn_k_split_columns(plan.columns, shape.hidden)))
+    return "gated RNN plan: the k-split layout takes one batch row, H <= 256 and a block's G*U "
+           "columns in 8 or 16";
   if (plan.columns > kGatedRnnThreads)
     return "gated RNN plan: more than 256 columns per block (H too large for the device's "
            "multiprocessors)";
   if (plan.weight_grad_splits < 1 || plan.weight_grad_splits > kGatedRnnMaxWeightGradSplits ||
-      (plan.weight_grad_splits > 1 && plan.ws_split < 0))
-    return "gated RNN plan: the grad_R product's splits are not 1 to 16 with their workspace";
+      (plan.weight_grad_splits > 1 && plan.ws_split < 0) || plan.recompute_splits < 1 ||
+      plan.recompute_splits > kGatedRnnMaxWeightGradSplits ||
+      (plan.recompute_splits > 1 && plan.ws_split < 0))
+    return "gated RNN plan: the backward products' splits are not 1 to 16 with their workspace";
   if (plan.batch_tile < 1 || plan.batch_tile > kGatedRnnMaxBatchTile ||
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
@@ -231,8 +282,9 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
 int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
                            const GatedRnnPlan& plan) noexcept {
   if (direction == GatedRnnDirection::forward) return 1;
-  if (!params.d_grad_R && !params.d_grad_bias) return 3;
-  return plan.weight_grad_splits > 1 ? 5 : 4;
+  const int recompute = plan.recompute_splits > 1 ? 2 : 1;
+  if (!params.d_grad_R && !params.d_grad_bias) return recompute + 2;
+  return recompute + 2 + (plan.weight_grad_splits > 1 ? 2 : 1);
 }
 
 }  // namespace exphil::kernels

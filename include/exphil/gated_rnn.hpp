@@ -116,6 +116,9 @@ struct GatedRnnLaunchInfo {
   // Forward: a warp per hidden unit (the latency layout for B <= 4); then
   // units_per_block counts the warps of a block.
   bool unit_warps = false;
+  // Forward at B = 1: threads split the product's depth, each with its rows
+  // of the block's slice of R in registers (the default where it fits).
+  bool k_split = false;
   int kernels = 0;                // kernel launches of the call
 };
 
@@ -130,6 +133,9 @@ struct GatedRnnLaunchOptions {
   // B <= 4, the block's columns of R in shared memory; `chosen` says);
   // -1 (automatic) and 0 run the block layout, which measured faster.
   int unit_warps = -1;
+  // Forward at B = 1: -1 (automatic) and 1 take the k-split layout where it
+  // fits (H <= 256, at most 16 columns of R a block), 0 the block layout.
+  int k_split = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 

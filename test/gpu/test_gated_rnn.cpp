@@ -111,7 +111,7 @@ struct GatedCase {
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
-                  "units=%d groups=%d tile=%d streamed=%d unit_warps=%d",
+                  "units=%d groups=%d tile=%d streamed=%d unit_warps=%d k_split=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
                   dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
@@ -125,7 +125,7 @@ struct GatedCase {
                                              : "",
                   kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
                   options.units_per_block, options.batch_blocks, options.batch_tile,
-                  options.streamed_weights, options.unit_warps);
+                  options.streamed_weights, options.unit_warps, options.k_split);
     return buf;
   }
 };
@@ -679,15 +679,22 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
     c.B = 3, c.T = 5, c.H = 255;
     c.options.units_per_block = kind == GatedRnnKind::gru ? 85 : 64;  // the most columns
     cases.push_back(c);
+    // One tile with more (row, unit) items than threads: two a thread, and
+    // the barrier at the end of each step.
+    c.options = {};
+    c.B = 6, c.T = 5, c.H = 130;
+    c.options.units_per_block = 64;
+    c.options.batch_blocks = 1;
+    cases.push_back(c);
   }
   run_cases("forced layouts", cases);
 }
 
-// The forward's two layouts at B <= 4 (the unit-warps layout is the
-// default there, so every small case above runs it; here the block layout
-// forced, and the unit-warps layout over its units per block and sizes),
-// each checked to be the layout it claims before the reference judges it.
-TEST_CASE("gated RNN: unit-warps and block layouts at small batches", "[gpu][gated_rnn]") {
+// The forward's layouts at B <= 4 (the k-split layout is the default at
+// B = 1, the block layout above; here each forced or left to the plan over
+// units per block and sizes), each checked to be the layout it claims
+// before the reference judges it.
+TEST_CASE("gated RNN: k-split, unit-warps and block layouts at small batches", "[gpu][gated_rnn]") {
   exphil::kernels::GatedRnnDevice device;
   int current = 0;
   REQUIRE(cudaGetDevice(&current) == cudaSuccess);
@@ -700,38 +707,59 @@ TEST_CASE("gated RNN: unit-warps and block layouts at small batches", "[gpu][gat
       c.dtype = dtype;
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       c.cell_finals = dtype == DType::f32;  // (see the top)
+      enum class Want { block, unit_warps, k_split };
       struct Layout {
         int64_t B, T, H;
-        int unit_warps, units;
+        int unit_warps, units, k_split;
+        Want want;
       };
-      for (const Layout& l : {Layout{1, 33, 256, 0, 0}, Layout{1, 33, 256, 1, 0}, Layout{4, 9, 37, 0, 0},
-                              Layout{4, 9, 37, 1, 1}, Layout{3, 1, 37, 1, 3}, Layout{2, 17, 257, 1, 8},
-                              Layout{1, 5, 1024, 1, 0}, Layout{3, 12, 70, 1, 5}}) {
+      const int G = kind == GatedRnnKind::gru ? 3 : 4;
+      // The block layout's product at B <= 2 takes 1, 2 or 4 columns a warp
+      // as the block's columns need (4, 8 and 16 units: 12 to 64 columns,
+      // the last in two passes). The k-split layout's two instances (8 and
+      // 16 columns), and the block layout where H is above 256 at B = 1.
+      for (const Layout& l :
+           {Layout{1, 33, 256, 0, 0, 0, Want::block}, Layout{1, 33, 256, 1, 0, -1, Want::unit_warps},
+            Layout{4, 9, 37, 0, 0, -1, Want::block}, Layout{4, 9, 37, 1, 1, -1, Want::unit_warps},
+            Layout{3, 1, 37, 1, 3, -1, Want::unit_warps}, Layout{2, 17, 257, 1, 8, -1, Want::unit_warps},
+            Layout{1, 5, 1024, 1, 0, -1, Want::unit_warps}, Layout{3, 12, 70, 1, 5, -1, Want::unit_warps},
+            Layout{1, 33, 256, 0, 4, 0, Want::block}, Layout{2, 17, 257, 0, 8, -1, Want::block},
+            Layout{1, 9, 300, 0, 16, -1, Want::block}, Layout{1, 33, 256, -1, 0, -1, Want::k_split},
+            Layout{1, 33, 256, -1, 4, 1, Want::k_split}, Layout{1, 17, 130, -1, 0, -1, Want::k_split},
+            Layout{1, 1, 37, -1, 0, -1, Want::k_split}, Layout{1, 40, 255, -1, 0, -1, Want::k_split},
+            Layout{1, 17, 257, -1, 0, -1, Want::block}}) {
         c.B = l.B, c.T = l.T, c.H = l.H;
         c.options = {};
         c.options.unit_warps = l.unit_warps;
         c.options.units_per_block = l.units;
+        c.options.k_split = l.k_split;
         const auto plan = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
                                                           {c.B, c.T, c.H}, device, c.options);
         INFO(c.describe());
-        CHECK(plan.unit_warps == (l.unit_warps == 1));
+        // (Where the device's multiprocessors give more units a block than
+        // an instance holds, the block layout.)
+        const int columns = exphil::kernels::gated_rnn_k_split_columns(G * plan.units_per_block, l.H);
+        CHECK(plan.unit_warps == (l.want == Want::unit_warps));
+        CHECK(plan.k_split == (l.want == Want::k_split && columns > 0));
+        if (plan.k_split) CHECK(plan.stored_columns == columns);
         cases.push_back(c);
       }
     }
-  run_cases("unit-warps and block layouts", cases);
+  run_cases("k-split, unit-warps and block layouts", cases);
 }
 
 TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
   std::vector<GatedCase> cases;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-    for (int layout : {0, 1, 2, 3}) {  // resident, streamed, unit warps, batch groups
+    for (int layout : {0, 1, 2, 3, 4}) {  // resident, streamed, unit warps, batch groups, k split
       GatedCase c;
       c.kind = kind;
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
-      c.B = layout == 3 ? 6 : 3, c.T = 4, c.H = 37;
+      // (k split at H64: the backward's recompute product split in two.)
+      c.B = layout == 3 ? 6 : layout == 4 ? 1 : 3, c.T = 4, c.H = layout == 4 ? 64 : 37;
       c.options.streamed_weights = layout == 1;
       c.options.unit_warps = layout == 2 ? 1 : -1;
-      c.options.units_per_block = 8;
+      c.options.units_per_block = layout == 4 ? 2 : 8;
       c.options.batch_blocks = layout == 3 ? 3 : 0;
       cases.push_back(c);
     }
@@ -740,24 +768,29 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 
 TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
   RnnStream stream;
-  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm}) {
-    GatedCase c;
-    c.kind = kind;
-    c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
-    c.B = 9, c.T = 40, c.H = 257;
-    GatedRun run(c, test_seed());
-    run.forward(stream.s);
-    const auto f1 = run.forward_bytes();
-    run.backward(stream.s);
-    const auto b1 = run.backward_bytes();
-    run.forward(stream.s);
-    const auto f2 = run.forward_bytes();
-    run.backward(stream.s);
-    const auto b2 = run.backward_bytes();
-    INFO(c.describe());
-    CHECK(f1 == f2);
-    CHECK(b1 == b2);
-  }
+  struct Shape {
+    int64_t B, T, H;
+  };
+  // The block layout in batch groups, and the k-split layout (B = 1).
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+    for (const Shape& shape : {Shape{9, 40, 257}, Shape{1, 40, 255}}) {
+      GatedCase c;
+      c.kind = kind;
+      c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
+      c.B = shape.B, c.T = shape.T, c.H = shape.H;
+      GatedRun run(c, test_seed());
+      run.forward(stream.s);
+      const auto f1 = run.forward_bytes();
+      run.backward(stream.s);
+      const auto b1 = run.backward_bytes();
+      run.forward(stream.s);
+      const auto f2 = run.forward_bytes();
+      run.backward(stream.s);
+      const auto b2 = run.backward_bytes();
+      INFO(c.describe());
+      CHECK(f1 == f2);
+      CHECK(b1 == b2);
+    }
 }
 
 // The public C++ API (exphil::gated_rnn_forward / _backward, its tensors
@@ -794,7 +827,9 @@ TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu]
         CHECK(forward_layout.resident_weights == !streamed);
         CHECK(backward_layout.resident_weights == !streamed);
         CHECK(forward_layout.kernels == 1);
-        CHECK(backward_layout.kernels == 4);  // grad_R and grad_bias asked for
+        // The recompute product split in two (B*T <= 99 rows: 2 tiles, H70)
+        // and its reduction, gates, the walk, grad_R and grad_bias.
+        CHECK(backward_layout.kernels == 5);
         CHECK(run.check_against_reference() <= 1.0);
       }
 }

@@ -268,7 +268,7 @@ TEST_CASE("gated RNN plan: the forward's unit-warps layout at small batches", "[
   }
 }
 
-TEST_CASE("gated RNN plan: the grad_R product split along B*T when its tiles are few",
+TEST_CASE("gated RNN plan: the backward's products split when their tiles are few",
           "[gated_rnn][plan]") {
   for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm}) {
     const int64_t G = gated_rnn_gates(cell);
@@ -282,13 +282,94 @@ TEST_CASE("gated RNN plan: the grad_R product split along B*T when its tiles are
     wants_grad_R.d_grad_R = &grad_R;
     CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, wants_grad_R, p) == 5);
     CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, GatedRnnBackwardParams{}, p) == 3);
+    CHECK(p.recompute_splits == 1);  // its 128 x 12 (or 16) tiles fill the device
     // Short sequences: at least 8 steps of 16 a split, so none at B1 T32.
+    // There the recompute product's 6 (or 8) tiles are split along H = 256
+    // instead, 2 steps of 16 a split, its sums in the same buffer: 5
+    // launches with grad_R (the recompute and its reduction, gates, walk,
+    // grad_R), 4 without.
     p = plan_gated_rnn(GatedRnnDirection::backward, cell, {1, 32, 256}, kH100);
     CHECK(p.weight_grad_splits == 1);
-    CHECK(p.ws_split < 0);
+    CHECK(p.recompute_splits == 8);
+    CHECK(room(p, p.ws_split) >= 8 * 32 * G * 256);
+    CHECK(gated_rnn_unsupported(p, cell, {1, 32, 256}, kH100) == nullptr);
+    CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, wants_grad_R, p) == 5);
+    CHECK(gated_rnn_kernel_count(GatedRnnDirection::backward, GatedRnnBackwardParams{}, p) == 4);
+    check_workspace(p);
+    // Split without its buffer: refused, with a reason.
+    GatedRnnPlan broken = p;
+    broken.ws_split = -1;
+    CHECK(gated_rnn_unsupported(broken, cell, {1, 32, 256}, kH100) != nullptr);
+    // H = 16: one step of k, nothing to split.
+    CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, {1, 32, 16}, kH100).recompute_splits == 1);
     // Enough tiles already (H = 2048): none.
     CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, {4, 512, 2048}, kH100).weight_grad_splits == 1);
     // The forward has none.
     CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 256, 512}, kH100).ws_split < 0);
+  }
+}
+
+TEST_CASE("gated RNN plan: the forward's k-split layout at B = 1", "[gated_rnn][plan]") {
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm}) {
+    const int G = gated_rnn_gates(cell);
+    INFO("cell " << G << " gates");
+    // B1 T32 H256 on an H100: the default, the block layout's 128 slices of
+    // 2 units, G*U columns in the 8-column instance; the sums' two buffers
+    // in shared memory; only the exchange in the workspace.
+    const GatedRnnShape b1{1, 32, 256};
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100);
+    CHECK(p.k_split);
+    CHECK_FALSE(p.unit_warps);
+    CHECK(p.units_per_block == 2);
+    CHECK(p.blocks == 128);
+    CHECK(p.threads == 256);
+    CHECK(p.stored_columns == 8);
+    CHECK(p.shared_bytes == 2 * 8 * 8 * 4);
+    CHECK(p.ws_cell < 0);
+    CHECK(room(p, p.ws_state) >= 2 * 2 * 256);
+    check_workspace(p);
+    CHECK(gated_rnn_unsupported(p, cell, b1, kH100) == nullptr);
+    // 16 columns: more units a block (4: 12 or 16 columns), or fewer
+    // multiprocessors (an A100's 108: 3 units).
+    GatedRnnLaunchOptions o;
+    o.units_per_block = 4;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o);
+    CHECK(p.k_split);
+    CHECK(p.stored_columns == 16);
+    CHECK(p.blocks == 64);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kA100);
+    CHECK(p.k_split);
+    CHECK(p.units_per_block == 3);
+    CHECK(p.stored_columns == 16);
+    CHECK(gated_rnn_unsupported(p, cell, b1, kA100) == nullptr);
+    // Not taken: H above 256, columns past 16, two rows, the backward,
+    // forced off, streamed weights or unit warps asked for.
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {1, 5, 257}, kH100).k_split);
+    o.units_per_block = 8;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o).k_split);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {2, 32, 256}, kH100).k_split);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b1, kH100).k_split);
+    o = {};
+    o.k_split = 0;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o);
+    CHECK_FALSE(p.k_split);
+    CHECK(p.stored_columns == gated_rnn_padded_columns(2 * G));
+    o = {};
+    o.streamed_weights = true;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o).k_split);
+    o = {};
+    o.unit_warps = 1;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100, o);
+    CHECK(p.unit_warps);
+    CHECK_FALSE(p.k_split);
+    // A k-split plan stretched past its one row, past 256 rows, or with
+    // columns not its instance's, is refused, with a reason.
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100);
+    CHECK(gated_rnn_unsupported(p, cell, {2, 32, 256}, kH100) != nullptr);
+    p.unit_slices = p.blocks = 129;  // covers H = 257
+    CHECK(gated_rnn_unsupported(p, cell, {1, 32, 257}, kH100) != nullptr);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100);
+    p.stored_columns = 16;
+    CHECK(gated_rnn_unsupported(p, cell, b1, kH100) != nullptr);
   }
 }
