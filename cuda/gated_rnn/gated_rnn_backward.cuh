@@ -29,7 +29,9 @@
  * workspace) are ~1 GB, ~0.35 ms. Measured (H100, bench/RESULTS.md, issue
  * 30 run M, graph replay): B1 T32 H256 GRU f32 152.6 us (111.7 us on an
  * H200 before the parts exchange: at B1 each of its 128 slices publishes a
- * part for every unit); B64 T256 H512 4.88 ms (18.0 ms before).
+ * part for every unit), about 120 us since step 1's split (run W: forward
+ * + backward 179.2 us, the forward 59.5; ncu puts the walk at 122 of it);
+ * B64 T256 H512 4.88 ms (18.0 ms before).
  *
  * Algorithm: four launches (one more for each of steps 1 and 4 when
  * split), none with atomics, every sum in a fixed order (bitwise

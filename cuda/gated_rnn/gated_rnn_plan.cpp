@@ -211,14 +211,16 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     plan.weight_grad_splits = static_cast<int>(splits);
     // The recompute product [B*T, G*H] over H, split along H where its tiles
     // would leave more than half the device idle: at B1 T32 H256 its 6 tiles
-    // of 128 rows (31 of them zeros) took 50 us on an H100 (bench/RESULTS.md,
+    // of 128 rows (96 of them zeros) took 50 us on an H100 (bench/RESULTS.md,
     // issue 30 run V). At least 2 steps of k a split; the partial sums at
     // most kGatedRnnMaxSplitFloats.
-    const int64_t rc_tiles = ceil_div(B * T, kGatedRnnWeightGradTile) * ceil_div(G * H, kGatedRnnWeightGradTile);
+    const int64_t rc_tiles =
+        ceil_div(B * T, kGatedRnnWeightGradTile) * ceil_div(G * H, kGatedRnnWeightGradTile);
     int64_t rc = 1;
     if (2 * rc_tiles <= sms)
-      rc = std::clamp<int64_t>(std::min<int64_t>(ceil_div(2 * sms, rc_tiles), H / (2 * kGatedRnnWeightGradDepth)),
-                               1, kGatedRnnMaxWeightGradSplits);
+      rc = std::clamp<int64_t>(
+          std::min<int64_t>(ceil_div(2 * sms, rc_tiles), H / (2 * kGatedRnnWeightGradDepth)), 1,
+          kGatedRnnMaxWeightGradSplits);
     while (rc > 1 && rc * B * T * G * H > kGatedRnnMaxSplitFloats) rc /= 2;
     plan.recompute_splits = static_cast<int>(rc);
     // One buffer for both: the recompute's sums are added before grad_R's
