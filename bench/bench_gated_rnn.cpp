@@ -804,6 +804,7 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
                   layouts[li].batch_blocks, fs.message().c_str());
       continue;
     }
+    o.chosen = nullptr;  // `info` keeps the forward's layout (the k split is the forward's alone)
     require(gated_rnn_backward(backward_args(p, *sets[0], 0, 1, false), c.stream, &o), "gated_rnn_backward");
     check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
     const auto y = download(first.y, 0, elements(first.y));
@@ -812,7 +813,6 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
       y_auto = y;
       gwx_auto = gwx;
     }
-    o.chosen = nullptr;
     auto fwd = [&](int rep) {
       require(gated_rnn_forward(forward_args(p, sets[static_cast<std::size_t>(rep) % sets.size()]->layer[0],
                                               false),
