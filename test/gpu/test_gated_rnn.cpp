@@ -751,9 +751,12 @@ TEST_CASE("gated RNN: k-split, unit-warps and block layouts at small batches", "
 TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
   std::vector<GatedCase> cases;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-    for (int layout : {0, 1, 2, 3, 4}) {  // resident, streamed, unit warps, batch groups, k split
+    // resident, streamed, unit warps, batch groups, k split, bf16
+    for (int layout : {0, 1, 2, 3, 4, 5}) {
       GatedCase c;
       c.kind = kind;
+      if (layout == 5) c.dtype = c.weight_dtype = DType::bf16;
+      c.cell_finals = c.dtype == DType::f32;  // (see the top)
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       // (k split at H64: the backward's recompute product split in two.)
       c.B = layout == 3 ? 6 : layout == 4 ? 1 : 3, c.T = 4, c.H = layout == 4 ? 64 : 37;
