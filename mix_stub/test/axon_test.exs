@@ -470,15 +470,14 @@ defmodule ExPhil.Native.AxonTest do
   defp uniform_bias(shape, type, key),
     do: key |> Nx.Random.uniform(-0.5, 0.5, shape: shape, type: type) |> elem(0)
 
+  # The layer options both sides are built with.
+  defp rnn_opts(use_bias),
+    do: [name: "rnn", seed: 5, use_bias: use_bias, bias_initializer: &uniform_bias/3]
+
   # Functions of the cell, not test bodies with it unquoted: the compiler
   # would see a literal cell compared with the other.
   defp loads_axon_parameters(cell, use_bias) do
-    opts = [
-      name: "rnn",
-      seed: 5,
-      use_bias: use_bias,
-      bias_initializer: &uniform_bias/3
-    ]
+    opts = rnn_opts(use_bias)
 
     theirs = axon_rnn(Axon, cell, opts)
     ours = axon_rnn(Layer, cell, opts)
@@ -502,12 +501,7 @@ defmodule ExPhil.Native.AxonTest do
   end
 
   defp gradients_agree_with_axon(cell, use_bias) do
-    opts = [
-      name: "rnn",
-      seed: 5,
-      use_bias: use_bias,
-      bias_initializer: &uniform_bias/3
-    ]
+    opts = rnn_opts(use_bias)
 
     {model_state, predict_theirs} = init(axon_rnn(Axon, cell, opts))
     {_, predict_ours} = init(axon_rnn(Layer, cell, opts))

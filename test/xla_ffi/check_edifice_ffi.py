@@ -726,8 +726,7 @@ def check_rnn_backward(target, dtype, weight_dtype, state_dtype, shape, zero_sta
 
 
 def rnn_cases(runner, args, dtypes, rng):
-    fixed = [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if args.quick else \
-        [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
+    fixed = cj.gated_shapes(args.quick)
     idx = 0
     for target in RNN_TARGETS:
         check = check_rnn_forward if target in RNN_FORWARD else check_rnn_backward

@@ -687,18 +687,13 @@ def gated_tol_key(dtype, own):
     return key_of(dtype if jnp.dtype(own) == jnp.dtype(jnp.float32) else own)
 
 
-def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
-                     tol_scale):
-    """exphil_<cell>_fwd, then exphil_<cell>_bwd on its y, in one jit, against
-    gated_all_ref in float64. present: which of bias, h0, c0 and the final
-    states' cotangents ("finals") are passed; the others are absent, as
-    zero-element buffers without has_* attributes (placeholders "empty",
-    JAX's way) or as f32 scalars with has_* = false ("has", Nx's way; the
-    present ones then get has_* = true)."""
-    rng = np.random.default_rng(seed)
+def gated_inputs(rng, shape, gates, dtype, weight_dtype, present):
+    """What every gated case draws first, in this order: wx, R, gy and the
+    bias (None unless "bias" is in present); and maybe(name, values, dtype,
+    wanted=True), which keeps a further optional input only where `name` is
+    present. Returns (wx, R, gy, bias, uniform, maybe)."""
     b, t, h = shape
-    lstm = cell == "lstm"
-    gh = GATES[cell] * h
+    gh = gates * h
     u = rng.uniform
     r = 1.5 / math.sqrt(h)
     wx = dev(u(-1.5, 1.5, (b, t, gh)), dtype)
@@ -709,14 +704,17 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
         return dev(values, dt) if wanted and name in present else None
 
     bias = maybe("bias", u(-0.5, 0.5, gh), weight_dtype)
-    h0 = maybe("h0", u(-1.0, 1.0, (b, h)), state_dtype)
-    c0 = maybe("c0", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
-    ghf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype)
-    gcf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
+    return wx, R, gy, bias, u, maybe
 
+
+def gated_ffi_pair(op, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results):
+    """exphil_<op>_fwd, then exphil_<op>_bwd on its y, as one jitted
+    function of (wx, R, gy, the forward's optional inputs, the backward's
+    further ones). Absent optional inputs (None) pass as zero-element
+    buffers without has_* attributes (placeholders "empty", JAX's way) or
+    as f32 scalars with has_* = false ("has", Nx's way; the present ones
+    then get has_* = true); fwd_optional and bwd_optional name them."""
     placeholder = jnp.zeros((0,) if placeholders == "empty" else (), jnp.float32)
-    fwd_optional = [("bias", bias), ("h0", h0)] + ([("c0", c0)] if lstm else [])
-    bwd_optional = fwd_optional + [("grad_h_final", ghf)] + ([("grad_c_final", gcf)] if lstm else [])
 
     def attrs(optional):
         if placeholders != "has":
@@ -724,20 +722,55 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
         return {f"has_{n}": np.bool_(v is not None) for n, v in optional}
 
     fwd_attrs, bwd_attrs = attrs(fwd_optional), attrs(bwd_optional)
-    S = jax.ShapeDtypeStruct
-    state = S((b, h), state_dtype)
-    fwd_results = (S((b, t, h), dtype), state) + ((state,) if lstm else ())
-    bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype), state)
-                   + ((state,) if lstm else ()) + (S((b, t, gh), dtype),))
 
     @jax.jit
     def ours(wx, R, gy, fwd_opt, bwd_extra):
         fwd_opt = [placeholder if v is None else v for v in fwd_opt]
         bwd_extra = [placeholder if v is None else v for v in bwd_extra]
-        outs = jax.ffi.ffi_call(f"exphil_{cell}_fwd", fwd_results)(wx, R, *fwd_opt, **fwd_attrs)
-        grads = jax.ffi.ffi_call(f"exphil_{cell}_bwd", bwd_results)(
+        outs = jax.ffi.ffi_call(f"exphil_{op}_fwd", fwd_results)(wx, R, *fwd_opt, **fwd_attrs)
+        grads = jax.ffi.ffi_call(f"exphil_{op}_bwd", bwd_results)(
             wx, R, outs[0], gy, *fwd_opt, *bwd_extra, **bwd_attrs)
         return outs, grads
+
+    return ours
+
+
+def result_dtypes_metric(fwd_results, bwd_results, outs, grads):
+    """A failed Metric if the results' dtypes are not the declared ones,
+    else None."""
+    want = [o.dtype for o in fwd_results + bwd_results]
+    got = [o.dtype for o in list(outs) + list(grads)]
+    if [jnp.dtype(x) for x in got] != [jnp.dtype(x) for x in want]:
+        return Metric("dtypes", False, math.inf, math.inf, f"got {got}, want {want}")
+    return None
+
+
+def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
+                     tol_scale):
+    """exphil_<cell>_fwd, then exphil_<cell>_bwd on its y, in one jit, against
+    gated_all_ref in float64. present: which of bias, h0, c0 and the final
+    states' cotangents ("finals") are passed; the others are absent, as
+    zero-element buffers without has_* attributes (placeholders "empty",
+    JAX's way) or as f32 scalars with has_* = false ("has", Nx's way; the
+    present ones then get has_* = true)."""
+    b, t, h = shape
+    lstm = cell == "lstm"
+    gh = GATES[cell] * h
+    wx, R, gy, bias, u, maybe = gated_inputs(np.random.default_rng(seed), shape, GATES[cell],
+                                             dtype, weight_dtype, present)
+    h0 = maybe("h0", u(-1.0, 1.0, (b, h)), state_dtype)
+    c0 = maybe("c0", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
+    ghf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype)
+    gcf = maybe("finals", u(-1.0, 1.0, (b, h)), state_dtype, lstm)
+
+    fwd_optional = [("bias", bias), ("h0", h0)] + ([("c0", c0)] if lstm else [])
+    bwd_optional = fwd_optional + [("grad_h_final", ghf)] + ([("grad_c_final", gcf)] if lstm else [])
+    S = jax.ShapeDtypeStruct
+    state = S((b, h), state_dtype)
+    fwd_results = (S((b, t, h), dtype), state) + ((state,) if lstm else ())
+    bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype), state)
+                   + ((state,) if lstm else ()) + (S((b, t, gh), dtype),))
+    ours = gated_ffi_pair(cell, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results)
 
     outs, grads = jax.block_until_ready(
         ours(wx, R, gy, [v for _, v in fwd_optional], [ghf] + ([gcf] if lstm else [])))
@@ -770,10 +803,8 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
         else:
             tol, dt, scale = GATED_TOL[k], dtype, gscale
         m.append(compare(name, got, ref_[key], tol, dt, scale, tol_scale))
-    want = [o.dtype for o in fwd_results + bwd_results]
-    got = [o.dtype for o in list(outs) + list(grads)]
-    if [jnp.dtype(x) for x in got] != [jnp.dtype(x) for x in want]:
-        m.append(Metric("dtypes", False, math.inf, math.inf, f"got {got}, want {want}"))
+    if bad := result_dtypes_metric(fwd_results, bwd_results, outs, grads):
+        m.append(bad)
     return summarize(m)
 
 
@@ -846,17 +877,8 @@ def check_slstm_case(dtype, weight_dtype, state_dtype, shape, present, placehold
     f32_only = jnp.dtype(dtype) == jnp.dtype(jnp.float32)
     full_finals = "finals" in present and f32_only
     for attempt in range(50):
-        rng = np.random.default_rng(seed + attempt)
-        u = rng.uniform
-        r = 1.5 / math.sqrt(h)
-        wx = dev(u(-1.5, 1.5, (b, t, gh)), dtype)
-        R = dev(u(-r, r, (h, gh)), weight_dtype)
-        gy = dev(u(-1.0, 1.0, (b, t, h)), dtype)
-
-        def maybe(name, values, dt, wanted=True):
-            return dev(values, dt) if wanted and name in present else None
-
-        bias = maybe("bias", u(-0.5, 0.5, gh), weight_dtype)
+        wx, R, gy, bias, u, maybe = gated_inputs(np.random.default_rng(seed + attempt), shape, 4,
+                                                 dtype, weight_dtype, present)
         states = {"h0": maybe("h0", u(-1.0, 1.0, (b, h)), state_dtype),
                   "c0": maybe("c0", u(-1.0, 1.0, (b, h)), state_dtype),
                   "n0": maybe("n0", u(1.0, 2.0, (b, h)), state_dtype),
@@ -878,30 +900,15 @@ def check_slstm_case(dtype, weight_dtype, state_dtype, shape, present, placehold
     else:
         return False, f"no inputs without a tie of m's max() within {SLSTM_MIN_GAP} in 50 draws"
 
-    placeholder = jnp.zeros((0,) if placeholders == "empty" else (), jnp.float32)
     fwd_optional = [("bias", bias)] + [(n, states[n]) for n in SLSTM_STATES]
     bwd_optional = fwd_optional + [(n, finals[n]) for n in SLSTM_FINALS]
-
-    def attrs(optional):
-        if placeholders != "has":
-            return {}
-        return {f"has_{n}": np.bool_(v is not None) for n, v in optional}
-
-    fwd_attrs, bwd_attrs = attrs(fwd_optional), attrs(bwd_optional)
     S = jax.ShapeDtypeStruct
     state = S((b, h), state_dtype)
     fwd_results = (S((b, t, h), dtype),) + (state,) * 4
     bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype))
                    + (state,) * 4 + (S((b, t, gh), dtype),))
-
-    @jax.jit
-    def ours(wx, R, gy, fwd_opt, bwd_extra):
-        fwd_opt = [placeholder if v is None else v for v in fwd_opt]
-        bwd_extra = [placeholder if v is None else v for v in bwd_extra]
-        outs = jax.ffi.ffi_call("exphil_slstm_fwd", fwd_results)(wx, R, *fwd_opt, **fwd_attrs)
-        grads = jax.ffi.ffi_call("exphil_slstm_bwd", bwd_results)(
-            wx, R, outs[0], gy, *fwd_opt, *bwd_extra, **bwd_attrs)
-        return outs, grads
+    ours = gated_ffi_pair("slstm", placeholders, fwd_optional, bwd_optional, fwd_results,
+                          bwd_results)
 
     outs, grads = jax.block_until_ready(
         ours(wx, R, gy, [v for _, v in fwd_optional], [finals[n] for n in SLSTM_FINALS]))
@@ -928,10 +935,8 @@ def check_slstm_case(dtype, weight_dtype, state_dtype, shape, present, placehold
         else:
             tol, dt, scale = GATED_TOL[k], dtype, gscale
         m.append(compare(name, got, ref_[key], tol, dt, scale, tol_scale))
-    want = [o.dtype for o in fwd_results + bwd_results]
-    got = [o.dtype for o in list(outs) + list(grads)]
-    if [jnp.dtype(x) for x in got] != [jnp.dtype(x) for x in want]:
-        m.append(Metric("dtypes", False, math.inf, math.inf, f"got {got}, want {want}"))
+    if bad := result_dtypes_metric(fwd_results, bwd_results, outs, grads):
+        m.append(bad)
     return summarize(m)
 
 
@@ -950,11 +955,17 @@ GATED_PRESENT = [
 ]
 
 
+def gated_shapes(quick):
+    """The fixed [B, T, H] of the gated cases (a random one joins them per
+    dtype): T = 1, H = 1, H not a multiple of 32, B above 32, long T."""
+    return [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if quick else \
+        [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
+
+
 def section_gated(runner, args):
     register_targets(GATED_TARGETS)
     rng = np.random.default_rng([args.seed, 7])
-    fixed = [(1, 1, 1), (2, 5, 3), (3, 20, 37)] if args.quick else \
-        [(1, 1, 1), (1, 2, 7), (2, 5, 3), (5, 7, 37), (33, 3, 130), (1, 300, 64), (2, 20, 257)]
+    fixed = gated_shapes(args.quick)
     idx = 0
     # The GRU, the LSTM, then the sLSTM (its states h, c, n and m) the same way.
     for cell in (*GATES, "slstm"):
