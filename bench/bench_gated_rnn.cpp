@@ -28,8 +28,9 @@
 //   For B <= 4, one more row, proj "uw": the one-layer forward of "proj no"
 //   in the unit-warps layout (GatedRnnLaunchOptions::unit_warps); for B = 1
 //   another, proj "blk", in the block layout (GatedRnnLaunchOptions::k_split
-//   = 0; the k-split layout is B1's default): the layouts side by side
-//   (compare_gated_rnn.py skips both).
+//   = 0; the k-split layout is B1's default); for B > 4 in bf16, proj
+//   "cc", on CUDA cores (GatedRnnLaunchOptions::tensor_cores = 0): the
+//   layouts side by side (compare_gated_rnn.py skips them).
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -619,9 +620,12 @@ void print_header() {
 // "u2x128/t1/res/k3": units per block x blocks, batch tile, R resident in
 // shared memory or streamed, kernel launches of the whole timed call; "w"
 // for "u" in the forward's unit-warps layout (a warp per unit), "s" in its
-// k-split layout (B = 1).
+// k-split layout (B = 1), "t" with its product on tensor cores.
+const char* layout_letter(const GatedRnnLaunchInfo& info) {
+  return info.unit_warps ? "w" : info.k_split ? "s" : info.tensor_cores ? "t" : "u";
+}
 std::string layout_name(const GatedRnnLaunchInfo& info, int kernels) {
-  return (info.unit_warps ? "w" : info.k_split ? "s" : "u") + std::to_string(info.units_per_block) + "x" +
+  return layout_letter(info) + std::to_string(info.units_per_block) + "x" +
          std::to_string(info.blocks) + "/t" +
          std::to_string(info.batch_tile) + (info.resident_weights ? "/res" : "/str") + "/k" +
          std::to_string(kernels);
@@ -687,9 +691,10 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
         std::fflush(stdout);
       }
   // The same one-layer forward in the other layouts the options can ask
-  // for at small batches, each against the automatic plan in one run: the
-  // unit-warps layout at B <= 4 ("uw"), the block layout at B = 1, where
-  // the k-split layout is the default ("blk").
+  // for, each against the automatic plan in one run: the unit-warps layout
+  // at B <= 4 ("uw"), the block layout at B = 1, where the k-split layout
+  // is the default ("blk"), the product on CUDA cores above B = 4 in bf16,
+  // where tensor cores are the default ("cc").
   auto other_layout = [&](const char* label, const char* note, GatedRnnLaunchOptions o) {
     GatedRnnLaunchInfo info;
     o.chosen = &info;
@@ -717,6 +722,11 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
     GatedRnnLaunchOptions o;
     o.k_split = 0;
     other_layout("blk", "(block layout)", o);
+  }
+  if (p.s.batch > 4 && p.dtype != DType::f32) {
+    GatedRnnLaunchOptions o;
+    o.tensor_cores = 0;
+    other_layout("cc", "(CUDA cores)", o);
   }
   std::printf("%-5s %-5s %-14s validation %s: %s; %zu input sets\n", gated_rnn_cell_name(p.cell.cell),
               dtype_name(p.dtype), name.c_str(), valid ? "pass" : "FAILED", validation.c_str(),
@@ -772,22 +782,28 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
   std::vector<GatedRnnLaunchOptions> layouts(1);  // the automatic plan first
-  for (int k_split : {-1, 0})  // at B = 1 the k-split layout where it fits, then the block layout
-    for (int units : {static_cast<int>((H + sms - 1) / sms), 4, 8, 16, 32, 64})
-      for (int groups : {1, 2, 4, 8, 16, 32}) {
-        const int64_t slices = (H + units - 1) / units;
-        if (units > H || groups > B || slices * groups > sms || p.cell.gates * units > 256 ||
-            (k_split == 0 && B > 1))
-          continue;
-        GatedRnnLaunchOptions o;
-        o.units_per_block = units;
-        o.batch_blocks = groups;
-        o.k_split = k_split;
-        if (std::none_of(layouts.begin() + 1, layouts.end(), [&](const GatedRnnLaunchOptions& q) {
-              return q.units_per_block == units && q.batch_blocks == groups && q.k_split == k_split;
-            }))
-          layouts.push_back(o);
-      }
+  // At B = 1 the k-split layout where it fits, then the block layout; in
+  // bf16 above B = 4 tensor cores where they fit, then CUDA cores.
+  const bool tc_choice = B > 4 && p.dtype != DType::f32;
+  for (int k_split : {-1, 0})
+    for (int tensor_cores : {-1, 0})
+      for (int units : {static_cast<int>((H + sms - 1) / sms), 4, 8, 16, 32, 64})
+        for (int groups : {1, 2, 4, 8, 16, 32}) {
+          const int64_t slices = (H + units - 1) / units;
+          if (units > H || groups > B || slices * groups > sms || p.cell.gates * units > 256 ||
+              (k_split == 0 && B > 1) || (tensor_cores == 0 && !tc_choice))
+            continue;
+          GatedRnnLaunchOptions o;
+          o.units_per_block = units;
+          o.batch_blocks = groups;
+          o.k_split = k_split;
+          o.tensor_cores = tensor_cores;
+          if (std::none_of(layouts.begin() + 1, layouts.end(), [&](const GatedRnnLaunchOptions& q) {
+                return q.units_per_block == units && q.batch_blocks == groups && q.k_split == k_split &&
+                       q.tensor_cores == tensor_cores;
+              }))
+            layouts.push_back(o);
+        }
   const Budget budget{c.quick ? 2e4 : 1e5, c.quick ? 20 : 100};
   const bool small = small_call(p.s);
   const Layer& first = sets[0]->layer[0];
@@ -830,7 +846,7 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
     std::printf("%-5s %-5s %-14s %-4s %s%-3d x %3d slices, %2d groups of %3d rows, tile %2d, %s: fwd %9.2f "
                 "bwd %9.2f us (graph); vs auto |dy| %.2g |dgrad_wx|/|ref| %.2g; finite %s\n",
                 gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(),
-                li == 0 ? "auto" : "", info.k_split ? "s" : "u", info.units_per_block,
+                li == 0 ? "auto" : "", layout_letter(info), info.units_per_block,
                 info.blocks / std::max(info.batch_blocks, 1),
                 info.batch_blocks, static_cast<int>((B + info.batch_blocks - 1) / info.batch_blocks),
                 info.batch_tile, info.resident_weights ? "res" : "str", tf.graph_us, tb.graph_us,
@@ -860,15 +876,19 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
               "speedup = stepwise_us / graph_us\n");
   const uint64_t seed = test::test_seed();
   if (layouts) {
-    std::printf("\n== gated_rnn layouts: one layer, the kernels alone, f32 ==\n");
+    // f32 at every shape of T > 1; bf16 where the forward's product may
+    // run on tensor cores (B > 4), with and without them.
+    std::printf("\n== gated_rnn layouts: one layer, the kernels alone, f32; bf16 above B4 ==\n");
     uint64_t k = 0;
-    for (const CellSpec& cell : kCells) {
-      GatedRnnForwardArgs probe;
-      probe.cell = cell.cell;
-      const bool has_c = tensor_slot(probe, "c_final") != nullptr;
-      for (const Shape& s : kShapes)
-        if (s.steps > 1) run_layouts(context, Problem{cell, DType::f32, s, has_c}, seed + 31 * ++k);
-    }
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (const CellSpec& cell : kCells) {
+        GatedRnnForwardArgs probe;
+        probe.cell = cell.cell;
+        const bool has_c = tensor_slot(probe, "c_final") != nullptr;
+        for (const Shape& s : kShapes)
+          if (s.steps > 1 && (dtype == DType::f32 || s.batch > 4))
+            run_layouts(context, Problem{cell, dtype, s, has_c}, seed + 31 * ++k);
+      }
     return;
   }
   uint64_t k = 0;

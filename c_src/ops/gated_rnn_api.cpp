@@ -39,7 +39,8 @@ struct GatedRnnOpDirection {
       return runtime::validate_gated_rnn_backward(args, params, call);
   }
 
-  static Plan plan(const Args& args, const Call& call, const Params&, const runtime::LaunchContext& context,
+  static Plan plan(const Args& args, const Call& call, const Params& params,
+                   const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
     // The device's numbers as the launch context read them once.
     const runtime::DeviceArchitecture& a = context.architecture();
@@ -52,9 +53,14 @@ struct GatedRnnOpDirection {
       o.streamed_weights = options->streamed_weights;
       o.unit_warps = options->unit_warps;
       o.k_split = options->k_split;
+      o.tensor_cores = options->tensor_cores;
     }
+    // The forward's tensor-core product multiplies R's own 16-bit words.
+    DType product_dtype = DType::f32;
+    if constexpr (kForward)
+      if (params.weight_dtype == params.dtype) product_dtype = params.dtype;
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   device, o);
+                                   device, o, product_dtype);
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
@@ -94,6 +100,7 @@ struct GatedRnnOpDirection {
     info.resident_weights = p.resident_weights;
     info.unit_warps = p.unit_warps;
     info.k_split = p.k_split;
+    info.tensor_cores = p.tensor_cores;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
     else

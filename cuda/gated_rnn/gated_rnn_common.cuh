@@ -110,6 +110,21 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
   }
 }
 
+// Where word i of rows of K words lands in rows of ldx >= K floats (the
+// tensor-core product pads its rows, gated_rnn_launch.h): i plus ldx - K
+// for every row before it, the row being i * ceil(2^32 / K) >> 32, exact
+// while i * K < 2^32 (its rows: at most 32 of H <= 2048).
+struct GatedRnnRowStride {
+  int ldx, pad;
+  uint32_t inverse;
+  __device__ __forceinline__ static GatedRnnRowStride make(int K, int ldx) {
+    return {ldx, ldx - K, ldx == K ? 0u : 0xffffffffu / static_cast<uint32_t>(K) + 1u};
+  }
+  __device__ __forceinline__ int operator()(int i) const {
+    return pad == 0 ? i : i + static_cast<int>(__umulhi(static_cast<uint32_t>(i), inverse)) * pad;
+  }
+};
+
 // Stages n words of one step's exchange into dst[0, n), word i from
 // address(i), waiting for each to carry `step`. Each thread issues 8 loads
 // before it waits on any, and re-polls every word still short of `step`
@@ -118,7 +133,8 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
 // series).
 template <class Address>
 __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, int n,
-                                                      const Address& address, int step) {
+                                                      const Address& address, int step,
+                                                      const GatedRnnRowStride& at) {
   constexpr int kBatch = 8;
   for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
     uint64_t w[kBatch];
@@ -134,7 +150,7 @@ __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, i
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
       const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) dst[i] = __uint_as_float(static_cast<uint32_t>(w[j]));
+      if (i < n) dst[at(i)] = __uint_as_float(static_cast<uint32_t>(w[j]));
     }
   }
 }
@@ -164,10 +180,11 @@ __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst,
 }
 
 // Stages rows [0, nb) of one step's exchange buffer (row length K, rows
-// contiguous from `src`) into x [rows, K], waiting for `step`; rows
+// contiguous from `src`) into x [rows, at.ldx], waiting for `step`; rows
 // [nb, rows) are zeros.
 __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
-                                                         int K, const uint64_t* src, int step) {
+                                                         int K, const GatedRnnRowStride& at,
+                                                         const uint64_t* src, int step) {
   const int n = nb * K;
   if (n <= kGatedRnnThreads) {
     // A word a thread (B1 at H <= 256): the bare reload loop. The batched
@@ -177,20 +194,23 @@ __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, 
     if (i < n) {
       uint64_t w = gated_rnn_peek(src + i);
       while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src + i);
-      x[i] = __uint_as_float(static_cast<uint32_t>(w));
+      x[at(i)] = __uint_as_float(static_cast<uint32_t>(w));
     }
   } else {
-    gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step);
+    gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step, at);
   }
-  for (int i = n + static_cast<int>(threadIdx.x); i < rows * K; i += kGatedRnnThreads) x[i] = 0.0f;
+  for (int i = nb * at.ldx + static_cast<int>(threadIdx.x); i < rows * at.ldx;
+       i += kGatedRnnThreads)
+    x[i] = 0.0f;
 }
 
 // The same from a plain [B, K] state tensor of any dtype (h0), or zeros.
 __device__ __forceinline__ void gated_rnn_stage_state(float* __restrict__ x, int nb, int rows,
-                                                      int K, const void* src, DType dtype,
+                                                      int K, const GatedRnnRowStride& at,
+                                                      const void* src, DType dtype,
                                                       int64_t first) {
   for (int i = static_cast<int>(threadIdx.x); i < rows * K; i += kGatedRnnThreads)
-    x[i] = (i < nb * K && src) ? load_state(src, dtype, first + i) : 0.0f;
+    x[at(i)] = (i < nb * K && src) ? load_state(src, dtype, first + i) : 0.0f;
 }
 
 // ---------------------------------------------------------------------------

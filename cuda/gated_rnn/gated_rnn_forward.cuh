@@ -53,7 +53,9 @@
  * Layouts. This file is the block layout, for any B, and the default
  * except at B = 1 with H <= 256, where gated_rnn_forward_k_split.cuh (a
  * thread per row of the product, the slice in registers, one barrier a
- * step) runs. gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no
+ * step) runs. Its product runs on CUDA cores from shared memory or, in
+ * bf16 and f16 at large blocks' products (gated_rnn_plan.cpp), on tensor
+ * cores from registers (gated_rnn_forward_tensor_cores.cuh, kProduct). gated_rnn_forward_unit_warps.cuh (a warp per hidden unit, no
  * block barrier inside a step, B <= 4) runs when the launch options ask for
  * it. All three step through gated_rnn_cell.cuh.
  *
@@ -113,6 +115,7 @@
 
 #include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_cell.cuh"
+#include "gated_rnn/gated_rnn_forward_tensor_cores.cuh"
 
 namespace exphil::kernels {
 
@@ -153,10 +156,23 @@ struct GatedRnnForwardInputs {
   }
 };
 
-template <class Elem, GatedRnnCell kCell, bool kResident>
+// Where the block's slice of R lives and what multiplies it: shared memory
+// (resident) or the workspace (streamed) on CUDA cores, or registers on
+// tensor cores (gated_rnn_forward_tensor_cores.cuh, 16-bit Elem only).
+enum class GatedRnnForwardProduct { resident, streamed, tensor_cores };
+
+// The tensor-core slice where the product takes it, else nothing.
+template <class Elem, bool kOn>
+struct GatedRnnForwardSlice : GatedRnnTensorCoreSlice<Elem> {};
+template <class Elem>
+struct GatedRnnForwardSlice<Elem, false> {};
+
+template <class Elem, GatedRnnCell kCell, GatedRnnForwardProduct kProduct>
 __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     gated_rnn_forward_kernel(const GatedRnnForwardParams p, const GatedRnnPlan plan,
                              float* __restrict__ ws) {
+  constexpr bool kTensorCores = kProduct == GatedRnnForwardProduct::tensor_cores;
+  static_assert(!kTensorCores || sizeof(Elem) == 2, "tensor cores take bf16 and f16");
   constexpr int G = kGatedRnnGates<kCell>;
   const int64_t B = p.shape.batch, T = p.shape.steps;
   const int H = static_cast<int>(p.shape.hidden);
@@ -172,21 +188,30 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   const int Bt = plan.batch_tile;
   const int tid = static_cast<int>(threadIdx.x);
 
+  // x [xrows, ldx]: h_{t-1} of a tile's rows; pre [parts][xrows][ldp]: the
+  // product (one part on CUDA cores).
+  const int ldx = kTensorCores ? static_cast<int>(gated_rnn_tc_x_stride(K)) : K;
+  const int xrows = kTensorCores ? static_cast<int>(gated_rnn_tc_rows(Bt)) : Bt;
+  const int ldp = kTensorCores ? static_cast<int>(gated_rnn_tc_sum_stride(G * U)) : C;
+  const GatedRnnRowStride x_at = GatedRnnRowStride::make(K, ldx);
   extern __shared__ float smem[];
-  float* W;
-  float* x;
-  if constexpr (kResident) {
+  float* W = nullptr;
+  float* x = smem;
+  if constexpr (kProduct == GatedRnnForwardProduct::resident) {
     W = smem;
     x = smem + static_cast<int64_t>(C) * K;
-  } else {
+  } else if constexpr (kProduct == GatedRnnForwardProduct::streamed) {
     W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * C * K;
-    x = smem;
   }
-  float* pre = x + Bt * K;  // [Bt, C]
+  float* pre = x + xrows * ldx;
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_state);  // [2, B, H]
   float* const cbuf = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
 
-  gated_rnn_load_slice(W, p.d_R, p.weight_dtype, G, H, U, u0, live, C);
+  GatedRnnForwardSlice<Elem, kTensorCores> slice_tc;
+  if constexpr (kTensorCores)
+    slice_tc.load(p.d_R, G, H, U, u0, live, plan.k_parts);
+  else
+    gated_rnn_load_slice(W, p.d_R, p.weight_dtype, G, H, U, u0, live, C);
   // wx of this block's rows and units, every step, into L2 (if small enough).
   if (B * T * G * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes)
     gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_wx) + g0 * T * G * H + u0, sizeof(Elem),
@@ -222,19 +247,22 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
       const int nb = static_cast<int>(g1 - b0 < Bt ? g1 - b0 : Bt);
-      const int rows = gated_rnn_product_rows(nb);
+      const int rows = kTensorCores ? xrows : gated_rnn_product_rows(nb);
       const int items = nb * live;
       GatedRnnForwardInputs<Elem, kCell> first;
       if (tid < items) first.load(p, cbuf, b0 + first_b, u0 + first_u, t);
       if (t == 0) {
-        gated_rnn_stage_state(x, nb, rows, K, p.d_h0, p.state_dtype, b0 * H);
+        gated_rnn_stage_state(x, nb, rows, K, x_at, p.d_h0, p.state_dtype, b0 * H);
       } else {
-        gated_rnn_stage_exchange(x, nb, rows, K, xchg + ((t - 1) & 1) * B * H + b0 * H,
+        gated_rnn_stage_exchange(x, nb, rows, K, x_at, xchg + ((t - 1) & 1) * B * H + b0 * H,
                                  static_cast<int>(t - 1));
       }
       __syncthreads();
-      const float first_hp = tid < items ? x[first_b * K + u0 + first_u] : 0.0f;
-      gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
+      const float first_hp = tid < items ? x[first_b * ldx + u0 + first_u] : 0.0f;
+      if constexpr (kTensorCores)
+        slice_tc.multiply(x, ldx, nb, pre, xrows, ldp);
+      else
+        gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
       __syncthreads();
       int b = first_b, u = first_u;
       for (int i = tid; i < items; i += kGatedRnnThreads) {
@@ -248,11 +276,14 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           hp = first_hp;
         } else {
           in.load(p, cbuf, row, hu, t);
-          hp = x[b * K + hu];
+          hp = x[b * ldx + hu];
         }
         float a[G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) a[g] = pre[b * C + g * U + u] + in.bias[g];
+        for (int g = 0; g < G; ++g)
+          a[g] = (kTensorCores ? gated_rnn_tc_sum(pre, plan.k_parts, xrows, ldp, b, g * U + u)
+                               : pre[b * C + g * U + u]) +
+                 in.bias[g];
         SlstmState st = in.prev;
         const float h = gated_rnn_cell_step<kCell>(in.wx, a, hp, st);
         if constexpr (kCell != GatedRnnCell::gru) {

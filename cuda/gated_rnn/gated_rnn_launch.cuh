@@ -130,7 +130,9 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
-  static gated_rnn_launch::PersistentKernelCache resident, streamed, unit_warps, k_split8, k_split16;
+  static gated_rnn_launch::PersistentKernelCache resident, streamed, tensor_cores, unit_warps,
+      k_split8, k_split16;
+  using Product = GatedRnnForwardProduct;
   if (plan.k_split) {
     // The instances gated_rnn_k_split_columns admits (the plan's check).
     const char* name = "cudaLaunchCooperativeKernel (gated_rnn_forward_k_split_kernel)";
@@ -144,13 +146,26 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
     return gated_rnn_launch::launch_persistent(
         gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps, params, plan, d_workspace,
         stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_unit_warps_kernel)");
+  if (plan.tensor_cores) {
+    // The planner's condition, checked again against the operands: the
+    // fragments are R's own 16-bit words.
+    if constexpr (sizeof(Elem) == 2) {
+      if (params.weight_dtype == params.dtype)
+        return gated_rnn_launch::launch_persistent(
+            gated_rnn_forward_kernel<Elem, kCell, Product::tensor_cores>, tensor_cores, params,
+            plan, d_workspace, stream,
+            "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, tensor cores)");
+    }
+    return {cudaErrorInvalidValue,
+            "gated RNN plan (the tensor-core product needs R and the sequence both bf16 or f16)"};
+  }
   if (plan.resident_weights)
     return gated_rnn_launch::launch_persistent(
-        gated_rnn_forward_kernel<Elem, kCell, true>, resident, params, plan, d_workspace, stream,
-        "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
+        gated_rnn_forward_kernel<Elem, kCell, Product::resident>, resident, params, plan,
+        d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
   return gated_rnn_launch::launch_persistent(
-      gated_rnn_forward_kernel<Elem, kCell, false>, streamed, params, plan, d_workspace, stream,
-      "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
+      gated_rnn_forward_kernel<Elem, kCell, Product::streamed>, streamed, params, plan,
+      d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
 }
 
 template <class Elem, GatedRnnCell kCell>

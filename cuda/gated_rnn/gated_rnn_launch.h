@@ -20,6 +20,14 @@
 #include "common/launch_result.h"
 #include "gated_rnn/gated_rnn_params.h"
 
+// The layout helpers below are used by the planner (host) and the kernels
+// (device).
+#if defined(__CUDACC__)
+#define EXPHIL_GATED_RNN_HD __host__ __device__
+#else
+#define EXPHIL_GATED_RNN_HD
+#endif
+
 namespace exphil::kernels {
 
 // Batch rows a block carries through one pass of its slice (one register
@@ -60,6 +68,51 @@ constexpr int gated_rnn_k_split_columns(int64_t columns, int64_t hidden) noexcep
   return columns <= 8 ? 8 : columns <= 16 ? 16 : 0;
 }
 
+// The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh).
+// A warp holds at most kGatedRnnTcWarpTiles 16-column tiles of its block's
+// slice by kGatedRnnTcWarpSteps 16-deep steps of H, as A fragments in
+// registers (128 a thread).
+inline constexpr int kGatedRnnTcWarpTiles = 2;
+inline constexpr int kGatedRnnTcWarpSteps = 16;
+// The smallest product a block takes to tensor cores by default: batch
+// tile x G*U columns x H multiply-adds a step (gated_rnn_plan.cpp says why).
+inline constexpr int64_t kGatedRnnTcMinProduct = int64_t{1} << 18;
+// The parts the 8 warps of a block cut the depth H into, for a slice of
+// `columns` columns: the fewest of 1, 2, 4 or 8 that leave the busiest
+// warp the fewest fragments, within what a warp holds; 0 where none fits
+// or H is not a multiple of 16.
+constexpr int gated_rnn_tc_k_parts(int64_t columns, int64_t hidden) noexcept {
+  if (columns < 1 || hidden < 16 || hidden % 16 != 0) return 0;
+  const int64_t tiles = (columns + 15) / 16, steps = hidden / 16;
+  constexpr int kWarps = kGatedRnnThreads / 32;
+  int best = 0;
+  int64_t best_work = 0;
+  for (int parts = 1; parts <= kWarps; parts *= 2) {
+    const int64_t groups = kWarps / parts;
+    const int64_t mw = (tiles + groups - 1) / groups, kw = (steps + parts - 1) / parts;
+    if (mw > kGatedRnnTcWarpTiles || kw > kGatedRnnTcWarpSteps) continue;
+    if (best == 0 || mw * kw < best_work) {
+      best = parts;
+      best_work = mw * kw;
+    }
+  }
+  return best;
+}
+// Its shared memory: h_{t-1} [rows, H + 8] (rows = the batch tile, at
+// least the instruction's 8; the 8 floats of padding put a fragment's 8
+// rows in distinct banks) and each part's sums [k_parts, rows, columns
+// rounded up to 16, + 4] (the 4 spread a fragment's stores over the banks).
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_tc_rows(int64_t tile) noexcept { return tile < 8 ? 8 : tile; }
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_tc_x_stride(int64_t hidden) noexcept { return hidden + 8; }
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_tc_sum_stride(int64_t columns) noexcept {
+  return (columns + 15) / 16 * 16 + 4;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_tc_shared_floats(int64_t hidden, int64_t columns, int64_t tile,
+                                             int64_t parts) noexcept {
+  const int64_t rows = gated_rnn_tc_rows(tile);
+  return rows * gated_rnn_tc_x_stride(hidden) + parts * rows * gated_rnn_tc_sum_stride(columns);
+}
+
 // The multiprocessor count and shared-memory limits of `device`.
 cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 
@@ -72,10 +125,15 @@ cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 // options.unit_warps = 1 a forward with B <= 4 takes the unit-warps layout
 // (a warp per hidden unit, 1 to 8 a block) where the block's columns of R
 // fit in shared memory. Otherwise a forward at B = 1 takes the k-split
-// layout where an instance fits, unless options.k_split = 0.
+// layout where an instance fits, unless options.k_split = 0. A forward in
+// the block layout above B = 4 runs its product on tensor cores where
+// `product_dtype` (the dtype R and the sequence share, f32 when they
+// differ) is bf16 or f16, H is a multiple of 16 and a block's fragments fit
+// in its warps' registers, unless options.tensor_cores = 0.
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
-                            const GatedRnnLaunchOptions& options = {}) noexcept;
+                            const GatedRnnLaunchOptions& options = {},
+                            DType product_dtype = DType::f32) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not
 // (CUTLASS's can_implement).

@@ -102,6 +102,11 @@ struct GatedRnnLaunchOptions {
   // Forward only: the k-split layout at B = 1 (gated_rnn_forward_k_split.cuh),
   // -1 (automatic) and 1 where it fits, 0 never.
   int k_split = -1;
+  // Forward, block layout: the recurrent product on tensor cores
+  // (gated_rnn_forward_tensor_cores.cuh) where R and the sequence are both
+  // bf16 or both f16 and H is a multiple of 16; -1 (automatic) above B = 4,
+  // 1 at any B, 0 never.
+  int tensor_cores = -1;
 };
 
 // How one call is laid out (gated_rnn_plan.cpp).
@@ -128,6 +133,11 @@ struct GatedRnnPlan {
   // rows of the slice in registers (gated_rnn_forward_k_split.cuh); then
   // stored_columns is the instance's columns (8 or 16).
   bool k_split = false;
+  // Forward, block layout: the slice of R in registers as tensor-core
+  // fragments, the product on tensor cores, its depth H cut into k_parts
+  // among the warps (gated_rnn_forward_tensor_cores.cuh).
+  bool tensor_cores = false;
+  int k_parts = 1;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
   // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to

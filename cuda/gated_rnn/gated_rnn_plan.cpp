@@ -54,24 +54,34 @@ struct Layout {
 // --layouts, bench/RESULTS.md): groups of 1 or 2 rows lost to groups of 4
 // at B32 H256 in the forward (1.8x), and the other limits picked the
 // fastest layout or one within 5% at B32 H256 and B64 H512.
+// With the tensor-core product (tensor_cores) a slice must fit in its
+// block's registers as fragments rather than in shared memory.
 Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
-                     const GatedRnnLaunchOptions& options, bool forward) {
+                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores) {
   const auto units_for = [&](int64_t groups) {
     return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
   };
   const auto fits = [&](int64_t units, int64_t groups) {
     const int64_t tile = std::min<int64_t>(next_pow2(ceil_div(B, groups)), kGatedRnnMaxBatchTile);
+    if (G * units > kGatedRnnPreferredColumns) return false;
+    if (tensor_cores) {
+      const int parts = gated_rnn_tc_k_parts(G * units, H);
+      return parts > 0 && gated_rnn_tc_shared_floats(H, G * units, tile, parts) <= limit;
+    }
     const int64_t pc = gated_rnn_padded_columns(G * units);
-    return G * units <= kGatedRnnPreferredColumns &&
-           shared_floats(forward, true, H, pc, ceil_div(H, units), units, tile) <= limit;
+    return shared_floats(forward, true, H, pc, ceil_div(H, units), units, tile) <= limit;
   };
   Layout l{options.units_per_block > 0 ? std::min<int64_t>(options.units_per_block, H) : 0,
            options.batch_blocks > 0 ? std::min<int64_t>(options.batch_blocks, B) : 0};
+  // Groups of at least this many rows: the tensor-core product's 8 (one
+  // instruction's rows) unless asked for at any B.
+  const int64_t min_rows =
+      tensor_cores && options.tensor_cores != 1 ? 8 : kGatedRnnLatencyRows;
   if (l.groups == 0) {
     l.groups = 1;
     if (B > kGatedRnnLatencyRows) {
       const int64_t slices = l.units > 0 ? ceil_div(H, l.units) : 1;
-      for (int64_t g = 2; g <= std::min(B / kGatedRnnLatencyRows, sms / slices); g *= 2)
+      for (int64_t g = 2; g <= std::min(B / min_rows, sms / slices); g *= 2)
         if (l.units > 0 || fits(units_for(g), g)) l.groups = g;
     }
   }
@@ -89,7 +99,7 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
 
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
-                            const GatedRnnLaunchOptions& options) noexcept {
+                            const GatedRnnLaunchOptions& options, DType product_dtype) noexcept {
   GatedRnnPlan plan;
   plan.device = device;
   const bool forward = direction == GatedRnnDirection::forward;
@@ -155,7 +165,26 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     }
   }
 
-  const Layout l = choose_layout(G, B, H, sms, limit, options, forward);
+  // The tensor-core product (gated_rnn_forward_tensor_cores.cuh): both
+  // operands 16-bit, H in whole steps of the instruction. By default only
+  // where a batch group fills the instruction's 8 rows and a block's
+  // product is at least kGatedRnnTcMinProduct multiply-adds a step (as
+  // asked, at any B): measured on an H100 (bench/RESULTS.md, issue 30 run
+  // AC), at B64 H512 (8 rows x 96 or 128 columns x 512) the forward took
+  // 0.82x (GRU) and 0.70x (LSTM) of the CUDA cores' best layout's time, at
+  // B32 H256 (8 x 24 or 32 x 256, a sixteenth of that) 1.18x and 1.15x.
+  bool tc_wanted = forward && options.tensor_cores != 0 && !options.streamed_weights &&
+                   (product_dtype == DType::bf16 || product_dtype == DType::f16) &&
+                   H % 16 == 0 && (options.tensor_cores == 1 || B > kGatedRnnLatencyRows);
+  Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted);
+  if (tc_wanted && options.tensor_cores != 1) {
+    const int64_t rows = ceil_div(B, l.groups);
+    const int64_t tile = std::min<int64_t>(next_pow2(rows), kGatedRnnMaxBatchTile);
+    if (rows < 8 || tile * G * l.units * H < kGatedRnnTcMinProduct) {
+      tc_wanted = false;
+      l = choose_layout(G, B, H, sms, limit, options, forward, false);
+    }
+  }
   const int64_t units = l.units;
   const int64_t slices = ceil_div(H, units);
   const int64_t rows = ceil_div(B, l.groups);
@@ -176,6 +205,20 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   const int64_t asked = std::clamp<int64_t>(options.batch_tile > 0 ? options.batch_tile : rows, 1,
                                             kGatedRnnMaxBatchTile);
   const int64_t want_tile = next_pow2(asked);
+  if (const int parts = tc_wanted ? gated_rnn_tc_k_parts(columns, H) : 0;
+      parts > 0 && gated_rnn_tc_shared_floats(H, columns, want_tile, parts) <= limit) {
+    plan.tensor_cores = true;
+    plan.k_parts = parts;
+    plan.batch_tile = static_cast<int>(want_tile);
+    plan.shared_bytes = static_cast<int>(gated_rnn_tc_shared_floats(H, columns, want_tile, parts) *
+                                         static_cast<int64_t>(sizeof(float)));
+    int64_t total = 0;
+    plan.ws_state = take(total, 2 * 2 * B * H);  // the exchange, 64-bit words
+    if (cell != GatedRnnCell::gru)
+      plan.ws_cell = take(total, (cell == GatedRnnCell::lstm ? 1 : 3) * B * H);
+    plan.ws_floats = total;
+    return plan;
+  }
   const auto floats = [&](bool resident, int64_t tile) {
     return shared_floats(forward, resident, H, padded, slices, units, tile);
   };
@@ -259,6 +302,12 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
        plan.stored_columns != gated_rnn_k_split_columns(plan.columns, shape.hidden)))
     return "gated RNN plan: the k-split layout takes one batch row, H <= 256 and a block's G*U "
            "columns in 8 or 16";
+  if (plan.tensor_cores &&
+      (plan.k_split || plan.unit_warps || !plan.resident_weights ||
+       plan.threads != kGatedRnnThreads ||
+       plan.k_parts != gated_rnn_tc_k_parts(plan.columns, shape.hidden)))
+    return "gated RNN plan: the tensor-core product takes the block layout, H a multiple of 16 "
+           "and a block's slice within its warps' registers";
   if (plan.columns > kGatedRnnThreads)
     return "gated RNN plan: more than 256 columns per block (H too large for the device's "
            "multiprocessors)";

@@ -119,11 +119,15 @@ struct GatedRnnLaunchInfo {
   // Forward at B = 1: threads split the product's depth, each with its rows
   // of the block's slice of R in registers (the default where it fits).
   bool k_split = false;
+  // Forward: the recurrent product on tensor cores, R's slices held in
+  // registers (R and the sequence both bf16 or both f16, H a multiple of 16).
+  bool tensor_cores = false;
   int kernels = 0;                // kernel launches of the call
 };
 
 // Launch overrides for tests and benchmarks; zero or false chooses.
-// Results do not depend on them beyond f32 rounding.
+// Results do not depend on them beyond f32 rounding (tensor_cores: see
+// there).
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;
   int batch_blocks = 0;                 // batch groups (capped at B)
@@ -136,6 +140,12 @@ struct GatedRnnLaunchOptions {
   // Forward at B = 1: -1 (automatic) and 1 take the k-split layout where it
   // fits (H <= 256, at most 16 columns of R a block), 0 the block layout.
   int k_split = -1;
+  // Forward: -1 (automatic) runs the product on tensor cores above B = 4
+  // where it can (R and the sequence both bf16 or both f16, H a multiple of
+  // 16, a block's slice within its registers), 1 also at B <= 4, 0 never.
+  // It multiplies h split into two 16-bit halves, about 16 bits of it in
+  // bf16 and 22 in f16 (the CUDA cores take f32's 24), each sum in f32.
+  int tensor_cores = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 

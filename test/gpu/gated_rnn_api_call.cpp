@@ -51,6 +51,7 @@ Status gated_rnn_api_call(const std::string& op, const std::string& direction,
   }
   if (layout && s.ok()) {
     layout->resident_weights = info.resident_weights;
+    layout->tensor_cores = info.tensor_cores;
     layout->blocks = info.blocks;
     layout->kernels = info.kernels;
   }

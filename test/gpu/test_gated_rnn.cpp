@@ -44,7 +44,9 @@
 // remainder); every cell; with and without bias, h0, c0 (and the sLSTM's
 // n0, m0) and the final-state gradients; the sLSTM with its clamp active
 // and at exact ties; forced units per block (1, 3, 37, and the most
-// columns: 85 for the GRU, 64 for the (s)LSTM), forced batch tile 1, forced streamed weights (the tiled path); bitwise
+// columns: 85 for the GRU, 64 for the (s)LSTM), forced batch tile 1, forced streamed weights (the tiled path);
+// the forward's tensor-core product in bf16 and f16 (H 16 to 1024, against
+// the CUDA-core product too); bitwise
 // determinism of two runs; capture into a CUDA graph and replay. The
 // hidden [.timing] case prints device times (bench/RESULTS.md, issue 30).
 #include <catch2/catch.hpp>
@@ -107,11 +109,25 @@ struct GatedCase {
   bool n0 = false, m0 = false, clamp = false, ties = false, cell_finals = true;
   GatedRnnLaunchOptions options{};
 
+  // The optional inputs from bits 0 to 5: bias, h0, c0, finals, n0, m0.
+  void set_optional(unsigned bits) {
+    bias = bits & 1;
+    h0 = bits & 2;
+    c0 = bits & 4;
+    finals = bits & 8;
+    n0 = bits & 16;
+    m0 = bits & 32;
+  }
+
+  // What the forward's product multiplies (the planner's argument).
+  DType product_dtype() const { return weight_dtype == dtype ? dtype : DType::f32; }
+
   std::string describe() const {
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
-                  "units=%d groups=%d tile=%d streamed=%d unit_warps=%d k_split=%d",
+                  "units=%d groups=%d tile=%d streamed=%d unit_warps=%d k_split=%d "
+                  "tensor_cores=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
                   dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
@@ -125,7 +141,8 @@ struct GatedCase {
                                              : "",
                   kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
                   options.units_per_block, options.batch_blocks, options.batch_tile,
-                  options.streamed_weights, options.unit_warps, options.k_split);
+                  options.streamed_weights, options.unit_warps, options.k_split,
+                  options.tensor_cores);
     return buf;
   }
 };
@@ -249,7 +266,7 @@ class GatedRun {
     const GatedRnnShape shape{c.B, c.T, c.H};
     const GatedRnnDevice dev = device_info();
     fwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(c.kind),
-                                                shape, dev, c.options);
+                                                shape, dev, c.options, c.product_dtype());
     bwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::backward, cell_of(c.kind),
                                                 shape, dev, c.options);
     const char* why = exphil::kernels::gated_rnn_unsupported(fwd_plan_, cell_of(c.kind), shape, dev);
@@ -364,6 +381,8 @@ class GatedRun {
     t["grad_rh"] = &grh_->desc();
     api_call("backward", t, stream, layout);
   }
+
+  std::vector<double> y() const { return y_->values(); }
 
   // The outputs' bytes, for bitwise comparisons.
   std::vector<std::vector<unsigned char>> forward_bytes() const {
@@ -500,9 +519,10 @@ void run_cases(const char* name, const std::vector<GatedCase>& cases) {
     GatedRun run(c, seed + i);
     INFO(c.describe() << " | forward: " << run.forward_plan().blocks << " blocks of "
                       << run.forward_plan().units_per_block << " units, tile "
-                      << run.forward_plan().batch_tile << (run.forward_plan().resident_weights
-                                                               ? ", resident"
-                                                               : ", streamed")
+                      << run.forward_plan().batch_tile
+                      << (run.forward_plan().tensor_cores       ? ", tensor cores"
+                          : run.forward_plan().resident_weights ? ", resident"
+                                                                : ", streamed")
                       << "; backward: " << run.backward_plan().blocks << " blocks, "
                       << (run.backward_plan().resident_weights ? "resident" : "streamed"));
     run.forward(stream.s);
@@ -540,12 +560,7 @@ std::vector<GatedCase> shape_grid(GatedRnnKind kind, DType dtype) {
     const unsigned bits = kind == GatedRnnKind::slstm
                               ? (i == 0 ? 63u : i == 1 ? 0u : (13u * u + 5u) & 63u)
                               : (i == 0 ? 15u : i == 1 ? 0u : (7u * u + 3u) & 15u);
-    c.bias = bits & 1;
-    c.h0 = bits & 2;
-    c.c0 = bits & 4;
-    c.finals = bits & 8;
-    c.n0 = bits & 16;
-    c.m0 = bits & 32;
+    c.set_optional(bits);
     cases.push_back(c);
     ++i;
   }
@@ -751,36 +766,114 @@ TEST_CASE("gated RNN: k-split, unit-warps and block layouts at small batches", "
 TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
   std::vector<GatedCase> cases;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-    // resident, streamed, unit warps, batch groups, k split, bf16
-    for (int layout : {0, 1, 2, 3, 4, 5}) {
+    // resident, streamed, unit warps, batch groups, k split, bf16, tensor
+    // cores (bf16 at H48: 3 or 4 m-tiles of 16 columns, 3 k-steps)
+    for (int layout : {0, 1, 2, 3, 4, 5, 6}) {
       GatedCase c;
       c.kind = kind;
-      if (layout == 5) c.dtype = c.weight_dtype = DType::bf16;
+      if (layout >= 5) c.dtype = c.weight_dtype = DType::bf16;
       c.cell_finals = c.dtype == DType::f32;  // (see the top)
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       // (k split at H64: the backward's recompute product split in two.)
-      c.B = layout == 3 ? 6 : layout == 4 ? 1 : 3, c.T = 4, c.H = layout == 4 ? 64 : 37;
+      c.B = layout == 3 || layout == 6 ? 6 : layout == 4 ? 1 : 3, c.T = 4;
+      c.H = layout == 4 ? 64 : layout == 6 ? 48 : 37;
       c.options.streamed_weights = layout == 1;
       c.options.unit_warps = layout == 2 ? 1 : -1;
       c.options.units_per_block = layout == 4 ? 2 : 8;
-      c.options.batch_blocks = layout == 3 ? 3 : 0;
+      c.options.batch_blocks = layout == 3 || layout == 6 ? 3 : 0;
+      c.options.tensor_cores = layout == 6 ? 1 : 0;
       cases.push_back(c);
     }
   run_cases("sanitizer cases", cases);
+}
+
+// The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh):
+// bf16 and f16 with R in the same dtype, every cell; one k part and
+// several (H16 to H1024), one or two 8-row tiles of a batch group, whole
+// or not (B9, B17, B33), more rows than a tile (forced tile 8), at B <= 4,
+// long T; asked for (tensor_cores = 1) except at B64 H512 and B17 H1024,
+// where the planner takes it itself. Each case also runs on CUDA cores (tensor_cores = 0),
+// both checked against the reference; the two forwards' y agree within
+// what splitting h into two 16-bit halves allows (2^-14 relative to the
+// largest |h| there can be, 1, in bf16; 2^-20 in f16: far below y's own
+// rounding, so a difference shows only as a change of y's last bit, at
+// |y| < 1, or its relative size above).
+TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
+  GatedRnnDevice device{};
+  int current = 0;
+  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
+  REQUIRE(exphil::kernels::query_gated_rnn_device(current, device) == cudaSuccess);
+  const uint64_t seed = test_seed();
+  INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
+  RnnStream stream;
+  struct Shape {
+    int64_t B, T, H;
+    int tensor_cores, tile;
+  };
+  std::vector<GatedCase> cases;
+  int i = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+      for (const Shape& sh : {Shape{9, 7, 64, 1, 0}, Shape{33, 5, 256, 1, 0},
+                              Shape{64, 3, 512, -1, 0}, Shape{17, 4, 1024, -1, 0},
+                              Shape{40, 200, 16, 1, 0}, Shape{2, 9, 32, 1, 0},
+                              Shape{24, 6, 48, 1, 8}}) {
+        GatedCase c;
+        c.kind = kind;
+        c.dtype = c.weight_dtype = dtype;
+        c.state_dtype = i % 2 ? dtype : DType::f32;
+        c.cell_finals = false;  // (see the top)
+        c.B = sh.B, c.T = sh.T, c.H = sh.H;
+        c.set_optional(static_cast<unsigned>(i == 0 ? 63 : (13 * i + 5) & 63));
+        c.options.tensor_cores = sh.tensor_cores;
+        c.options.batch_tile = sh.tile;
+        ++i;
+        const auto plan = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
+                                                          {c.B, c.T, c.H}, device, c.options,
+                                                          c.product_dtype());
+        INFO(c.describe() << " | " << plan.blocks << " blocks of " << plan.units_per_block
+                          << " units, tile " << plan.batch_tile << ", " << plan.k_parts
+                          << " k parts");
+        CHECK(plan.tensor_cores);
+        cases.push_back(c);
+
+        // The same inputs (one seed) through both products.
+        GatedRun tc(c, seed + i);
+        GatedCase cuda_cores = c;
+        cuda_cores.options.tensor_cores = 0;
+        GatedRun cc(cuda_cores, seed + i);
+        CHECK_FALSE(cc.forward_plan().tensor_cores);
+        tc.forward(stream.s);
+        cc.forward(stream.s);
+        const std::vector<double> y_tc = tc.y(), y_cc = cc.y();
+        REQUIRE(y_tc.size() == y_cc.size());
+        const double ulp = dtype == DType::bf16 ? 0x1p-8 : 0x1p-11;  // y's last bit at |y| < 1
+        double worst = 0;
+        for (std::size_t k = 0; k < y_tc.size(); ++k)
+          worst = std::max(worst, std::abs(y_tc[k] - y_cc[k]) / std::max(1.0, std::abs(y_cc[k])));
+        CHECK(worst <= ulp);
+      }
+  run_cases("tensor-core product", cases);
 }
 
 TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
   RnnStream stream;
   struct Shape {
     int64_t B, T, H;
+    DType dtype;
   };
-  // The block layout in batch groups, and the k-split layout (B = 1).
+  // The block layout in batch groups, the k-split layout (B = 1), and the
+  // tensor-core product (bf16, in k parts).
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-    for (const Shape& shape : {Shape{9, 40, 257}, Shape{1, 40, 255}}) {
+    for (const Shape& shape : {Shape{9, 40, 257, DType::f32}, Shape{1, 40, 255, DType::f32},
+                               Shape{9, 40, 512, DType::bf16}}) {
       GatedCase c;
       c.kind = kind;
+      c.dtype = c.weight_dtype = shape.dtype;
+      c.cell_finals = c.dtype == DType::f32;  // (see the top)
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       c.B = shape.B, c.T = shape.T, c.H = shape.H;
+      c.options.tensor_cores = shape.dtype == DType::bf16 ? 1 : -1;
       GatedRun run(c, test_seed());
       run.forward(stream.s);
       const auto f1 = run.forward_bytes();
@@ -791,6 +884,7 @@ TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
       run.backward(stream.s);
       const auto b2 = run.backward_bytes();
       INFO(c.describe());
+      CHECK(run.forward_plan().tensor_cores == (shape.dtype == DType::bf16));
       CHECK(f1 == f2);
       CHECK(b1 == b2);
     }

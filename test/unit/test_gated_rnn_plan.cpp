@@ -12,6 +12,7 @@
 #include "gated_rnn/gated_rnn_launch.h"
 
 using namespace exphil::kernels;
+using exphil::DType;
 
 namespace {
 
@@ -371,5 +372,87 @@ TEST_CASE("gated RNN plan: the forward's k-split layout at B = 1", "[gated_rnn][
     p = plan_gated_rnn(GatedRnnDirection::forward, cell, b1, kH100);
     p.stored_columns = 16;
     CHECK(gated_rnn_unsupported(p, cell, b1, kH100) != nullptr);
+  }
+}
+
+TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan]") {
+  // The k parts: the fewest that leave the busiest warp the fewest
+  // fragments, within 2 m-tiles by 16 k-steps a warp.
+  CHECK(gated_rnn_tc_k_parts(64, 512) == 2);    // 4 m-tiles, 32 k-steps: a tile by 16 steps
+  CHECK(gated_rnn_tc_k_parts(96, 512) == 2);    // 6 m-tiles: 2 by 16 (4 parts would need 3)
+  CHECK(gated_rnn_tc_k_parts(128, 512) == 2);   // 8 m-tiles: 2 by 16, all a warp holds
+  CHECK(gated_rnn_tc_k_parts(128, 1024) == 0);  // 64 k-steps: more than 8 warps hold
+  CHECK(gated_rnn_tc_k_parts(64, 1024) == 4);
+  CHECK(gated_rnn_tc_k_parts(32, 2048) == 8);
+  CHECK(gated_rnn_tc_k_parts(48, 16) == 1);     // one k-step: a warp a tile
+  CHECK(gated_rnn_tc_k_parts(64, 520) == 0);    // H not a multiple of 16
+  CHECK(gated_rnn_tc_k_parts(0, 512) == 0);
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm}) {
+    const int G = gated_rnn_gates(cell);
+    INFO("cell " << G << " gates");
+    // B64 H512 in bf16: batch groups of 8 rows, slices of 32 units (G*U =
+    // 96 or 128 columns, twice the CUDA-core layout's 16 units at the
+    // LSTM's 4 gates: its slice need not fit in shared memory), 2 k parts;
+    // shared memory only for h_{t-1} and the parts' sums.
+    const GatedRnnShape b64{64, 256, 512};
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::bf16);
+    CHECK(p.tensor_cores);
+    CHECK(p.k_parts == 2);
+    CHECK(p.units_per_block == 32);
+    CHECK(p.batch_blocks == 8);
+    CHECK(p.batch_tile == 8);
+    CHECK(p.resident_weights);
+    CHECK(p.ws_weights < 0);
+    CHECK(p.shared_bytes == gated_rnn_tc_shared_floats(512, G * 32, 8, 2) * 4);
+    CHECK(p.shared_bytes == (8 * 520 + 2 * 8 * (G * 32 + 4)) * 4);
+    check_workspace(p);
+    CHECK(room(p, p.ws_state) >= 2 * 2 * 64 * 512);
+    if (cell != GatedRnnCell::gru) CHECK(room(p, p.ws_cell) >= (cell == GatedRnnCell::lstm ? 1 : 3) * 64 * 512);
+    CHECK(gated_rnn_unsupported(p, cell, b64, kH100) == nullptr);
+    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::f16).tensor_cores);
+    // Not taken: f32 (or R in another dtype than the sequence's, which the
+    // caller passes as f32), H not a multiple of 16, B <= 4 unless asked,
+    // forced off, streamed weights, the backward.
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 520}, kH100, {}, DType::bf16)
+                    .tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, {}, DType::bf16)
+                    .tensor_cores);
+    // B32 H256: groups of 8 rows would give a block 8 x 8 G x 256, a
+    // sixteenth of B64 H512's product: the CUDA cores' layout (groups of 4).
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {32, 64, 256}, kH100, {}, DType::bf16);
+    CHECK_FALSE(p.tensor_cores);
+    const GatedRnnPlan cuda_cores = plan_gated_rnn(GatedRnnDirection::forward, cell, {32, 64, 256}, kH100);
+    CHECK(p.units_per_block == cuda_cores.units_per_block);
+    CHECK(p.batch_blocks == cuda_cores.batch_blocks);
+    CHECK(p.batch_tile == cuda_cores.batch_tile);
+    CHECK(p.shared_bytes == cuda_cores.shared_bytes);
+    // Groups of fewer than 8 rows: B5 to B15 run one group.
+    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, {12, 8, 1024}, kH100, {}, DType::bf16)
+              .tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {7, 8, 1024}, kH100, {}, DType::bf16)
+                    .tensor_cores);
+    GatedRnnLaunchOptions o;
+    o.tensor_cores = 1;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, o, DType::bf16);
+    CHECK(p.tensor_cores);
+    CHECK(p.batch_tile == 4);
+    CHECK(p.shared_bytes == gated_rnn_tc_shared_floats(512, G * p.units_per_block, 4, p.k_parts) * 4);
+    CHECK(gated_rnn_unsupported(p, cell, {4, 8, 512}, kH100) == nullptr);
+    o.tensor_cores = 0;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
+    o = {};
+    o.streamed_weights = true;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, {}, DType::bf16).tensor_cores);
+    // More units a block than the warps hold (forced): the CUDA-core product.
+    o = {};
+    o.units_per_block = 64;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 1024}, kH100, o, DType::bf16)
+                    .tensor_cores);
+    // A tensor-core plan whose k parts are not the slice's is refused.
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::bf16);
+    p.k_parts = 4;
+    CHECK(gated_rnn_unsupported(p, cell, b64, kH100) != nullptr);
   }
 }

@@ -1,0 +1,188 @@
+/*
+ * The forward's recurrent product on tensor cores: a block's pre-activations
+ * h_{t-1} R[:, its columns] for the rows of one batch tile, every step, in
+ * the block layout of gated_rnn_forward.cuh (which runs it with
+ * GatedRnnForwardProduct::tensor_cores; the rest of a step is the same).
+ *
+ * Why. Above B = 4 a block multiplies its batch tile's rows by G*U columns
+ * of R over H. On CUDA cores that product reads both operands from shared
+ * memory for every multiply-add (20 loads per 64 FMAs a lane at B64 H512),
+ * and shared memory's bandwidth bounded the step: 10.7 us a step for the
+ * LSTM at B64 H512 (bench/RESULTS.md, issue 30 run W), where the
+ * arithmetic alone is 2.3 us. Here the slice of R stays in registers for
+ * the whole sequence and only h_{t-1} is read, once per fragment.
+ *
+ * Algorithm. mma.sync.m16n8k16 (common/mma_m16n8k16.cuh) with A = the
+ * slice transposed (16 columns of R by 16 steps of H: R[k][column]) and B
+ * = h_{t-1} transposed (16 steps of H by 8 batch rows), so C is 16 columns
+ * by 8 rows. The slice's columns come in m-tiles of 16 (G*U rounded up,
+ * zeros past the live ones) and H in k-steps of 16; the block's 8 warps
+ * cut H into k_parts parts (gated_rnn_tc_k_parts: the fewest that leave
+ * the busiest warp the fewest fragments) and each part's m-tiles among
+ * 8 / k_parts warps, tile j of a warp being tile0 + j * (8 / k_parts). A
+ * warp loads its fragments of R once, when the call starts, and keeps
+ * them: at most kGatedRnnTcWarpTiles x kGatedRnnTcWarpSteps, 128 registers
+ * a thread. Each step it reads its k-steps of h_{t-1} from shared memory
+ * (rows padded to H + 8 floats: a fragment's 8 rows fall in distinct
+ * banks), multiplies every m-tile by them, and stores its part's sums; the
+ * cell threads add the k_parts parts in order. Every sum is in a fixed
+ * order: results are bitwise reproducible.
+ *
+ * Precision. R is stored in the 16-bit dtype already (the planner takes
+ * this product only where R and the sequence share bf16 or f16), so its
+ * fragments are exact. h_{t-1} is f32: each value is split into the
+ * nearest 16-bit number and the 16-bit rounding of what is left, and both
+ * halves are multiplied (two instructions a fragment), so the product sees
+ * about 16 bits of h (bf16) or 22 (f16) rather than 8 or 11, accumulated in
+ * f32: the CUDA-core product's 24 bits less 8 or 2, far inside the 16-bit
+ * sequence's own rounding of y (bf16 2^-9, f16 2^-12, relative). An
+ * f16 h beyond f16's range (|h| > 65504, possible only in an h0 given in
+ * f32: every later GRU or LSTM h lies in (-1, 1)) overflows.
+ *
+ * Limits. H a multiple of 16, at most 16 x 16 x 8 = 2048; G*U at most 128
+ * columns (kGatedRnnPreferredColumns) within what the warps hold. sm_80 and
+ * later; no Hopper-only instruction.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/mma_m16n8k16.cuh"
+#include "gated_rnn/gated_rnn_launch.h"
+
+namespace exphil::kernels {
+
+// The f32 value of a packed pair's halves (the inverse of MmaOp::pack).
+template <class Elem> struct GatedRnnUnpack;
+template <> struct GatedRnnUnpack<__nv_bfloat16> {
+  __device__ __forceinline__ static float2 run(uint32_t v) {
+    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
+  }
+};
+template <> struct GatedRnnUnpack<__half> {
+  __device__ __forceinline__ static float2 run(uint32_t v) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
+  }
+};
+
+// Two f32 values as a pair of 16-bit numbers and the pair of what each
+// leaves over (the Precision paragraph above).
+template <class Elem>
+__device__ __forceinline__ void gated_rnn_split_pair(float2 v, uint32_t& big, uint32_t& rest) {
+  big = MmaOp<Elem>::pack(v.x, v.y);
+  const float2 b = GatedRnnUnpack<Elem>::run(big);
+  rest = MmaOp<Elem>::pack(v.x - b.x, v.y - b.y);
+}
+
+template <class Elem>
+struct GatedRnnTensorCoreSlice {
+  static constexpr int kTiles = kGatedRnnTcWarpTiles;
+  static constexpr int kSteps = kGatedRnnTcWarpSteps;
+  static constexpr int kMaxRowTiles = kGatedRnnMaxBatchTile / 8;
+
+  uint32_t a[kTiles][kSteps][4];  // A fragments: this warp's m-tiles by its k-steps
+  int tile0, tile_stride, tiles;  // its m-tiles: tile0 + j * tile_stride, those below `tiles`
+  int step0, steps;               // its k-steps: [step0, step0 + steps)
+  int part;                       // which part of H it sums
+
+  // This warp's fragments of the slice: R [H, G*H] in Elem, the block's
+  // columns g * H + u0 + u for gate g and unit u < live (U a slice).
+  __device__ __forceinline__ void load(const void* R, int G, int H, int U, int u0, int live,
+                                       int parts) {
+    const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
+    const int g = lane >> 2, t = lane & 3;
+    const int groups = (kGatedRnnThreads / 32) / parts;
+    const int columns = G * U;
+    part = warp % parts;
+    tile0 = warp / parts;
+    tile_stride = groups;
+    tiles = (columns + 15) / 16;
+    const int depth = H / 16, per = (depth + parts - 1) / parts;
+    step0 = part * per;
+    steps = max(0, min(per, depth - step0));
+    const uint16_t* r = static_cast<const uint16_t*>(R);
+    const int64_t GH = static_cast<int64_t>(G) * H;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int m = (tile0 + j * tile_stride) * 16 + g + (q & 1) * 8;
+          const int k = (step0 + s) * 16 + 2 * t + (q >> 1) * 8;
+          uint32_t pair = 0;
+          if (s < steps && m < columns) {
+            const int gate = m / U, u = m - gate * U;
+            if (u < live) {
+              const int64_t at = static_cast<int64_t>(k) * GH + gate * H + u0 + u;
+              pair = static_cast<uint32_t>(r[at]) | (static_cast<uint32_t>(r[at + GH]) << 16);
+            }
+          }
+          a[j][s][q] = pair;
+        }
+  }
+
+  // sums[part][n][c] = sum over this part's k of x[n][k] * R[k][column c]
+  // for the nb live rows n (and zero rows up to the next multiple of 8) and
+  // the slice's columns c: x [>= 8 rows, ldx], sums [parts][rows][lds].
+  __device__ __forceinline__ void multiply(const float* __restrict__ x, int ldx, int nb,
+                                           float* __restrict__ sums, int rows, int lds) const {
+    const int lane = static_cast<int>(threadIdx.x & 31);
+    const int g = lane >> 2, t = lane & 3;
+    const int row_tiles = (nb + 7) / 8;
+    float acc[kTiles][kMaxRowTiles][4];
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int n = 0; n < kMaxRowTiles; ++n)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) acc[j][n][q] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      if (s >= steps) break;
+      const float* xs = x + (step0 + s) * 16 + 2 * t;
+#pragma unroll
+      for (int n = 0; n < kMaxRowTiles; ++n) {
+        if (n >= row_tiles) break;
+        const float* xr = xs + (n * 8 + g) * ldx;
+        uint32_t b0, b1, r0, r1;
+        gated_rnn_split_pair<Elem>(*reinterpret_cast<const float2*>(xr), b0, r0);
+        gated_rnn_split_pair<Elem>(*reinterpret_cast<const float2*>(xr + 8), b1, r1);
+#pragma unroll
+        for (int j = 0; j < kTiles; ++j) {
+          if (tile0 + j * tile_stride >= tiles) break;
+          MmaOp<Elem>::run(acc[j][n], a[j][s], b0, b1);
+          MmaOp<Elem>::run(acc[j][n], a[j][s], r0, r1);
+        }
+      }
+    }
+    float* out = sums + static_cast<int64_t>(part) * rows * lds;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) {
+      const int m = (tile0 + j * tile_stride) * 16 + g;
+      if (tile0 + j * tile_stride >= tiles) break;
+#pragma unroll
+      for (int n = 0; n < kMaxRowTiles; ++n) {
+        if (n >= row_tiles) break;
+        float* o = out + (n * 8 + 2 * t) * lds + m;
+        o[0] = acc[j][n][0];
+        o[lds] = acc[j][n][1];
+        o[8] = acc[j][n][2];
+        o[lds + 8] = acc[j][n][3];
+      }
+    }
+  }
+};
+
+// The pre-activation of row b, column c: the parts' sums added in order.
+__device__ __forceinline__ float gated_rnn_tc_sum(const float* sums, int parts, int rows, int lds,
+                                                  int b, int c) {
+  float v = sums[b * lds + c];
+  for (int q = 1; q < parts; ++q) v += sums[(q * rows + b) * lds + c];
+  return v;
+}
+
+}  // namespace exphil::kernels
