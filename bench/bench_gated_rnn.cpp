@@ -28,9 +28,10 @@
 //   For B <= 4, one more row, proj "uw": the one-layer forward of "proj no"
 //   in the unit-warps layout (GatedRnnLaunchOptions::unit_warps); for B = 1
 //   another, proj "blk", in the block layout (GatedRnnLaunchOptions::k_split
-//   = 0; the k-split layout is B1's default); for B > 4 in bf16, proj
-//   "cc", on CUDA cores (GatedRnnLaunchOptions::tensor_cores = 0): the
-//   layouts side by side (compare_gated_rnn.py skips them).
+//   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
+//   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
+//   = 0: the forward's product and the backward's two): the layouts side
+//   by side (compare_gated_rnn.py skips them).
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -695,38 +696,44 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
   // at B <= 4 ("uw"), the block layout at B = 1, where the k-split layout
   // is the default ("blk"), the product on CUDA cores above B = 4 in bf16,
   // where tensor cores are the default ("cc").
-  auto other_layout = [&](const char* label, const char* note, GatedRnnLaunchOptions o) {
-    GatedRnnLaunchInfo info;
+  auto other_layout = [&](const char* label, const char* note, GatedRnnLaunchOptions o, bool both) {
+    GatedRnnLaunchInfo info, back;
     o.chosen = &info;
     require(gated_rnn_forward(forward_args(p, sets[0]->layer[0], false), c.stream, &o), "gated_rnn_forward");
+    o.chosen = &back;
+    if (both)
+      require(gated_rnn_backward(backward_args(p, *sets[0], 0, 1, false), c.stream, &o),
+              "gated_rnn_backward");
     o.chosen = nullptr;
     auto run = [&](int rep) {
-      require(gated_rnn_forward(forward_args(p, sets[static_cast<std::size_t>(rep) % sets.size()]->layer[0],
-                                              false),
-                                c.stream, &o),
-              "gated_rnn_forward");
+      const CallSet& set = *sets[static_cast<std::size_t>(rep) % sets.size()];
+      require(gated_rnn_forward(forward_args(p, set.layer[0], false), c.stream, &o), "gated_rnn_forward");
+      if (both)
+        require(gated_rnn_backward(backward_args(p, set, 0, 1, false), c.stream, &o),
+                "gated_rnn_backward");
     };
     const Times t = time_ours(c.stream, budget, sets.size(), small, run);
-    const Floor fl = floor_of(p, rates, c, 1, false, false);
+    const Floor fl = floor_of(p, rates, c, 1, false, both);
     std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
-                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), name.c_str(), 1, label, "fwd",
-                layout_name(info, 1).c_str(), t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us,
-                t.host_us, note);
+                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), name.c_str(), 1, label,
+                both ? "fwd+bwd" : "fwd", layout_name(info, info.kernels + (both ? back.kernels : 0)).c_str(),
+                t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us, t.host_us, note);
   };
   if (p.s.batch <= 4) {
     GatedRnnLaunchOptions o;
     o.unit_warps = 1;
-    other_layout("uw", "(unit warps)", o);
+    other_layout("uw", "(unit warps)", o, false);
   }
   if (p.s.batch == 1) {
     GatedRnnLaunchOptions o;
     o.k_split = 0;
-    other_layout("blk", "(block layout)", o);
+    other_layout("blk", "(block layout)", o, false);
   }
   if (p.s.batch > 4 && p.dtype != DType::f32) {
     GatedRnnLaunchOptions o;
     o.tensor_cores = 0;
-    other_layout("cc", "(CUDA cores)", o);
+    other_layout("cc", "(CUDA cores)", o, false);
+    other_layout("cc", "(CUDA cores)", o, true);
   }
   std::printf("%-5s %-5s %-14s validation %s: %s; %zu input sets\n", gated_rnn_cell_name(p.cell.cell),
               dtype_name(p.dtype), name.c_str(), valid ? "pass" : "FAILED", validation.c_str(),

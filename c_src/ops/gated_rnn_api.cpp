@@ -55,10 +55,15 @@ struct GatedRnnOpDirection {
       o.k_split = options->k_split;
       o.tensor_cores = options->tensor_cores;
     }
-    // The forward's tensor-core product multiplies R's own 16-bit words.
+    // The forward's tensor-core product multiplies R's own 16-bit words;
+    // the backward's products split any operand into 16-bit halves, and run
+    // on tensor cores for 16-bit sequences.
     DType product_dtype = DType::f32;
-    if constexpr (kForward)
+    if constexpr (kForward) {
       if (params.weight_dtype == params.dtype) product_dtype = params.dtype;
+    } else {
+      product_dtype = params.fwd.dtype;
+    }
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
                                    device, o, product_dtype);
   }
@@ -100,7 +105,7 @@ struct GatedRnnOpDirection {
     info.resident_weights = p.resident_weights;
     info.unit_warps = p.unit_warps;
     info.k_split = p.k_split;
-    info.tensor_cores = p.tensor_cores;
+    info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
     else

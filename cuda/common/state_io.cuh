@@ -19,6 +19,27 @@ __device__ __forceinline__ float load_state(const void* __restrict__ p, DType dt
   return static_cast<const float*>(p)[i];
 }
 
+// V consecutive elements from i: the dtype's branch taken once, so that the
+// V loads are in flight together (a branch per element kept each load
+// waiting for the last).
+template <int V>
+__device__ __forceinline__ void load_states(const void* __restrict__ p, DType dtype, int64_t i,
+                                            float (&v)[V]) {
+  switch (dtype) {
+    case DType::f16:
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = to_float(static_cast<const __half*>(p)[i + k]);
+      return;
+    case DType::bf16:
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = to_float(static_cast<const __nv_bfloat16*>(p)[i + k]);
+      return;
+    case DType::f32: break;
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) v[k] = static_cast<const float*>(p)[i + k];
+}
+
 __device__ __forceinline__ void store_state(void* __restrict__ p, DType dtype, int64_t i, float v) {
   switch (dtype) {
     case DType::f16: static_cast<__half*>(p)[i] = from_float<__half>(v); return;

@@ -93,6 +93,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 
@@ -126,6 +127,22 @@ struct GatedRnnPrevState {
     if (r.from_y) return to_float(static_cast<const Elem*>(r.p)[k]);
     return r.p ? load_state(r.p, h0_dtype, k) : 0.0f;
   }
+  // Every element a bf16 value: y in bf16, h0 in bf16 or absent.
+  __device__ __forceinline__ bool bf16_exact() const {
+    return std::is_same_v<Elem, __nv_bfloat16> && (!h0 || h0_dtype == DType::bf16);
+  }
+  // Elements k .. k + 7, each branch taken once (gated_rnn_gemm_load8).
+  __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
+    if (r.from_y) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = to_float(static_cast<const Elem*>(r.p)[k + j]);
+    } else if (r.p) {
+      load_states(r.p, h0_dtype, k, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    }
+  }
 };
 
 // Step 1's operands: A = h_{t-1} [B*T, H], B = R, C = rh (+ bias).
@@ -136,6 +153,10 @@ struct GatedRnnRecomputeA {
   using Row = typename GatedRnnPrevState<Elem>::Row;
   __device__ __forceinline__ Row row(int64_t m) const { return h.row(m); }
   __device__ __forceinline__ float at(const Row& r, int64_t k) const { return h.at(r, k); }
+  __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
+    h.at8(r, k, v);
+  }
+  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
 };
 struct GatedRnnWeightB {
   const void* R;
@@ -144,6 +165,10 @@ struct GatedRnnWeightB {
   using Row = int64_t;  // the row's first element
   __device__ __forceinline__ Row row(int64_t k) const { return k * N; }
   __device__ __forceinline__ float at(Row r, int64_t n) const { return load_state(R, dtype, r + n); }
+  __device__ __forceinline__ void at8(Row r, int64_t n, float (&v)[8]) const {
+    load_states(R, dtype, r + n, v);
+  }
+  __device__ __forceinline__ bool bf16_exact() const { return dtype == DType::bf16; }
 };
 struct GatedRnnRecomputeStore {
   float* rh;
@@ -168,6 +193,16 @@ struct GatedRnnWeightGradA {
     const int64_t unit = m + first;
     return unit < h.H ? h.at(r, unit) : 1.0f;
   }
+  __device__ __forceinline__ void at8(const Row& r, int64_t m, float (&v)[8]) const {
+    if (m + first + 8 <= h.H) {
+      h.at8(r, m + first, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = at(r, m + j);
+    }
+  }
+  // (Row H's ones are bf16 values too.)
+  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
 };
 struct GatedRnnGradRhB {
   const float* grad_rh;
@@ -175,6 +210,11 @@ struct GatedRnnGradRhB {
   using Row = const float*;
   __device__ __forceinline__ Row row(int64_t k) const { return grad_rh + k * N; }
   __device__ __forceinline__ float at(Row r, int64_t n) const { return r[n]; }
+  __device__ __forceinline__ void at8(Row r, int64_t n, float (&v)[8]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = r[n + j];
+  }
+  __device__ __forceinline__ bool bf16_exact() const { return false; }  // f32 sums
 };
 struct GatedRnnWeightGradStore {
   void* grad_R;

@@ -24,7 +24,8 @@
  * them: at most kGatedRnnTcWarpTiles x kGatedRnnTcWarpSteps, 128 registers
  * a thread. Each step it reads its k-steps of h_{t-1} from shared memory
  * (rows padded to H + 8 floats: a fragment's 8 rows fall in distinct
- * banks), multiplies every m-tile by them, and stores its part's sums; the
+ * banks), multiplies every m-tile by them (at most 16 rows a pass,
+ * kGatedRnnTcMaxBatchTile), and stores its part's sums; the
  * cell threads add the k_parts parts in order. Every sum is in a fixed
  * order: results are bitwise reproducible.
  *
@@ -81,7 +82,7 @@ template <class Elem>
 struct GatedRnnTensorCoreSlice {
   static constexpr int kTiles = kGatedRnnTcWarpTiles;
   static constexpr int kSteps = kGatedRnnTcWarpSteps;
-  static constexpr int kMaxRowTiles = kGatedRnnMaxBatchTile / 8;
+  static constexpr int kMaxRowTiles = kGatedRnnTcMaxBatchTile / 8;
 
   uint32_t a[kTiles][kSteps][4];  // A fragments: this warp's m-tiles by its k-steps
   int tile0, tile_stride, tiles;  // its m-tiles: tile0 + j * tile_stride, those below `tiles`
@@ -133,13 +134,18 @@ struct GatedRnnTensorCoreSlice {
     const int lane = static_cast<int>(threadIdx.x & 31);
     const int g = lane >> 2, t = lane & 3;
     const int row_tiles = (nb + 7) / 8;
-    float acc[kTiles][kMaxRowTiles][4];
+    // The big halves' and the rests' products in accumulators of their
+    // own, added at the end: each chain of dependent instructions half as
+    // long (a chain is this product's latency, one k-step after another).
+    float acc[2][kTiles][kMaxRowTiles][4];
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j)
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int n = 0; n < kMaxRowTiles; ++n)
+      for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) acc[j][n][q] = 0.0f;
+        for (int n = 0; n < kMaxRowTiles; ++n)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) acc[h][j][n][q] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       if (s >= steps) break;
@@ -154,8 +160,8 @@ struct GatedRnnTensorCoreSlice {
 #pragma unroll
         for (int j = 0; j < kTiles; ++j) {
           if (tile0 + j * tile_stride >= tiles) break;
-          MmaOp<Elem>::run(acc[j][n], a[j][s], b0, b1);
-          MmaOp<Elem>::run(acc[j][n], a[j][s], r0, r1);
+          MmaOp<Elem>::run(acc[0][j][n], a[j][s], b0, b1);
+          MmaOp<Elem>::run(acc[1][j][n], a[j][s], r0, r1);
         }
       }
     }
@@ -168,10 +174,10 @@ struct GatedRnnTensorCoreSlice {
       for (int n = 0; n < kMaxRowTiles; ++n) {
         if (n >= row_tiles) break;
         float* o = out + (n * 8 + 2 * t) * lds + m;
-        o[0] = acc[j][n][0];
-        o[lds] = acc[j][n][1];
-        o[8] = acc[j][n][2];
-        o[lds + 8] = acc[j][n][3];
+        o[0] = acc[0][j][n][0] + acc[1][j][n][0];
+        o[lds] = acc[0][j][n][1] + acc[1][j][n][1];
+        o[8] = acc[0][j][n][2] + acc[1][j][n][2];
+        o[lds + 8] = acc[0][j][n][3] + acc[1][j][n][3];
       }
     }
   }

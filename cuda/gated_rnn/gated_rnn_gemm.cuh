@@ -20,16 +20,26 @@
  * into `splits` slices whose sums land in a f32 buffer [splits, M, N]; gated_rnn_gemm_reduce_kernel then adds the slices
  * in order and stores. Still one fixed order per output: deterministic.
  *
+ * For bf16 and f16 sequences the same products run on tensor cores
+ * (gated_rnn_gemm_tc_kernel, below) unless the plan says otherwise
+ * (GatedRnnPlan::gemm_tensor_cores). Both kernels share the tiles, the
+ * loads and the k loop (GatedRnnGemmTile).
+ *
  * Loader contract: A::kContiguousK says whether A's elements of one m are
  * contiguous in k (a row-major [M, K] operand) or those of one k contiguous
  * in m ([K, M]). A.row(m) and A.at(row, k) when contiguous in k, else
- * A.row(k) and A.at(row, m); B.row(k), B.at(row, n). Out-of-range indices
- * never reach the loaders.
+ * A.row(k) and A.at(row, m); B.row(k), B.at(row, n); at8(row, i, v) the
+ * eight elements from i, all in range; for the tensor-core kernel also
+ * bf16_exact(), true where every element is a bf16 value. Out-of-range
+ * indices never reach the loaders.
  */
 #pragma once
 
 #include <cstdint>
 
+#include <cuda_bf16.h>
+
+#include "common/mma_m16n8k16.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
 namespace exphil::kernels {
@@ -48,14 +58,93 @@ struct GatedRnnGemmPartialStore {
 };
 
 // Eight consecutive elements first + j of one prepared row of an operand,
-// zeros where the row is not `live` or past `end`.
+// zeros where the row is not `live` or past `end`. Whole runs go through the
+// loader's at8, which takes its branches once so that the eight loads fly
+// together; at() a load at a time behind its branch left the tensor-core
+// product waiting on memory (bench/RESULTS.md, issue 30 run AD).
 template <class Load>
 __device__ __forceinline__ void gated_rnn_gemm_load8(const Load& load, const typename Load::Row& row,
                                                      bool live, int64_t first, int64_t end,
                                                      float (&out)[8]) {
+  if (live && first + 8 <= end) {
+    load.at8(row, first, out);
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < 8; ++j) out[j] = (live && first + j < end) ? load.at(row, first + j) : 0.0f;
 }
+
+// A block's tile of outputs (blockIdx.x, .y), its slice of k (split
+// blockIdx.z), and a thread's share of each step of 16 * kRuns along k:
+// kRuns runs of 8 elements of A and of B. A contiguous in k: row m0 + tid / 2
+// at k (tid % 2) * 8 kRuns, the row prepared once; A contiguous in m, and
+// B: row k = tid / (16 / kRuns) at (tid % (16 / kRuns)) * 8 kRuns.
+template <int kRuns, class ALoad, class BLoad>
+struct GatedRnnGemmTile {
+  static constexpr int kSpan = 8 * kRuns;
+  static constexpr int kLanes = kGatedRnnGemmTileN / kSpan;  // threads along a row of m or n
+  static_assert(kGatedRnnThreads == 256 && kGatedRnnGemmTileM == 128 && kGatedRnnGemmTileN == 128,
+                "the mapping assumes 256 threads and 128 x 128 tiles");
+  int64_t m0, n0, k_begin, k_end;
+  int z, a_fixed, a_first, b_k, b_first;
+  bool a_live = false;  // A contiguous in k: its row within M
+  typename ALoad::Row a_row{};
+
+  __device__ __forceinline__ GatedRnnGemmTile(const ALoad& a, int64_t M, int64_t K,
+                                              int64_t k_per_split) {
+    const unsigned tid = threadIdx.x;  // (unsigned: the divisions below are shifts)
+    m0 = static_cast<int64_t>(blockIdx.x) * kGatedRnnGemmTileM;
+    n0 = static_cast<int64_t>(blockIdx.y) * kGatedRnnGemmTileN;
+    z = static_cast<int>(blockIdx.z);
+    k_begin = z * k_per_split;
+    k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
+    a_fixed = static_cast<int>(ALoad::kContiguousK ? tid / 2 : tid / kLanes);
+    a_first = static_cast<int>(ALoad::kContiguousK ? tid % 2 * kSpan : tid % kLanes * kSpan);
+    b_k = static_cast<int>(tid / kLanes), b_first = static_cast<int>(tid % kLanes * kSpan);
+    a_live = m0 + a_fixed < M;
+    if constexpr (ALoad::kContiguousK)
+      if (a_live) a_row = a.row(m0 + a_fixed);
+  }
+
+  // The k loop: this thread's loads of the next step in registers while
+  // the block multiplies this one; stash() moves a step's loads to shared
+  // memory, multiply() (where `live`) takes its products from there.
+  template <class Load, class Stash, class Multiply>
+  __device__ __forceinline__ void steps(bool live, const Load& load, const Stash& stash,
+                                        const Multiply& multiply) const {
+    constexpr int kDepth = 16 * kRuns;
+    if (k_begin < k_end) load(k_begin);
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += kDepth) {
+      __syncthreads();  // the previous step's reads of shared memory are done
+      stash();
+      __syncthreads();
+      if (k0 + kDepth < k_end) load(k0 + kDepth);
+      if (live) multiply();
+    }
+  }
+
+  // The step from k0 of A [M, K] (or [K, M]) and B [K, N].
+  __device__ __forceinline__ void load(const ALoad& a, const BLoad& b, int64_t M, int64_t N,
+                                       int64_t k0, float (&ra)[kSpan], float (&rb)[kSpan]) const {
+    const int64_t ka = k0 + a_fixed, kb = k0 + b_k;
+    const typename BLoad::Row brow = kb < k_end ? b.row(kb) : typename BLoad::Row{};
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) {
+      float(&ar)[8] = *reinterpret_cast<float(*)[8]>(&ra[8 * r]);
+      if constexpr (ALoad::kContiguousK) {
+        gated_rnn_gemm_load8(a, a_row, a_live, k0 + a_first + 8 * r, k_end, ar);
+      } else {
+        const typename ALoad::Row arow = ka < k_end ? a.row(ka) : typename ALoad::Row{};
+        gated_rnn_gemm_load8(a, arow, ka < k_end, m0 + a_first + 8 * r, M, ar);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) {
+      float(&br)[8] = *reinterpret_cast<float(*)[8]>(&rb[8 * r]);
+      gated_rnn_gemm_load8(b, brow, kb < k_end, n0 + b_first + 8 * r, N, br);
+    }
+  }
+};
 
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads)
@@ -68,36 +157,13 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   __shared__ __align__(16) float Bs[TK][TN + 4];
   const int tid = static_cast<int>(threadIdx.x);
   const int tx = tid & 15, ty = tid >> 4;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * TN;
-  const int z = static_cast<int>(blockIdx.z);
-  const int64_t k_begin = z * k_per_split;
-  const int64_t k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
-
-  // Loads: 8 elements of A and 8 of B a thread per step of k. A contiguous
-  // in k: row m0 + tid / 2, k (tid % 2) * 8 + j, its row prepared once.
-  // A contiguous in m, and B: row k = tid / 16, columns (tid % 16) * 8 + j.
   constexpr bool kAk = ALoad::kContiguousK;
-  const int a_fixed = kAk ? tid >> 1 : tid >> 4;
-  const int a_first = kAk ? (tid & 1) * 8 : (tid & 15) * 8;
-  const int b_k = tid >> 4, b_first = (tid & 15) * 8;
-  typename ALoad::Row a_row{};
-  const int64_t am = m0 + a_fixed;
-  if constexpr (kAk)
-    if (am < M) a_row = a.row(am);
+  const GatedRnnGemmTile<1, ALoad, BLoad> tile(a, M, K, k_per_split);
+  const int64_t m0 = tile.m0, n0 = tile.n0;
+  const int z = tile.z, a_fixed = tile.a_fixed, a_first = tile.a_first, b_k = tile.b_k,
+            b_first = tile.b_first;
   float ra[8], rb[8];
-  const auto load = [&](int64_t k0) {
-    if constexpr (kAk) {
-      gated_rnn_gemm_load8(a, a_row, am < M, k0 + a_first, k_end, ra);
-    } else {
-      const int64_t k = k0 + a_fixed;
-      gated_rnn_gemm_load8(a, k < k_end ? a.row(k) : typename ALoad::Row{}, k < k_end,
-                           m0 + a_first, M, ra);
-    }
-    const int64_t k = k0 + b_k;
-    gated_rnn_gemm_load8(b, k < k_end ? b.row(k) : typename BLoad::Row{}, k < k_end, n0 + b_first,
-                         N, rb);
-  };
+  const auto load = [&](int64_t k0) { tile.load(a, b, M, N, k0, ra, rb); };
   const auto stash = [&]() {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -122,13 +188,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   // FMAs (at B1 T32 the recompute product's single row of tiles is a
   // quarter live).
   const bool rows_live = m0 + 8 * (tid >> 5) < M;
-  if (k_begin < k_end) load(k_begin);
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += TK) {
-    __syncthreads();  // the previous step's reads of As, Bs are done
-    stash();
-    __syncthreads();
-    if (k0 + TK < k_end) load(k0 + TK);  // in flight while this step multiplies
-    if (!rows_live) continue;
+  tile.steps(rows_live, load, stash, [&]() {
 #pragma unroll
     for (int kk = 0; kk < TK; ++kk) {
       float av[8], bv[8];
@@ -145,7 +205,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
-  }
+  });
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -154,6 +214,166 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
       const int64_t n = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
       if (m < M && n < N) store(z, m, n, acc[i][j]);
     }
+}
+
+// ---------------------------------------------------------------------------
+// The same products on tensor cores, for bf16 and f16 sequences (the
+// launcher's choice): same loaders, stores, tiles of 128 x 128 and split
+// along k, so every caller takes either.
+//
+// Why. On CUDA cores the two products ran at 13 to 24 TFLOP/s and took 4.1
+// of the LSTM's 9.0 ms backward at B64 T256 H512 bf16 on an H100; on
+// tensor cores that backward takes 0.84 to 0.89x of its time on CUDA
+// cores (bench/RESULTS.md, issue 30 runs AD, AF and AG).
+//
+// Precision. Every operand element, as its loader gives it in f32, is
+// split into the nearest bf16 and the bf16 rounding of what is left (f16
+// would flush small gradients), and a product is big x big + big x rest +
+// rest x big in f32 (m16n8k16, common/mma_m16n8k16.cuh): about 16 bits of
+// each operand, all of an f16 or bf16 input (y, R, h0 in the sequence's
+// dtype), and of an f32 one (grad_rh, f32 weights or states) 2^-16 or so
+// relative, far inside a 16-bit sequence's tolerances; the terms left out
+// (rest x rest) are below 2^-16 of the product. An operand whose loader
+// says bf16_exact() (every element a bf16 value) has no rest, and its pass
+// is left out, the sums unchanged: in a bf16 sequence with bf16 weights
+// the recompute product is one pass, grad_R's two.
+//
+// Algorithm. 256 threads in 8 warps of 64 x 32 outputs (4 x 4 instruction
+// tiles, 64 f32 accumulators a thread). k in steps of 32: each thread loads
+// 16 elements of A and 16 of B for the next step into registers while the
+// tensor cores work on this one (a step is 96 instructions a warp, about as
+// long as a global load takes), then stores their two halves to shared
+// memory, where ldmatrix (.trans for k-major tiles) fetches the fragments;
+// rows padded by 8 elements so that the 8 rows of an 8 x 8 matrix fall in
+// distinct banks. Each output's sum runs over k in increasing order: bitwise
+// reproducible.
+inline constexpr int kGatedRnnGemmTcDepth = 32;
+
+__device__ __forceinline__ uint32_t gated_rnn_smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Sixteen f32 values as bf16 pairs, big and (with_rest) rest, into two
+// 32-byte runs.
+__device__ __forceinline__ void gated_rnn_gemm_split16(const float (&v)[16], __nv_bfloat16* big,
+                                                       __nv_bfloat16* rest, bool with_rest) {
+  uint32_t b[8], r[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const __nv_bfloat162 hb = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
+    const float2 hf = __bfloat1622float2(hb);
+    const __nv_bfloat162 rb = __floats2bfloat162_rn(v[2 * j] - hf.x, v[2 * j + 1] - hf.y);
+    b[j] = *reinterpret_cast<const uint32_t*>(&hb);
+    r[j] = *reinterpret_cast<const uint32_t*>(&rb);
+  }
+  reinterpret_cast<uint4*>(big)[0] = make_uint4(b[0], b[1], b[2], b[3]);
+  reinterpret_cast<uint4*>(big)[1] = make_uint4(b[4], b[5], b[6], b[7]);
+  if (!with_rest) return;
+  reinterpret_cast<uint4*>(rest)[0] = make_uint4(r[0], r[1], r[2], r[3]);
+  reinterpret_cast<uint4*>(rest)[1] = make_uint4(r[4], r[5], r[6], r[7]);
+}
+
+template <bool kTrans>
+__device__ __forceinline__ void gated_rnn_ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(gated_rnn_smem_address(p)));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(gated_rnn_smem_address(p)));
+}
+
+template <class ALoad, class BLoad, class CStore>
+__global__ void __launch_bounds__(kGatedRnnThreads)
+    gated_rnn_gemm_tc_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split, const ALoad a,
+                             const BLoad b, const CStore store) {
+  constexpr int TM = kGatedRnnGemmTileM, TN = kGatedRnnGemmTileN, TK = kGatedRnnGemmTcDepth;
+  static_assert(kGatedRnnThreads == 256 && TM == 128 && TN == 128 && TK == 32,
+                "the thread mappings below assume 256 threads and 128 x 128 x 32 tiles");
+  constexpr bool kAk = ALoad::kContiguousK;
+  // A as [m][k] rows (kAk) or [k][m] rows; B as [k][n] rows. Padded by 8.
+  constexpr int kARows = kAk ? TM : TK, kALd = (kAk ? TK : TM) + 8, kBLd = TN + 8;
+  __shared__ __align__(16) __nv_bfloat16 As[2][kARows][kALd];  // [big, rest]
+  __shared__ __align__(16) __nv_bfloat16 Bs[2][TK][kBLd];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5, lane = tid & 31;
+  const GatedRnnGemmTile<2, ALoad, BLoad> tile(a, M, K, k_per_split);
+  const int64_t m0 = tile.m0, n0 = tile.n0;
+  const int z = tile.z, a_fixed = tile.a_fixed, a_first = tile.a_first, b_k = tile.b_k,
+            b_first = tile.b_first;
+  float ra[16], rb[16];
+  const auto load = [&](int64_t k0) { tile.load(a, b, M, N, k0, ra, rb); };
+  // Operands of bf16 values have no rest (the same for the whole grid).
+  const bool a_rest = !a.bf16_exact(), b_rest = !b.bf16_exact();
+  const auto stash = [&]() {
+    gated_rnn_gemm_split16(ra, &As[0][a_fixed][a_first], &As[1][a_fixed][a_first], a_rest);
+    gated_rnn_gemm_split16(rb, &Bs[0][b_k][b_first], &Bs[1][b_k][b_first], b_rest);
+  };
+
+  // Warp (wm, wn) owns rows wm * 64 + [0, 64), columns wn * 32 + [0, 32).
+  const int wm = warp >> 2, wn = warp & 3;
+  const int q = lane >> 3, r8 = lane & 7;
+  float acc[4][4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  const bool rows_live = m0 + wm * 64 < M;
+  tile.steps(rows_live, load, stash, [&]() {
+#pragma unroll
+    for (int kk = 0; kk < TK; kk += 16) {
+      uint32_t af[2][4][4], bf[2][4][2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          if (h == 1 && !a_rest) break;
+          const int mr = wm * 64 + i * 16;
+          // Lane l addresses matrix l / 8's row l % 8: rows m (or k) and
+          // the other index's offset as the fragment order a0..a3 needs.
+          if constexpr (kAk)
+            gated_rnn_ldmatrix_x4<false>(af[h][i], &As[h][mr + (q & 1) * 8 + r8][kk + (q >> 1) * 8]);
+          else
+            gated_rnn_ldmatrix_x4<true>(af[h][i], &As[h][kk + (q >> 1) * 8 + r8][mr + (q & 1) * 8]);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          if (h == 1 && !b_rest) break;
+          uint32_t t4[4];
+          gated_rnn_ldmatrix_x4<true>(t4, &Bs[h][kk + (q & 1) * 8 + r8][wn * 32 + j * 8 + (q >> 1) * 8]);
+          bf[h][j][0] = t4[0], bf[h][j][1] = t4[1], bf[h][j + 1][0] = t4[2], bf[h][j + 1][1] = t4[3];
+        }
+      }
+      // big x big, big x rest, rest x big: each pass over all 16 tiles,
+      // so that an accumulator's next instruction is 16 away from its last
+      // (back to back, each waited for the one before).
+#pragma unroll
+      for (int pass = 0; pass < 3; ++pass) {
+        if ((pass == 1 && !b_rest) || (pass == 2 && !a_rest)) continue;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            MmaOp<__nv_bfloat16>::run(acc[i][j], af[pass == 2][i], bf[pass == 1][j][0],
+                                      bf[pass == 1][j][1]);
+      }
+    }
+  });
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t m = m0 + wm * 64 + i * 16 + g + (e >> 1) * 8;
+        const int64_t n = n0 + wn * 32 + j * 8 + 2 * t + (e & 1);
+        if (m < M && n < N) store(z, m, n, acc[i][j][e]);
+      }
 }
 
 // Adds the splits' partial sums of each output in split order and stores.

@@ -92,31 +92,36 @@ LaunchResult launch_persistent(Kernel kernel, PersistentKernelCache& cache, cons
 
 inline unsigned gemm_tiles(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
 
-// C = A B through gated_rnn_gemm.cuh.
-template <class ALoad, class BLoad, class CStore>
-LaunchResult gemm(int64_t M, int64_t N, int64_t K, const ALoad& a, const BLoad& b,
-                  const CStore& c, cudaStream_t stream) {
-  if (M <= 0 || N <= 0) return {};
-  const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN));
-  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, K, a, b, c);
-  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel");
+// C = A B through gated_rnn_gemm.cuh, on tensor cores (kTensorCores: the 16-bit sequences) or CUDA
+// cores, the grid split along k into `splits` slices of whole steps
+// (partial: splits * M * N floats of workspace) whose sums are then added
+// in order.
+template <bool kTensorCores, class ALoad, class BLoad, class Store>
+LaunchResult gemm_launch(int64_t M, int64_t N, int64_t K, int64_t per_split, unsigned splits,
+                         const ALoad& a, const BLoad& b, const Store& c, cudaStream_t stream) {
+  const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN), splits);
+  if constexpr (kTensorCores) {
+    gated_rnn_gemm_tc_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, per_split, a, b, c);
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_tc_kernel");
+  } else {
+    gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, per_split, a, b, c);
+    EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel");
+  }
   return {};
 }
 
-// The same split along k into `splits` slices of whole steps (partial:
-// splits * M * N floats of workspace), then the slices added in order.
-template <class ALoad, class BLoad, class CStore>
+template <bool kTensorCores, class ALoad, class BLoad, class CStore>
 LaunchResult gemm_split(int64_t M, int64_t N, int64_t K, const ALoad& a, const BLoad& b,
                         const CStore& c, int splits, float* partial, cudaStream_t stream) {
-  if (splits <= 1) return gemm(M, N, K, a, b, c, stream);
   if (M <= 0 || N <= 0) return {};
-  const int64_t depth = kGatedRnnGemmDepth;
+  if (splits <= 1) return gemm_launch<kTensorCores>(M, N, K, K, 1, a, b, c, stream);
+  const int64_t depth = kTensorCores ? kGatedRnnGemmTcDepth : kGatedRnnGemmDepth;
   const int64_t per_split = (K + splits * depth - 1) / (splits * depth) * depth;
-  const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN),
-                  static_cast<unsigned>(splits));
-  gated_rnn_gemm_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(
-      M, N, K, per_split, a, b, GatedRnnGemmPartialStore{partial, M, N});
-  EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_kernel (split along k)");
+  if (const LaunchResult r =
+          gemm_launch<kTensorCores>(M, N, K, per_split, static_cast<unsigned>(splits), a, b,
+                                    GatedRnnGemmPartialStore{partial, M, N}, stream);
+      !r.ok())
+    return r;
   const auto blocks = static_cast<unsigned>(
       std::clamp<int64_t>((M * N + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
   gated_rnn_gemm_reduce_kernel<<<blocks, kGatedRnnThreads, 0, stream>>>(M, N, splits, partial, c);
@@ -179,11 +184,21 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   const int64_t GH = G * H;
   const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H};
 
+  // The products on tensor cores where the plan says (16-bit sequences
+  // only: no f32 instantiation of the tensor-core kernel), else CUDA cores.
+  const auto product = [&](int64_t M, int64_t N, int64_t K, const auto& a, const auto& b,
+                           const auto& c, int splits) -> LaunchResult {
+    if constexpr (sizeof(Elem) == 2)
+      if (plan.gemm_tensor_cores)
+        return gemm_split<true>(M, N, K, a, b, c, splits, d_workspace + plan.ws_split, stream);
+    return gemm_split<false>(M, N, K, a, b, c, splits, d_workspace + plan.ws_split, stream);
+  };
+
   // 1. rh = h_{t-1} R + bias for every step.
-  if (const LaunchResult r = gemm_split(
+  if (const LaunchResult r = product(
           B * T, GH, H, GatedRnnRecomputeA<Elem>{prev}, GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
           GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
-          plan.recompute_splits, d_workspace + plan.ws_split, stream);
+          plan.recompute_splits);
       !r.ok())
     return r;
 
@@ -214,11 +229,11 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
     const int64_t first = params.d_grad_R ? 0 : H;
     const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
     if (const LaunchResult r =
-            gemm_split(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
-                 GatedRnnGradRhB{d_workspace + plan.ws_rh, GH},
-                 GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype, H,
-                                         GH, first},
-                 plan.weight_grad_splits, d_workspace + plan.ws_split, stream);
+            product(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
+                    GatedRnnGradRhB{d_workspace + plan.ws_rh, GH},
+                    GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype,
+                                            H, GH, first},
+                    plan.weight_grad_splits);
         !r.ok())
       return r;
   }

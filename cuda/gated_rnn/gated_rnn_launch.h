@@ -74,6 +74,8 @@ constexpr int gated_rnn_k_split_columns(int64_t columns, int64_t hidden) noexcep
 // registers (128 a thread).
 inline constexpr int kGatedRnnTcWarpTiles = 2;
 inline constexpr int kGatedRnnTcWarpSteps = 16;
+// Its batch tile: at most 16 rows (two instructions' 8) a pass.
+inline constexpr int kGatedRnnTcMaxBatchTile = 16;
 // The smallest product a block takes to tensor cores by default: batch
 // tile x G*U columns x H multiply-adds a step (gated_rnn_plan.cpp says why).
 inline constexpr int64_t kGatedRnnTcMinProduct = int64_t{1} << 18;
@@ -129,7 +131,9 @@ cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 // the block layout above B = 4 runs its product on tensor cores where
 // `product_dtype` (the dtype R and the sequence share, f32 when they
 // differ) is bf16 or f16, H is a multiple of 16 and a block's fragments fit
-// in its warps' registers, unless options.tensor_cores = 0.
+// in its warps' registers, unless options.tensor_cores = 0. A backward runs
+// its two products on tensor cores where `product_dtype` (there the
+// sequence's dtype) is bf16 or f16, unless options.tensor_cores = 0.
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
                             const GatedRnnLaunchOptions& options = {},

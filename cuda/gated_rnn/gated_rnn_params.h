@@ -105,7 +105,8 @@ struct GatedRnnLaunchOptions {
   // Forward, block layout: the recurrent product on tensor cores
   // (gated_rnn_forward_tensor_cores.cuh) where R and the sequence are both
   // bf16 or both f16 and H is a multiple of 16; -1 (automatic) above B = 4,
-  // 1 at any B, 0 never.
+  // 1 at any B, 0 never. Backward: its two products (gated_rnn_gemm.cuh) on
+  // tensor cores where the sequence is bf16 or f16; -1 and 1 there, 0 never.
   int tensor_cores = -1;
 };
 
@@ -138,6 +139,9 @@ struct GatedRnnPlan {
   // among the warps (gated_rnn_forward_tensor_cores.cuh).
   bool tensor_cores = false;
   int k_parts = 1;
+  // Backward: the recompute and grad_R products on tensor cores
+  // (gated_rnn_gemm_tc_kernel), else on CUDA cores.
+  bool gemm_tensor_cores = false;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
   // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to

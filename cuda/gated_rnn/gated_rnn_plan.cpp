@@ -179,7 +179,7 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted);
   if (tc_wanted && options.tensor_cores != 1) {
     const int64_t rows = ceil_div(B, l.groups);
-    const int64_t tile = std::min<int64_t>(next_pow2(rows), kGatedRnnMaxBatchTile);
+    const int64_t tile = std::min<int64_t>(next_pow2(rows), kGatedRnnTcMaxBatchTile);
     if (rows < 8 || tile * G * l.units * H < kGatedRnnTcMinProduct) {
       tc_wanted = false;
       l = choose_layout(G, B, H, sms, limit, options, forward, false);
@@ -205,12 +205,13 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   const int64_t asked = std::clamp<int64_t>(options.batch_tile > 0 ? options.batch_tile : rows, 1,
                                             kGatedRnnMaxBatchTile);
   const int64_t want_tile = next_pow2(asked);
+  const int64_t tc_tile = std::min<int64_t>(want_tile, kGatedRnnTcMaxBatchTile);
   if (const int parts = tc_wanted ? gated_rnn_tc_k_parts(columns, H) : 0;
-      parts > 0 && gated_rnn_tc_shared_floats(H, columns, want_tile, parts) <= limit) {
+      parts > 0 && gated_rnn_tc_shared_floats(H, columns, tc_tile, parts) <= limit) {
     plan.tensor_cores = true;
     plan.k_parts = parts;
-    plan.batch_tile = static_cast<int>(want_tile);
-    plan.shared_bytes = static_cast<int>(gated_rnn_tc_shared_floats(H, columns, want_tile, parts) *
+    plan.batch_tile = static_cast<int>(tc_tile);
+    plan.shared_bytes = static_cast<int>(gated_rnn_tc_shared_floats(H, columns, tc_tile, parts) *
                                          static_cast<int64_t>(sizeof(float)));
     int64_t total = 0;
     plan.ws_state = take(total, 2 * 2 * B * H);  // the exchange, 64-bit words
@@ -266,6 +267,12 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
           kGatedRnnMaxWeightGradSplits);
     while (rc > 1 && rc * B * T * G * H > kGatedRnnMaxSplitFloats) rc /= 2;
     plan.recompute_splits = static_cast<int>(rc);
+    // Their products on tensor cores in a 16-bit sequence: at B64 T256
+    // H512 bf16 on an H200 the backward took 0.84 to 0.89x of its time with
+    // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
+    // issue 30 runs AF and AG).
+    plan.gemm_tensor_cores = options.tensor_cores != 0 &&
+                             (product_dtype == DType::bf16 || product_dtype == DType::f16);
     // One buffer for both: the recompute's sums are added before grad_R's
     // product starts.
     const int64_t split_floats = std::max(splits > 1 ? splits * (H + 1) * G * H : 0,
@@ -304,6 +311,7 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
            "columns in 8 or 16";
   if (plan.tensor_cores &&
       (plan.k_split || plan.unit_warps || !plan.resident_weights ||
+       plan.batch_tile > kGatedRnnTcMaxBatchTile ||
        plan.threads != kGatedRnnThreads ||
        plan.k_parts != gated_rnn_tc_k_parts(plan.columns, shape.hidden)))
     return "gated RNN plan: the tensor-core product takes the block layout, H a multiple of 16 "

@@ -121,6 +121,7 @@ struct GatedRnnLaunchInfo {
   bool k_split = false;
   // Forward: the recurrent product on tensor cores, R's slices held in
   // registers (R and the sequence both bf16 or both f16, H a multiple of 16).
+  // Backward: its products of h and R and of h and grad_rh on tensor cores.
   bool tensor_cores = false;
   int kernels = 0;                // kernel launches of the call
 };
@@ -145,6 +146,9 @@ struct GatedRnnLaunchOptions {
   // 16, a block's slice within its registers), 1 also at B <= 4, 0 never.
   // It multiplies h split into two 16-bit halves, about 16 bits of it in
   // bf16 and 22 in f16 (the CUDA cores take f32's 24), each sum in f32.
+  // Backward: -1 and 1 run its two products on tensor cores where the
+  // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
+  // bf16 halves, about 16 bits of it, each sum in f32.
   int tensor_cores = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };

@@ -20,7 +20,7 @@ struct GatedRnnApiLayout {
   int batch_tile = 0;
   bool streamed_weights = false;
   bool resident_weights = false;  // reported
-  bool tensor_cores = false;      // reported (forward)
+  bool tensor_cores = false;      // reported (forward: its product; backward: its two)
   int blocks = 0;
   int kernels = 0;
 };

@@ -119,8 +119,11 @@ struct GatedCase {
     m0 = bits & 32;
   }
 
-  // What the forward's product multiplies (the planner's argument).
+  // The planner's argument, as the API passes it: forward, what its product
+  // multiplies; backward, the sequence's dtype (its products split any
+  // operand into 16-bit halves).
   DType product_dtype() const { return weight_dtype == dtype ? dtype : DType::f32; }
+  DType backward_product_dtype() const { return dtype; }
 
   std::string describe() const {
     char buf[400];
@@ -268,7 +271,7 @@ class GatedRun {
     fwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(c.kind),
                                                 shape, dev, c.options, c.product_dtype());
     bwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::backward, cell_of(c.kind),
-                                                shape, dev, c.options);
+                                                shape, dev, c.options, c.backward_product_dtype());
     const char* why = exphil::kernels::gated_rnn_unsupported(fwd_plan_, cell_of(c.kind), shape, dev);
     if (!why) why = exphil::kernels::gated_rnn_unsupported(bwd_plan_, cell_of(c.kind), shape, dev);
     if (why) throw std::runtime_error(std::string("unsupported: ") + why);
@@ -923,6 +926,8 @@ TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu]
         CHECK(run.backward_bytes() == b1);
         CHECK(forward_layout.resident_weights == !streamed);
         CHECK(backward_layout.resident_weights == !streamed);
+        // The backward's products on tensor cores in bf16 (reported).
+        CHECK(backward_layout.tensor_cores == (dtype == DType::bf16));
         CHECK(forward_layout.kernels == 1);
         // The recompute product split in two (B*T <= 99 rows: 2 tiles, H70)
         // and its reduction, gates, the walk, grad_R and grad_bias.

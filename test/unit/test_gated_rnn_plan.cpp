@@ -439,12 +439,32 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     CHECK(p.batch_tile == 4);
     CHECK(p.shared_bytes == gated_rnn_tc_shared_floats(512, G * p.units_per_block, 4, p.k_parts) * 4);
     CHECK(gated_rnn_unsupported(p, cell, {4, 8, 512}, kH100) == nullptr);
+    // One group of 64 rows (asked for): passes of 16, two instructions' rows.
+    o.tensor_cores = 1;
+    o.batch_blocks = 1;
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16);
+    CHECK(p.tensor_cores);
+    CHECK(p.batch_tile == kGatedRnnTcMaxBatchTile);
+    p.batch_tile = 32;
+    CHECK(gated_rnn_unsupported(p, cell, b64, kH100) != nullptr);
+    o = {};
     o.tensor_cores = 0;
     CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
     o = {};
     o.streamed_weights = true;
     CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
     CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, {}, DType::bf16).tensor_cores);
+    // The backward's products: on tensor cores for a 16-bit sequence, at
+    // any B and H, unless forced off; never in f32; never in the forward.
+    for (const GatedRnnShape& s : {b64, GatedRnnShape{1, 1, 37}, GatedRnnShape{3, 5, 1000}}) {
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, DType::bf16).gemm_tensor_cores);
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, DType::f16).gemm_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100).gemm_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, s, kH100, {}, DType::bf16).gemm_tensor_cores);
+    }
+    o = {};
+    o.tensor_cores = 0;
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, o, DType::bf16).gemm_tensor_cores);
     // More units a block than the warps hold (forced): the CUDA-core product.
     o = {};
     o.units_per_block = 64;
