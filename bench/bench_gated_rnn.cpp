@@ -48,8 +48,10 @@
 //           grad_wx stay on chip), over the copy bandwidth of this run;
 //   flops   the recurrent products (2 B T H G H a layer forward, twice that
 //           backward) at the f32 FMA rate measured here (CUDA cores, as the
-//           kernels run them; a tensor-core recurrence could go under it),
-//           plus the projections at the rate Gemm reached at 4096^3;
+//           f32 kernels run them; in bf16 the forward's product above B4
+//           and the backward's two products run on tensor cores, and can
+//           go under it), plus the projections at the rate Gemm reached at
+//           4096^3;
 //   chain   T + L - 1 dependent steps per direction (layer 2 can trail
 //           layer 1 by one step), each one handoff between multiprocessors
 //           through L2 (a flag passed between two blocks, measured here),
