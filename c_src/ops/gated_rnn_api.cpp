@@ -39,6 +39,14 @@ struct GatedRnnOpDirection {
       return runtime::validate_gated_rnn_backward(args, params, call);
   }
 
+  // The forward's params (the backward's carry them as .fwd).
+  static const kernels::GatedRnnForwardParams& forward_params(const Params& params) {
+    if constexpr (kForward)
+      return params;
+    else
+      return params.fwd;
+  }
+
   static Plan plan(const Args& args, const Call& call, const Params& params,
                    const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
@@ -55,27 +63,13 @@ struct GatedRnnOpDirection {
       o.k_split = options->k_split;
       o.tensor_cores = options->tensor_cores;
     }
-    // The forward's tensor-core product multiplies R's own 16-bit words;
-    // the backward's products split any operand into 16-bit halves, and run
-    // on tensor cores for 16-bit sequences.
-    DType product_dtype = DType::f32;
-    if constexpr (kForward) {
-      if (params.weight_dtype == params.dtype) product_dtype = params.dtype;
-    } else {
-      product_dtype = params.fwd.dtype;
-    }
+    const kernels::GatedRnnForwardParams& f = forward_params(params);
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   device, o, product_dtype);
+                                   device, o, {f.dtype, f.weight_dtype});
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
-    const kernels::GatedRnnForwardParams& f = [&]() -> const kernels::GatedRnnForwardParams& {
-      if constexpr (kForward)
-        return params;
-      else
-        return params.fwd;
-    }();
-    const kernels::GatedRnnCell cell = f.cell;
+    const kernels::GatedRnnCell cell = forward_params(params).cell;
     if (const char* why = kernels::gated_rnn_unsupported(p, cell, call.shape, p.device)) {
       const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
       return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};

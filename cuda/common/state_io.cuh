@@ -10,15 +10,6 @@
 
 namespace exphil::kernels {
 
-__device__ __forceinline__ float load_state(const void* __restrict__ p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::f16: return to_float(static_cast<const __half*>(p)[i]);
-    case DType::bf16: return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
-    case DType::f32: break;
-  }
-  return static_cast<const float*>(p)[i];
-}
-
 // V consecutive elements from i: the dtype's branch taken once, so that the
 // V loads are in flight together (a branch per element kept each load
 // waiting for the last).
@@ -38,6 +29,12 @@ __device__ __forceinline__ void load_states(const void* __restrict__ p, DType dt
   }
 #pragma unroll
   for (int k = 0; k < V; ++k) v[k] = static_cast<const float*>(p)[i + k];
+}
+
+__device__ __forceinline__ float load_state(const void* __restrict__ p, DType dtype, int64_t i) {
+  float v[1];
+  load_states(p, dtype, i, v);
+  return v[0];
 }
 
 __device__ __forceinline__ void store_state(void* __restrict__ p, DType dtype, int64_t i, float v) {

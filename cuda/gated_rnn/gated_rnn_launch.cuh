@@ -92,10 +92,10 @@ LaunchResult launch_persistent(Kernel kernel, PersistentKernelCache& cache, cons
 
 inline unsigned gemm_tiles(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
 
-// C = A B through gated_rnn_gemm.cuh, on tensor cores (kTensorCores: the 16-bit sequences) or CUDA
-// cores, the grid split along k into `splits` slices of whole steps
-// (partial: splits * M * N floats of workspace) whose sums are then added
-// in order.
+// C = A B through gated_rnn_gemm.cuh on tensor cores (kTensorCores) or
+// CUDA cores: gemm_launch one grid of `splits` slices along k, gemm_split
+// the whole product, its slices' sums (splits * M * N floats of workspace)
+// then added in order.
 template <bool kTensorCores, class ALoad, class BLoad, class Store>
 LaunchResult gemm_launch(int64_t M, int64_t N, int64_t K, int64_t per_split, unsigned splits,
                          const ALoad& a, const BLoad& b, const Store& c, cudaStream_t stream) {

@@ -128,16 +128,20 @@ cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 // (a warp per hidden unit, 1 to 8 a block) where the block's columns of R
 // fit in shared memory. Otherwise a forward at B = 1 takes the k-split
 // layout where an instance fits, unless options.k_split = 0. A forward in
-// the block layout above B = 4 runs its product on tensor cores where
-// `product_dtype` (the dtype R and the sequence share, f32 when they
-// differ) is bf16 or f16, H is a multiple of 16 and a block's fragments fit
-// in its warps' registers, unless options.tensor_cores = 0. A backward runs
-// its two products on tensor cores where `product_dtype` (there the
-// sequence's dtype) is bf16 or f16, unless options.tensor_cores = 0.
+// the block layout above B = 4 runs its product on tensor cores where R
+// and the sequence are both bf16 or both f16 (it multiplies R's own
+// words), H is a multiple of 16 and a block's fragments fit in its warps'
+// registers, unless options.tensor_cores = 0. A backward runs its two
+// products on tensor cores where the sequence is bf16 or f16 (they split
+// any operand into bf16 halves), unless options.tensor_cores = 0.
+struct GatedRnnDTypes {
+  DType sequence = DType::f32;  // wx, y and the gradients of the sequence
+  DType weight = DType::f32;    // R and the bias
+};
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
                             const GatedRnnLaunchOptions& options = {},
-                            DType product_dtype = DType::f32) noexcept;
+                            GatedRnnDTypes dtypes = {}) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not
 // (CUTLASS's can_implement).

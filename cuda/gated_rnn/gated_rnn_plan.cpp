@@ -99,7 +99,7 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
 
 GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnShape& shape, const GatedRnnDevice& device,
-                            const GatedRnnLaunchOptions& options, DType product_dtype) noexcept {
+                            const GatedRnnLaunchOptions& options, GatedRnnDTypes dtypes) noexcept {
   GatedRnnPlan plan;
   plan.device = device;
   const bool forward = direction == GatedRnnDirection::forward;
@@ -173,8 +173,9 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   // AC), at B64 H512 (8 rows x 96 or 128 columns x 512) the forward took
   // 0.82x (GRU) and 0.70x (LSTM) of the CUDA cores' best layout's time, at
   // B32 H256 (8 x 24 or 32 x 256, a sixteenth of that) 1.18x and 1.15x.
+  const bool sequence16 = dtypes.sequence == DType::bf16 || dtypes.sequence == DType::f16;
   bool tc_wanted = forward && options.tensor_cores != 0 && !options.streamed_weights &&
-                   (product_dtype == DType::bf16 || product_dtype == DType::f16) &&
+                   sequence16 && dtypes.weight == dtypes.sequence &&
                    H % 16 == 0 && (options.tensor_cores == 1 || B > kGatedRnnLatencyRows);
   Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted);
   if (tc_wanted && options.tensor_cores != 1) {
@@ -271,8 +272,7 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // H512 bf16 on an H200 the backward took 0.84 to 0.89x of its time with
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
     // issue 30 runs AF and AG).
-    plan.gemm_tensor_cores = options.tensor_cores != 0 &&
-                             (product_dtype == DType::bf16 || product_dtype == DType::f16);
+    plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
     // One buffer for both: the recompute's sums are added before grad_R's
     // product starts.
     const int64_t split_floats = std::max(splits > 1 ? splits * (H + 1) * G * H : 0,

@@ -79,6 +79,7 @@ using namespace exphil::test;
 using exphil::kernels::GatedRnnBackwardParams;
 using exphil::kernels::GatedRnnCell;
 using exphil::kernels::GatedRnnDevice;
+using exphil::kernels::GatedRnnDTypes;
 using exphil::kernels::GatedRnnDirection;
 using exphil::kernels::GatedRnnForwardParams;
 using exphil::kernels::GatedRnnLaunchOptions;
@@ -119,11 +120,8 @@ struct GatedCase {
     m0 = bits & 32;
   }
 
-  // The planner's argument, as the API passes it: forward, what its product
-  // multiplies; backward, the sequence's dtype (its products split any
-  // operand into 16-bit halves).
-  DType product_dtype() const { return weight_dtype == dtype ? dtype : DType::f32; }
-  DType backward_product_dtype() const { return dtype; }
+  // The planner's dtypes, as the API passes them.
+  GatedRnnDTypes dtypes() const { return {dtype, weight_dtype}; }
 
   std::string describe() const {
     char buf[400];
@@ -269,9 +267,9 @@ class GatedRun {
     const GatedRnnShape shape{c.B, c.T, c.H};
     const GatedRnnDevice dev = device_info();
     fwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(c.kind),
-                                                shape, dev, c.options, c.product_dtype());
+                                                shape, dev, c.options, c.dtypes());
     bwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::backward, cell_of(c.kind),
-                                                shape, dev, c.options, c.backward_product_dtype());
+                                                shape, dev, c.options, c.dtypes());
     const char* why = exphil::kernels::gated_rnn_unsupported(fwd_plan_, cell_of(c.kind), shape, dev);
     if (!why) why = exphil::kernels::gated_rnn_unsupported(bwd_plan_, cell_of(c.kind), shape, dev);
     if (why) throw std::runtime_error(std::string("unsupported: ") + why);
@@ -833,7 +831,7 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
         ++i;
         const auto plan = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
                                                           {c.B, c.T, c.H}, device, c.options,
-                                                          c.product_dtype());
+                                                          c.dtypes());
         INFO(c.describe() << " | " << plan.blocks << " blocks of " << plan.units_per_block
                           << " units, tile " << plan.batch_tile << ", " << plan.k_parts
                           << " k parts");

@@ -395,7 +395,10 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     // LSTM's 4 gates: its slice need not fit in shared memory), 2 k parts;
     // shared memory only for h_{t-1} and the parts' sums.
     const GatedRnnShape b64{64, 256, 512};
-    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::bf16);
+    // The sequence's dtype and R's.
+    constexpr GatedRnnDTypes bf16{DType::bf16, DType::bf16}, f16{DType::f16, DType::f16};
+    constexpr GatedRnnDTypes bf16_f32r{DType::bf16, DType::f32};
+    GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, bf16);
     CHECK(p.tensor_cores);
     CHECK(p.k_parts == 2);
     CHECK(p.units_per_block == 32);
@@ -409,18 +412,19 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     CHECK(room(p, p.ws_state) >= 2 * 2 * 64 * 512);
     if (cell != GatedRnnCell::gru) CHECK(room(p, p.ws_cell) >= (cell == GatedRnnCell::lstm ? 1 : 3) * 64 * 512);
     CHECK(gated_rnn_unsupported(p, cell, b64, kH100) == nullptr);
-    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::f16).tensor_cores);
-    // Not taken: f32 (or R in another dtype than the sequence's, which the
-    // caller passes as f32), H not a multiple of 16, B <= 4 unless asked,
-    // forced off, streamed weights, the backward.
+    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, f16).tensor_cores);
+    // Not taken: f32, R in another dtype than the sequence's, H not a
+    // multiple of 16, B <= 4 unless asked, forced off, streamed weights,
+    // the backward.
     CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100).tensor_cores);
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 520}, kH100, {}, DType::bf16)
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, bf16_f32r).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 520}, kH100, {}, bf16)
                     .tensor_cores);
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, {}, DType::bf16)
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, {}, bf16)
                     .tensor_cores);
     // B32 H256: groups of 8 rows would give a block 8 x 8 G x 256, a
     // sixteenth of B64 H512's product: the CUDA cores' layout (groups of 4).
-    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {32, 64, 256}, kH100, {}, DType::bf16);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {32, 64, 256}, kH100, {}, bf16);
     CHECK_FALSE(p.tensor_cores);
     const GatedRnnPlan cuda_cores = plan_gated_rnn(GatedRnnDirection::forward, cell, {32, 64, 256}, kH100);
     CHECK(p.units_per_block == cuda_cores.units_per_block);
@@ -428,13 +432,13 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     CHECK(p.batch_tile == cuda_cores.batch_tile);
     CHECK(p.shared_bytes == cuda_cores.shared_bytes);
     // Groups of fewer than 8 rows: B5 to B15 run one group.
-    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, {12, 8, 1024}, kH100, {}, DType::bf16)
+    CHECK(plan_gated_rnn(GatedRnnDirection::forward, cell, {12, 8, 1024}, kH100, {}, bf16)
               .tensor_cores);
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {7, 8, 1024}, kH100, {}, DType::bf16)
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {7, 8, 1024}, kH100, {}, bf16)
                     .tensor_cores);
     GatedRnnLaunchOptions o;
     o.tensor_cores = 1;
-    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, o, DType::bf16);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, {4, 8, 512}, kH100, o, bf16);
     CHECK(p.tensor_cores);
     CHECK(p.batch_tile == 4);
     CHECK(p.shared_bytes == gated_rnn_tc_shared_floats(512, G * p.units_per_block, 4, p.k_parts) * 4);
@@ -442,36 +446,38 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     // One group of 64 rows (asked for): passes of 16, two instructions' rows.
     o.tensor_cores = 1;
     o.batch_blocks = 1;
-    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, bf16);
     CHECK(p.tensor_cores);
     CHECK(p.batch_tile == kGatedRnnTcMaxBatchTile);
     p.batch_tile = 32;
     CHECK(gated_rnn_unsupported(p, cell, b64, kH100) != nullptr);
     o = {};
     o.tensor_cores = 0;
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, bf16).tensor_cores);
     o = {};
     o.streamed_weights = true;
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, DType::bf16).tensor_cores);
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, {}, DType::bf16).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, o, bf16).tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, {}, bf16).tensor_cores);
     // The backward's products: on tensor cores for a 16-bit sequence, at
     // any B and H, unless forced off; never in f32; never in the forward.
     for (const GatedRnnShape& s : {b64, GatedRnnShape{1, 1, 37}, GatedRnnShape{3, 5, 1000}}) {
-      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, DType::bf16).gemm_tensor_cores);
-      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, DType::f16).gemm_tensor_cores);
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16).gemm_tensor_cores);
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, f16).gemm_tensor_cores);
+      // (any R: the products split every operand into bf16 halves)
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16_f32r).gemm_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100).gemm_tensor_cores);
-      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, s, kH100, {}, DType::bf16).gemm_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, s, kH100, {}, bf16).gemm_tensor_cores);
     }
     o = {};
     o.tensor_cores = 0;
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, o, DType::bf16).gemm_tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, o, bf16).gemm_tensor_cores);
     // More units a block than the warps hold (forced): the CUDA-core product.
     o = {};
     o.units_per_block = 64;
-    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 1024}, kH100, o, DType::bf16)
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, {64, 8, 1024}, kH100, o, bf16)
                     .tensor_cores);
     // A tensor-core plan whose k parts are not the slice's is refused.
-    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, DType::bf16);
+    p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, bf16);
     p.k_parts = 4;
     CHECK(gated_rnn_unsupported(p, cell, b64, kH100) != nullptr);
   }
