@@ -31,7 +31,10 @@
 //   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
 //   = 0: the forward's product and the backward's two): the layouts side
-//   by side (compare_gated_rnn.py skips them).
+//   by side (compare_gated_rnn.py skips them). For B = 1, GRU and LSTM, a
+//   row proj "stk": the two-layer forward of "proj yes" as one launch of the
+//   stacked kernel (layer 2 trailing layer 1 by a step; stacked_row says
+//   what it includes), which compare_gated_rnn.py pairs with cuDNN's "yes".
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -78,6 +81,7 @@
 #include "compare.hpp"
 #include "dtype_codec.hpp"
 #include "exphil/gated_rnn.hpp"
+#include "gated_rnn/gated_rnn_launch.h"
 #include "gated_rnn_reference.hpp"
 #include "gated_rnn_stepwise.h"
 #include "scan_problems.hpp"
@@ -634,6 +638,71 @@ std::string layout_name(const GatedRnnLaunchInfo& info, int kernels) {
          std::to_string(kernels);
 }
 
+// Two layers at B = 1 as one launch (kernels::launch_gated_rnn_stack_forward,
+// cuda/gated_rnn/gated_rnn_forward_stack.cuh), proj "stk": layer 1's
+// projection x W through bench_gemm.h, then both layers, layer 2's
+// projection y_1 W_2 inside the kernel; the tensors of the "yes" rows. Not
+// yet a public op: called through the kernel layer, planned per call, its
+// workspace allocated once (the API's argument checks, a few us of host
+// time a call, are not in events_us).
+void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, const Problem& p,
+                 const std::vector<std::unique_ptr<CallSet>>& sets, const Budget& budget) {
+  namespace k = exphil::kernels;
+  const k::GatedRnnCell cell =
+      p.cell.cell == GatedRnnCell::gru ? k::GatedRnnCell::gru : k::GatedRnnCell::lstm;
+  const k::GatedRnnShape shape{1, p.s.steps, p.s.hidden};
+  int device = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  k::GatedRnnDevice dev;
+  check_cuda(k::query_gated_rnn_device(device, dev), "query_gated_rnn_device");
+  const k::GatedRnnPlan plan0 = k::plan_gated_rnn_stack(cell, shape, 2, dev);
+  if (const char* why = k::gated_rnn_stack_unsupported(plan0, cell, shape, 2, dev)) {
+    std::printf("%-5s %-5s %-14s stacked forward not run: %s\n", gated_rnn_cell_name(p.cell.cell),
+                dtype_name(p.dtype), shape_name(p.s).c_str(), why);
+    return;
+  }
+  float* ws = nullptr;
+  check_cuda(cudaMalloc(reinterpret_cast<void**>(&ws), k::gated_rnn_workspace_bytes(plan0)),
+             "cudaMalloc (stack workspace)");
+  const auto params = [&](const CallSet& set) {
+    k::GatedRnnStackParams sp;
+    sp.layers = 2;
+    for (int l = 0; l < 2; ++l) {
+      const Layer& ly = set.layer[l];
+      k::GatedRnnForwardParams& f = sp.layer[l];
+      f.shape = shape;
+      f.cell = cell;
+      f.dtype = f.weight_dtype = p.dtype;
+      f.state_dtype = DType::f32;
+      f.d_wx = l == 0 ? ly.wxp.data : nullptr;
+      f.d_R = ly.R.data;
+      f.d_bias = ly.bias.data;
+      f.d_y = ly.y.data;
+      f.d_h_final = ly.h_final.data;
+      f.d_c_final = p.has_c ? ly.c_final.data : nullptr;
+      sp.d_W[l] = l == 0 ? nullptr : ly.W.data;
+    }
+    return sp;
+  };
+  auto run = [&](int rep) {
+    const CallSet& set = *sets[static_cast<std::size_t>(rep) % sets.size()];
+    project_forward(p, set.layer[0], gemm);
+    const k::GatedRnnPlan plan = k::plan_gated_rnn_stack(cell, shape, 2, dev);
+    const k::LaunchResult r = k::launch_gated_rnn_stack_forward(params(set), plan, ws, c.stream);
+    if (!r.ok()) check_cuda(r.error, r.call);
+  };
+  const Times t = time_ours(c.stream, budget, sets.size(), small_call(p.s), run);
+  check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+  check_cuda(cudaFree(ws), "cudaFree (stack workspace)");
+  const Floor fl = floor_of(p, rates, c, 2, true, false);
+  const std::string layout = "s" + std::to_string(plan0.units_per_block) + "x" +
+                             std::to_string(plan0.blocks) + "/t1/res/k2";
+  std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
+              gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(), 2, "stk",
+              "fwd", layout.c_str(), t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us,
+              t.host_us, "(stacked, 1 launch)");
+}
+
 void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, const Problem& p,
                uint64_t seed) {
   const std::string name = shape_name(p.s);
@@ -737,6 +806,7 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
     other_layout("cc", "(CUDA cores)", o, false);
     other_layout("cc", "(CUDA cores)", o, true);
   }
+  if (p.s.batch == 1 && p.cell.cell != GatedRnnCell::slstm) stacked_row(c, rates, gemm, p, sets, budget);
   std::printf("%-5s %-5s %-14s validation %s: %s; %zu input sets\n", gated_rnn_cell_name(p.cell.cell),
               dtype_name(p.dtype), name.c_str(), valid ? "pass" : "FAILED", validation.c_str(),
               sets.size());

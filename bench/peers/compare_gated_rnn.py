@@ -8,11 +8,13 @@ Pairs (same cell, dtype, shape, layers and direction):
   ours "proj yes"  with cuDNN "yes"  (both include every layer's input projection)
   ours "proj no"   with cuDNN "in1"  (1 layer: the kernels alone against cuDNN
                                       with input size 1, its projection negligible)
+  ours "proj stk"  with cuDNN "yes"  (B1, 2 layers, forward: the stacked kernel,
+                                      both layers in one launch)
 and prints, like for like, eager against eager (events around one call, host
 work included) and graph against graph (graph replay, device work alone):
 x = cuDNN's time / ours (above 1: ours is faster).
 
-Issue 30's targets (judged on the "proj yes" pairs):
+Issue 30's targets (judged on the "proj yes" pairs, and on "stk" where it ran):
   B1 T32 H256, 2 layers: forward >= 10x cuDNN, forward + backward >= 5x
   B32 T64 H256 and B64 T256 H512, 1 and 2 layers, both directions: >= 1x
 Each is judged on both pairings: MET (both), EAGER or GRAPH (only that
@@ -21,7 +23,7 @@ pairing meets it), MISSED (neither).
 import re
 import sys
 
-ROW = re.compile(r"^(\w+)\s+(f32|bf16)\s+(B\d+ T\d+ H\d+)\s+(\d)\s+(yes|no|in1)\s+(fwd\+bwd|fwd)\s+(.*)$")
+ROW = re.compile(r"^(\w+)\s+(f32|bf16)\s+(B\d+ T\d+ H\d+)\s+(\d)\s+(yes|no|in1|stk)\s+(fwd\+bwd|fwd)\s+(.*)$")
 
 
 def number(s):
@@ -69,7 +71,7 @@ def fmt_us(v):
 def target(key):
     """Issue 30's ratio for this 'proj yes' pair, or None."""
     cell, dtype, shape, layers, proj, direction = key
-    if proj != "yes":
+    if proj not in ("yes", "stk"):
         return None
     if shape == "B1 T32 H256" and layers == 2:
         return 10.0 if direction == "fwd" else 5.0
@@ -98,7 +100,7 @@ def main(argv):
     verdicts = []
     for key, o in ours.items():
         cell, dtype, shape, layers, proj, direction = key
-        peer_proj = "yes" if proj == "yes" else "in1"
+        peer_proj = "in1" if proj == "no" else "yes"
         p = peer.get((cell, dtype, shape, layers, peer_proj, direction))
         if p is None:
             continue  # ours without a cuDNN pair (2 layers without projection)
@@ -110,7 +112,8 @@ def main(argv):
             ok_g = xg is not None and xg >= want
             status = "MET" if ok_e and ok_g else "EAGER" if ok_e else "GRAPH" if ok_g else "MISSED"
             mark = f">={want:g}x"
-            verdicts.append((status, f"{cell} {dtype} {shape} L{layers} {direction} >= {want:g}x cuDNN: "
+            how = " (stacked, 1 launch)" if proj == "stk" else ""
+            verdicts.append((status, f"{cell} {dtype} {shape} L{layers} {direction}{how} >= {want:g}x cuDNN: "
                                      f"eager {fmt_x(xe).strip()}, graph {fmt_x(xg).strip()}"))
         print(f"{cell:5} {dtype:5} {shape:14} {layers:2d} {proj + '/' + peer_proj:7} {direction:8} "
               f"{fmt_us(o['eager'])} {fmt_us(p['eager']):>11} {fmt_x(xe)} {fmt_us(o['graph'])} "

@@ -43,7 +43,57 @@ LaunchResult backward_for(const GatedRnnBackwardParams& p, const GatedRnnPlan& p
   return {cudaErrorInvalidValue, "gated RNN dispatch (unknown dtype)"};
 }
 
+template <GatedRnnCell kCell>
+LaunchResult stack_forward_for(const GatedRnnStackParams& p, const GatedRnnPlan& plan, float* ws,
+                               cudaStream_t stream) {
+  switch (p.layer[0].dtype) {
+    case DType::f32: return run_gated_rnn_stack_forward<float, kCell>(p, plan, ws, stream);
+    case DType::f16: return run_gated_rnn_stack_forward<__half, kCell>(p, plan, ws, stream);
+    case DType::bf16: return run_gated_rnn_stack_forward<__nv_bfloat16, kCell>(p, plan, ws, stream);
+  }
+  return {cudaErrorInvalidValue, "gated RNN stack dispatch (unknown dtype)"};
+}
+
 }  // namespace
+
+namespace {
+
+// What the stack kernel reads without checking: every layer like layer 0,
+// the operands it needs present, and a plan for this many layers.
+const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPlan& plan) {
+  if (p.layers < 2 || p.layers > kGatedRnnMaxStackLayers) return "gated RNN stack (layers outside 2 to 4)";
+  if (plan.blocks != p.layers * plan.unit_slices)
+    return "gated RNN stack (a plan for another number of layers)";
+  const GatedRnnForwardParams& f0 = p.layer[0];
+  if (!f0.d_wx) return "gated RNN stack (layer 0's wx is null)";
+  for (int l = 0; l < p.layers; ++l) {
+    const GatedRnnForwardParams& f = p.layer[l];
+    if (f.shape.batch != f0.shape.batch || f.shape.steps != f0.shape.steps ||
+        f.shape.hidden != f0.shape.hidden || f.cell != f0.cell || f.dtype != f0.dtype ||
+        f.weight_dtype != f0.weight_dtype || f.state_dtype != f0.state_dtype)
+      return "gated RNN stack (a layer's shape, cell or dtypes differ from layer 0's)";
+    if (!f.d_R) return "gated RNN stack (a layer's R is null)";
+    if (l > 0 && !p.d_W[l]) return "gated RNN stack (the input weights W of a layer above 0 are null)";
+  }
+  if (!p.layer[p.layers - 1].d_y) return "gated RNN stack (the last layer's y is null)";
+  return nullptr;
+}
+
+}  // namespace
+
+LaunchResult launch_gated_rnn_stack_forward(const GatedRnnStackParams& params,
+                                            const GatedRnnPlan& plan, float* d_workspace,
+                                            cudaStream_t stream) noexcept {
+  if (const char* why = stack_params_invalid(params, plan)) return {cudaErrorInvalidValue, why};
+  switch (params.layer[0].cell) {
+    case GatedRnnCell::gru:
+      return stack_forward_for<GatedRnnCell::gru>(params, plan, d_workspace, stream);
+    case GatedRnnCell::lstm:
+      return stack_forward_for<GatedRnnCell::lstm>(params, plan, d_workspace, stream);
+    case GatedRnnCell::slstm: break;
+  }
+  return {cudaErrorInvalidValue, "gated RNN stack dispatch (GRU and LSTM layers only)"};
+}
 
 LaunchResult launch_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                       float* d_workspace, cudaStream_t stream) noexcept {

@@ -18,4 +18,9 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const GatedRnnPlan& plan,
                                     float* d_workspace, cudaStream_t stream);
 
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_stack_forward(const GatedRnnStackParams& params,
+                                         const GatedRnnPlan& plan, float* d_workspace,
+                                         cudaStream_t stream);
+
 }  // namespace exphil::kernels

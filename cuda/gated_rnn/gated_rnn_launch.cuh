@@ -14,6 +14,7 @@
 #include "gated_rnn/gated_rnn_backward.cuh"
 #include "gated_rnn/gated_rnn_forward.cuh"
 #include "gated_rnn/gated_rnn_forward_k_split.cuh"
+#include "gated_rnn/gated_rnn_forward_stack.cuh"
 #include "gated_rnn/gated_rnn_forward_unit_warps.cuh"
 #include "gated_rnn/gated_rnn_instances.h"
 
@@ -90,6 +91,18 @@ LaunchResult launch_persistent(Kernel kernel, PersistentKernelCache& cache, cons
   return {};
 }
 
+// A k-split-layout kernel (one layer's or the stack's) in the instance the
+// plan's stored columns name: 8 or 16, those gated_rnn_k_split_columns
+// admits (the plan's check).
+template <class Kernel, class Params>
+LaunchResult launch_k_split(Kernel columns8, Kernel columns16, PersistentKernelCache (&caches)[2],
+                            const Params& params, const GatedRnnPlan& plan, float* ws,
+                            cudaStream_t stream, const char* name) {
+  return plan.stored_columns == 8
+             ? launch_persistent(columns8, caches[0], params, plan, ws, stream, name)
+             : launch_persistent(columns16, caches[1], params, plan, ws, stream, name);
+}
+
 inline unsigned gemm_tiles(int64_t n, int64_t tile) { return static_cast<unsigned>((n + tile - 1) / tile); }
 
 // C = A B through gated_rnn_gemm.cuh on tensor cores (kTensorCores) or
@@ -136,17 +149,13 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
   static gated_rnn_launch::PersistentKernelCache resident, streamed, tensor_cores, unit_warps,
-      k_split8, k_split16;
+      k_split[2];
   using Product = GatedRnnForwardProduct;
-  if (plan.k_split) {
-    // The instances gated_rnn_k_split_columns admits (the plan's check).
-    const char* name = "cudaLaunchCooperativeKernel (gated_rnn_forward_k_split_kernel)";
-    if (plan.stored_columns == 8)
-      return gated_rnn_launch::launch_persistent(gated_rnn_forward_k_split_kernel<Elem, kCell, 8>,
-                                                 k_split8, params, plan, d_workspace, stream, name);
-    return gated_rnn_launch::launch_persistent(gated_rnn_forward_k_split_kernel<Elem, kCell, 16>,
-                                               k_split16, params, plan, d_workspace, stream, name);
-  }
+  if (plan.k_split)
+    return gated_rnn_launch::launch_k_split(
+        gated_rnn_forward_k_split_kernel<Elem, kCell, 8>,
+        gated_rnn_forward_k_split_kernel<Elem, kCell, 16>, k_split, params, plan, d_workspace,
+        stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_k_split_kernel)");
   if (plan.unit_warps)
     return gated_rnn_launch::launch_persistent(
         gated_rnn_forward_unit_warps_kernel<Elem, kCell>, unit_warps, params, plan, d_workspace,
@@ -171,6 +180,22 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
   return gated_rnn_launch::launch_persistent(
       gated_rnn_forward_kernel<Elem, kCell, Product::streamed>, streamed, params, plan,
       d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
+}
+
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_stack_forward(const GatedRnnStackParams& params,
+                                         const GatedRnnPlan& plan, float* d_workspace,
+                                         cudaStream_t stream) {
+  clear_stale_launch_error();
+  if constexpr (kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm) {
+    static gated_rnn_launch::PersistentKernelCache caches[2];
+    return gated_rnn_launch::launch_k_split(
+        gated_rnn_forward_stack_kernel<Elem, kCell, 8>,
+        gated_rnn_forward_stack_kernel<Elem, kCell, 16>, caches, params, plan, d_workspace, stream,
+        "cudaLaunchCooperativeKernel (gated_rnn_forward_stack_kernel)");
+  } else {
+    return {cudaErrorInvalidValue, "gated RNN stack (GRU and LSTM layers only)"};
+  }
 }
 
 template <class Elem, GatedRnnCell kCell>

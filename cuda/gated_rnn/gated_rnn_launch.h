@@ -68,6 +68,12 @@ constexpr int gated_rnn_k_split_columns(int64_t columns, int64_t hidden) noexcep
   return columns <= 8 ? 8 : columns <= 16 ? 16 : 0;
 }
 
+// The stacked forward (gated_rnn_forward_stack.cuh): the slots of each
+// layer's exchange ring the planner gives (GatedRnnPlan::stack_depth), and
+// the blocks a multiprocessor holds (its __launch_bounds__).
+inline constexpr int kGatedRnnStackDepth = 32;
+inline constexpr int kGatedRnnStackBlocksPerSm = 2;
+
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh).
 // A warp holds at most kGatedRnnTcWarpTiles 16-column tiles of its block's
 // slice by kGatedRnnTcWarpSteps 16-deep steps of H, as A fragments in
@@ -143,6 +149,20 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnLaunchOptions& options = {},
                             GatedRnnDTypes dtypes = {}) noexcept;
 
+// The stacked forward's layout (gated_rnn_forward_stack.cuh): the k-split
+// layout per layer with U units a block, U the smallest power of two that
+// fits all `layers` x ceil(H / U) blocks at two a multiprocessor
+// (options.units_per_block overrides it). gated_rnn_stack_unsupported says
+// why a stack cannot run (B above 1, H above 256, a layer's G*U columns
+// above 16, more than two blocks a multiprocessor, layers outside 2 to
+// kGatedRnnMaxStackLayers, an sLSTM), else nullptr.
+GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
+                                  const GatedRnnDevice& device,
+                                  const GatedRnnLaunchOptions& options = {}) noexcept;
+const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
+                                        const GatedRnnShape& shape, int layers,
+                                        const GatedRnnDevice& device) noexcept;
+
 // nullptr if the kernels can run `plan` on `shape`, else why not
 // (CUTLASS's can_implement).
 const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
@@ -169,5 +189,10 @@ LaunchResult launch_gated_rnn_forward(const GatedRnnForwardParams& params, const
 LaunchResult launch_gated_rnn_backward(const GatedRnnBackwardParams& params,
                                        const GatedRnnPlan& plan, float* d_workspace,
                                        cudaStream_t stream) noexcept;
+// The stack: params.layer[0]'s cell and dtypes for every layer; the plan
+// from plan_gated_rnn_stack.
+LaunchResult launch_gated_rnn_stack_forward(const GatedRnnStackParams& params,
+                                            const GatedRnnPlan& plan, float* d_workspace,
+                                            cudaStream_t stream) noexcept;
 
 }  // namespace exphil::kernels

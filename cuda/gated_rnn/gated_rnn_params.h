@@ -80,6 +80,20 @@ struct GatedRnnBackwardParams {
   void* d_grad_rh = nullptr;
 };
 
+// Stacked GRU or LSTM layers at B = 1, forward, in one launch
+// (gated_rnn_forward_stack.cuh). layer[l] is layer l's call as
+// GatedRnnForwardParams: every layer has the same shape, cell and dtypes;
+// layer 0 takes its wx, the layers above take W and W_bias instead (their
+// wx is the layer below's y times W_l plus W_bias_l, computed in the
+// kernel); every layer's y is optional except the last's.
+inline constexpr int kGatedRnnMaxStackLayers = 4;
+struct GatedRnnStackParams {
+  int layers = 0;  // L, 2 to kGatedRnnMaxStackLayers
+  GatedRnnForwardParams layer[kGatedRnnMaxStackLayers];
+  const void* d_W[kGatedRnnMaxStackLayers] = {};       // [H, G*H], layers 1 to L-1 (weight_dtype)
+  const void* d_W_bias[kGatedRnnMaxStackLayers] = {};  // [G*H], layers 1 to L-1, optional
+};
+
 enum class GatedRnnDirection { forward, backward };
 
 // What the planner needs to know of the device (query_gated_rnn_device).
@@ -142,6 +156,10 @@ struct GatedRnnPlan {
   // Backward: the recompute and grad_R products on tensor cores
   // (gated_rnn_gemm_tc_kernel), else on CUDA cores.
   bool gemm_tensor_cores = false;
+  // The stacked forward: the slots of each layer's exchange ring (a power
+  // of two, at least 2): a layer runs at most this many steps ahead of the
+  // layer above it.
+  int stack_depth = 0;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
   // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to
@@ -153,7 +171,8 @@ struct GatedRnnPlan {
   int recompute_splits = 1;
   // Workspace layout: offsets in floats from its start, -1 when not used.
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
-  int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words;
+  int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words
+                            // (the stack: [L, stack_depth, H]);
                             // backward: [B, H] the dh carry
   int64_t ws_exchange = -1; // backward: the exchange [2, Su, B, H] of 64-bit words, each
                             // slice's part of grad_rh_t R^T with its step

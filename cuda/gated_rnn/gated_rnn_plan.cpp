@@ -338,6 +338,70 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   return nullptr;
 }
 
+GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
+                                  const GatedRnnDevice& device,
+                                  const GatedRnnLaunchOptions& options) noexcept {
+  GatedRnnPlan plan;
+  plan.device = device;
+  const int64_t G = gated_rnn_gates(cell);
+  const int64_t H = std::max<int64_t>(shape.hidden, 1);
+  const int64_t L = std::clamp(layers, 1, kGatedRnnMaxStackLayers);
+  // Two blocks a multiprocessor, the fewest units a block (a power of two:
+  // slices of 3 units left some multiprocessors one block and others two)
+  // that give every layer its blocks. Measured at B1 T32 H256 on an H200
+  // (bench/RESULTS.md, issue 30 run AJ), two layers: 2 units a block, 256
+  // blocks, 84.6 us a call; 4 units, 128 blocks, 95.6; 3 units, 172 blocks,
+  // 106.9 (GRU f32, graph replay).
+  const int64_t room = static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * std::max(device.sm_count, 1);
+  int64_t units = 1;
+  while (units < H && L * ceil_div(H, units) > room) units *= 2;
+  if (options.units_per_block > 0) units = options.units_per_block;
+  units = std::min(units, H);
+  plan.k_split = true;
+  plan.units_per_block = static_cast<int>(units);
+  plan.unit_slices = static_cast<int>(ceil_div(H, units));
+  plan.blocks = static_cast<int>(L * plan.unit_slices);
+  plan.resident_weights = true;  // in registers
+  plan.k = static_cast<int>(std::min<int64_t>(H, INT32_MAX));
+  plan.columns = static_cast<int>(std::min<int64_t>(G * units, INT32_MAX));
+  plan.stored_columns = gated_rnn_k_split_columns(G * units, H);
+  // The warps' sums, two buffers of [8, 2 CP] (input and recurrent columns).
+  plan.shared_bytes =
+      static_cast<int>(2 * (kGatedRnnThreads / 32) * 2 * plan.stored_columns * sizeof(float));
+  int64_t total = 0;
+  plan.stack_depth = kGatedRnnStackDepth;
+  plan.ws_state = take(total, 2 * L * plan.stack_depth * H);  // 64-bit words
+  plan.ws_floats = total;
+  return plan;
+}
+
+const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
+                                        const GatedRnnShape& shape, int layers,
+                                        const GatedRnnDevice& device) noexcept {
+  if (cell != GatedRnnCell::gru && cell != GatedRnnCell::lstm)
+    return "gated RNN stack: GRU and LSTM layers only";
+  if (layers < 2 || layers > kGatedRnnMaxStackLayers)
+    return "gated RNN stack: 2 to 4 layers";
+  if (shape.batch != 1) return "gated RNN stack: one batch row (B = 1)";
+  if (shape.steps < 1 || shape.hidden < 1) return "gated RNN stack: T and H must be at least 1";
+  if (shape.steps > INT32_MAX - 1) return "gated RNN stack: T above 2^31 - 2";
+  if (plan.units_per_block < 1 || plan.unit_slices < 1 ||
+      static_cast<int64_t>(plan.unit_slices) * plan.units_per_block < shape.hidden ||
+      static_cast<int64_t>(plan.unit_slices) * layers != plan.blocks || !plan.k_split ||
+      plan.threads != kGatedRnnThreads)
+    return "gated RNN stack plan: the blocks do not cover H in every layer";
+  if (plan.stored_columns == 0 ||
+      plan.stored_columns != gated_rnn_k_split_columns(plan.columns, shape.hidden))
+    return "gated RNN stack: H <= 256 and a block's G*U columns within 16";
+  if (plan.stack_depth < 2 || (plan.stack_depth & (plan.stack_depth - 1)) != 0)
+    return "gated RNN stack plan: its exchange rings' depth is not a power of two >= 2";
+  if (plan.blocks > static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * device.sm_count)
+    return "gated RNN stack: more blocks (layers x ceil(H / U)) than two a multiprocessor";
+  if (plan.shared_bytes > device.max_shared_per_block)
+    return "gated RNN stack plan: its sums do not fit in shared memory";
+  return nullptr;
+}
+
 int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
                            const GatedRnnPlan& plan) noexcept {
   if (direction == GatedRnnDirection::forward) return 1;

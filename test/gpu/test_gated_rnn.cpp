@@ -71,6 +71,7 @@
 #include "dtype_codec.hpp"
 #include "gated_rnn/gated_rnn_launch.h"
 #include "gated_rnn_api_call.hpp"
+#include "gated_rnn_device.hpp"
 #include "gated_rnn_reference.hpp"
 #include "scan_problems.hpp"
 
@@ -89,12 +90,6 @@ using exphil::reference::GatedRnnKind;
 using exphil::reference::GatedRnnProblem;
 
 namespace {
-
-void check_cuda(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorName(e) + " (" +
-                             cudaGetErrorString(e) + ")");
-}
 
 struct GatedCase {
   GatedRnnKind kind = GatedRnnKind::gru;
@@ -156,38 +151,6 @@ GatedRnnCell cell_of(GatedRnnKind k) {
 
 const char* op_of(GatedRnnKind k) {
   return k == GatedRnnKind::gru ? "gru" : k == GatedRnnKind::lstm ? "lstm" : "slstm";
-}
-
-// Device memory without guards, for the workspace (poisoned before each use).
-struct DeviceScratch {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  explicit DeviceScratch(std::size_t n) : bytes(n) {
-    if (n) check_cuda(cudaMalloc(&p, n), "cudaMalloc (workspace)");
-  }
-  ~DeviceScratch() { cudaFree(p); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  void poison() const {
-    if (bytes) check_cuda(cudaMemset(p, 0xFF, bytes), "cudaMemset (workspace)");
-    check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  }
-};
-
-struct RnnStream {
-  cudaStream_t s = nullptr;
-  RnnStream() { check_cuda(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"); }
-  ~RnnStream() { cudaStreamDestroy(s); }
-  RnnStream(const RnnStream&) = delete;
-  RnnStream& operator=(const RnnStream&) = delete;
-};
-
-GatedRnnDevice device_info() {
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  GatedRnnDevice d;
-  check_cuda(exphil::kernels::query_gated_rnn_device(device, d), "query_gated_rnn_device");
-  return d;
 }
 
 // One case on the GPU: the problem, its device tensors, the plans, and what
@@ -265,7 +228,7 @@ class GatedRun {
     gm0_ = state_output(slstm);
 
     const GatedRnnShape shape{c.B, c.T, c.H};
-    const GatedRnnDevice dev = device_info();
+    const GatedRnnDevice dev = gated_rnn_device();
     fwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(c.kind),
                                                 shape, dev, c.options, c.dtypes());
     bwd_plan_ = exphil::kernels::plan_gated_rnn(GatedRnnDirection::backward, cell_of(c.kind),
@@ -933,33 +896,6 @@ TEST_CASE("gated RNN: the C++ API gives the launchers' results, bitwise", "[gpu]
         CHECK(run.check_against_reference() <= 1.0);
       }
 }
-
-namespace {
-
-// Captures `body` on `stream` into a graph and instantiates it.
-cudaGraphExec_t capture(cudaStream_t stream, const std::function<void()>& body) {
-  check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  cudaGraph_t graph = nullptr;
-  try {
-    body();
-  } catch (...) {
-    (void)cudaStreamEndCapture(stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    (void)cudaGetLastError();
-    throw;
-  }
-  check_cuda(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-  cudaGraphExec_t exec = nullptr;
-  check_cuda(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
-  cudaGraphDestroy(graph);
-  return exec;
-}
-
-void launch_or_throw(const exphil::kernels::LaunchResult& r) {
-  if (!r.ok()) throw std::runtime_error(std::string(r.call) + ": " + cudaGetErrorName(r.error));
-}
-
-}  // namespace
 
 TEST_CASE("gated RNN: captured into a CUDA graph and replayed, bitwise as direct calls",
           "[gpu][gated_rnn]") {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -480,5 +481,115 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
     p = plan_gated_rnn(GatedRnnDirection::forward, cell, b64, kH100, {}, bf16);
     p.k_parts = 4;
     CHECK(gated_rnn_unsupported(p, cell, b64, kH100) != nullptr);
+  }
+}
+
+TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
+  // Two blocks a multiprocessor: the smallest power-of-two units a block
+  // that fit L x ceil(H / U) blocks on the device.
+  struct Want {
+    GatedRnnCell cell;
+    int layers;
+    int64_t H;
+    GatedRnnDevice device;
+    int units, columns;
+  };
+  for (const Want& w : {Want{GatedRnnCell::gru, 2, 256, kH100, 2, 8},
+                        Want{GatedRnnCell::lstm, 2, 256, kH100, 2, 8},
+                        Want{GatedRnnCell::gru, 2, 256, kA100, 4, 16},
+                        Want{GatedRnnCell::lstm, 2, 256, kA100, 4, 16},
+                        Want{GatedRnnCell::gru, 3, 37, kH100, 1, 8},
+                        Want{GatedRnnCell::lstm, 4, 64, kH100, 1, 8},
+                        Want{GatedRnnCell::lstm, 4, 256, kH100, 4, 16},
+                        Want{GatedRnnCell::gru, 2, 1, kA100, 1, 8}}) {
+    const GatedRnnShape shape{1, 32, w.H};
+    const GatedRnnPlan p = plan_gated_rnn_stack(w.cell, shape, w.layers, w.device);
+    INFO("cell " << static_cast<int>(w.cell) << " L" << w.layers << " H" << w.H << " SMs "
+                 << w.device.sm_count);
+    CHECK(gated_rnn_stack_unsupported(p, w.cell, shape, w.layers, w.device) == nullptr);
+    CHECK(p.units_per_block == w.units);
+    CHECK(p.stored_columns == w.columns);
+    CHECK(p.blocks == w.layers * ((w.H + w.units - 1) / w.units));
+    CHECK(p.blocks <= kGatedRnnStackBlocksPerSm * w.device.sm_count);
+    CHECK(p.stack_depth == kGatedRnnStackDepth);
+    CHECK(p.ws_state >= 0);
+    CHECK(p.ws_floats >= p.ws_state + 2 * w.layers * p.stack_depth * w.H);
+    check_workspace(p);
+  }
+
+  // What it refuses, each with its reason.
+  struct Refused {
+    GatedRnnCell cell;
+    int layers;
+    GatedRnnShape shape;
+    GatedRnnDevice device;
+    const char* why;
+  };
+  for (const Refused& r :
+       {Refused{GatedRnnCell::slstm, 2, {1, 8, 64}, kH100, "GRU and LSTM layers only"},
+        Refused{GatedRnnCell::gru, 1, {1, 8, 64}, kH100, "2 to 4 layers"},
+        Refused{GatedRnnCell::gru, 5, {1, 8, 64}, kH100, "2 to 4 layers"},
+        Refused{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, "one batch row"},
+        Refused{GatedRnnCell::gru, 2, {1, 8, 257}, kH100, "H <= 256"},
+        // A100, L4 H256: 8 units a block, 24 GRU columns.
+        Refused{GatedRnnCell::gru, 4, {1, 8, 256}, kA100, "H <= 256"}}) {
+    const GatedRnnPlan p = plan_gated_rnn_stack(r.cell, r.shape, r.layers, r.device);
+    const char* why = gated_rnn_stack_unsupported(p, r.cell, r.shape, r.layers, r.device);
+    REQUIRE(why != nullptr);
+    CHECK(std::string(why).find(r.why) != std::string::npos);
+  }
+  // Forced units that need more blocks than multiprocessors.
+  GatedRnnLaunchOptions o;
+  o.units_per_block = 1;
+  const GatedRnnShape shape{1, 8, 200};
+  GatedRnnPlan p = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100, o);
+  const char* why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, shape, 2, kH100);
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("more blocks") != std::string::npos);
+  // A ring that is not a power of two.
+  p = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100);
+  p.stack_depth = 3;
+  why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, shape, 2, kH100);
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("power of two") != std::string::npos);
+}
+
+TEST_CASE("gated RNN stack: the launcher refuses what its kernel would read wrongly",
+          "[gated_rnn][plan]") {
+  // Checked before any CUDA call: no GPU needed. Pointers are never read.
+  const GatedRnnShape shape{1, 8, 64};
+  const GatedRnnPlan plan = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100);
+  int dummy = 0;
+  GatedRnnStackParams good;
+  good.layers = 2;
+  for (int l = 0; l < 2; ++l) {
+    good.layer[l].shape = shape;
+    good.layer[l].d_R = &dummy;
+    good.layer[l].d_y = &dummy;
+  }
+  good.layer[0].d_wx = &dummy;
+  good.d_W[1] = &dummy;
+  struct Bad {
+    const char* why;
+    void (*spoil)(GatedRnnStackParams&);
+  };
+  for (const Bad& b : {Bad{"layers outside", [](GatedRnnStackParams& p) { p.layers = 1; }},
+                       Bad{"another number of layers", [](GatedRnnStackParams& p) {
+                             p.layers = 3;
+                             p.layer[2] = p.layer[1];
+                             p.d_W[2] = p.d_W[1];
+                           }},
+                       Bad{"wx is null", [](GatedRnnStackParams& p) { p.layer[0].d_wx = nullptr; }},
+                       Bad{"differ from layer 0", [](GatedRnnStackParams& p) { p.layer[1].shape.steps = 9; }},
+                       Bad{"differ from layer 0", [](GatedRnnStackParams& p) { p.layer[1].dtype = DType::bf16; }},
+                       Bad{"R is null", [](GatedRnnStackParams& p) { p.layer[1].d_R = nullptr; }},
+                       Bad{"input weights W", [](GatedRnnStackParams& p) { p.d_W[1] = nullptr; }},
+                       Bad{"last layer's y", [](GatedRnnStackParams& p) { p.layer[1].d_y = nullptr; }}}) {
+    GatedRnnStackParams p = good;
+    b.spoil(p);
+    const LaunchResult r = launch_gated_rnn_stack_forward(p, plan, nullptr, nullptr);
+    INFO(b.why << ": " << r.call);
+    CHECK(r.error == cudaErrorInvalidValue);
+    CHECK(std::string(r.call).find(b.why) != std::string::npos);
   }
 }
