@@ -53,10 +53,19 @@
  * GRU and LSTM, G*U <= CP (8 or 16), L * S blocks all resident at once
  * (the launch checks), one dtype for every layer's sequence, weights and
  * states. The planner (plan_gated_rnn_stack) gives the layout.
+ *
+ * Elsewhere (B > 1, H > 256, or the k split turned off) the stack runs
+ * layer by layer (run_gated_rnn_layers_forward, gated_rnn_launch.cuh): each
+ * layer's forward in the one-layer plan, and before each layer above the
+ * first its input projection y_{l-1} W_l + b_l as one product
+ * (gated_rnn_gemm.cuh, on tensor cores for 16-bit sequences) into the
+ * workspace, in the sequence dtype, as the forward reads wx: there a layer
+ * above sees its input rounded to the sequence dtype, as two calls would.
  */
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cooperative_groups.h>
 
@@ -245,6 +254,39 @@ __device__ __forceinline__ void run_layer(const GatedRnnStackParams& p, const Ga
       if (ly.c_final) store_state(ly.c_final, sdt, hu, s.c);
   }
 }
+
+// The layers one after another (B > 1, or where the wavefront does not
+// fit): the operands of a layer's input projection, wx_l = y_{l-1} W_l +
+// b_l, through gated_rnn_gemm.cuh's product. A is y_{l-1} [B*T, H] in the
+// sequence dtype; the sums land in the sequence dtype, as the forward
+// reads wx.
+template <class Elem>
+struct SequenceA {
+  static constexpr bool kContiguousK = true;
+  const Elem* a;
+  int64_t K;
+  using Row = const Elem*;
+  __device__ __forceinline__ Row row(int64_t m) const { return a + m * K; }
+  __device__ __forceinline__ float at(Row r, int64_t k) const { return to_float(r[k]); }
+  __device__ __forceinline__ void at8(Row r, int64_t k, float (&v)[8]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = to_float(r[k + j]);
+  }
+  __device__ __forceinline__ bool bf16_exact() const {
+    return std::is_same_v<Elem, __nv_bfloat16>;
+  }
+};
+
+template <class Elem>
+struct ProjectionStore {
+  Elem* wx;
+  const void* bias;  // optional [N]
+  DType bias_dtype;
+  int64_t N;
+  __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
+    wx[m * N + n] = from_float<Elem>(v + (bias ? load_state(bias, bias_dtype, n) : 0.0f));
+  }
+};
 
 }  // namespace gated_rnn_stack
 

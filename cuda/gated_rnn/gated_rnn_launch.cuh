@@ -182,12 +182,50 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
       d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
 }
 
+// The stack layer by layer (plan.stack_depth == 0): each layer's forward in
+// the plan, the input projection of each layer above the first into the
+// workspace first, and each lower layer's y where the caller asked for it,
+// else in the workspace (two buffers, a layer's input and its output).
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_layers_forward(const GatedRnnStackParams& params, const GatedRnnPlan& plan,
+                                          float* d_workspace, cudaStream_t stream) {
+  using namespace gated_rnn_launch;
+  const GatedRnnForwardParams& f0 = params.layer[0];
+  const int64_t M = f0.shape.batch * f0.shape.steps, H = f0.shape.hidden;
+  const int64_t GH = kGatedRnnGates<kCell> * H;
+  Elem* const wx = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_wx);
+  Elem* const spare[2] = {reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_y),
+                          reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_y + M * H)};
+  const void* below = nullptr;
+  for (int l = 0; l < params.layers; ++l) {
+    GatedRnnForwardParams f = params.layer[l];
+    if (l > 0) {
+      const gated_rnn_stack::SequenceA<Elem> a{static_cast<const Elem*>(below), H};
+      const GatedRnnWeightB b{params.d_W[l], f.weight_dtype, GH};
+      const gated_rnn_stack::ProjectionStore<Elem> c{wx, params.d_W_bias[l], f.weight_dtype, GH};
+      LaunchResult r;
+      if constexpr (sizeof(Elem) == 2)
+        r = gemm_split<true>(M, GH, H, a, b, c, 1, nullptr, stream);
+      else
+        r = gemm_split<false>(M, GH, H, a, b, c, 1, nullptr, stream);
+      if (!r.ok()) return r;
+      f.d_wx = wx;
+    }
+    if (!f.d_y) f.d_y = spare[l & 1];
+    if (const LaunchResult r = run_gated_rnn_forward<Elem, kCell>(f, plan, d_workspace, stream); !r.ok())
+      return r;
+    below = f.d_y;
+  }
+  return {};
+}
+
 template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_stack_forward(const GatedRnnStackParams& params,
                                          const GatedRnnPlan& plan, float* d_workspace,
                                          cudaStream_t stream) {
   clear_stale_launch_error();
   if constexpr (kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm) {
+    if (plan.stack_depth == 0) return run_gated_rnn_layers_forward<Elem, kCell>(params, plan, d_workspace, stream);
     static gated_rnn_launch::PersistentKernelCache caches[2];
     return gated_rnn_launch::launch_k_split(
         gated_rnn_forward_stack_kernel<Elem, kCell, 8>,

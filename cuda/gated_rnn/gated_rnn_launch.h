@@ -149,16 +149,20 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnLaunchOptions& options = {},
                             GatedRnnDTypes dtypes = {}) noexcept;
 
-// The stacked forward's layout (gated_rnn_forward_stack.cuh): the k-split
-// layout per layer with U units a block, U the smallest power of two that
-// fits all `layers` x ceil(H / U) blocks at two a multiprocessor
-// (options.units_per_block overrides it). gated_rnn_stack_unsupported says
-// why a stack cannot run (B above 1, H above 256, a layer's G*U columns
-// above 16, more than two blocks a multiprocessor, layers outside 2 to
-// kGatedRnnMaxStackLayers, an sLSTM), else nullptr.
+// The stacked forward's layout (gated_rnn_forward_stack.cuh). At B = 1,
+// unless options.k_split = 0 or options.streamed_weights: the wavefront,
+// the k-split layout per layer with U units a block, U the smallest power
+// of two that fits all `layers` x ceil(H / U) blocks at two a
+// multiprocessor (options.units_per_block overrides it), where that fits
+// (H <= 256, G*U <= 16). Elsewhere the layers one after another, each in
+// plan_gated_rnn's forward plan (stack_depth 0). gated_rnn_stack_unsupported
+// says why a stack cannot run (layers outside 2 to kGatedRnnMaxStackLayers,
+// an sLSTM, or what gated_rnn_unsupported says of the layers' plan), else
+// nullptr.
 GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
                                   const GatedRnnDevice& device,
-                                  const GatedRnnLaunchOptions& options = {}) noexcept;
+                                  const GatedRnnLaunchOptions& options = {},
+                                  GatedRnnDTypes dtypes = {}) noexcept;
 const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                         const GatedRnnShape& shape, int layers,
                                         const GatedRnnDevice& device) noexcept;
@@ -190,7 +194,8 @@ LaunchResult launch_gated_rnn_backward(const GatedRnnBackwardParams& params,
                                        const GatedRnnPlan& plan, float* d_workspace,
                                        cudaStream_t stream) noexcept;
 // The stack: params.layer[0]'s cell and dtypes for every layer; the plan
-// from plan_gated_rnn_stack.
+// from plan_gated_rnn_stack (one launch, or per layer a product and a
+// forward).
 LaunchResult launch_gated_rnn_stack_forward(const GatedRnnStackParams& params,
                                             const GatedRnnPlan& plan, float* d_workspace,
                                             cudaStream_t stream) noexcept;

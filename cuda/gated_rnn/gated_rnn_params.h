@@ -80,12 +80,12 @@ struct GatedRnnBackwardParams {
   void* d_grad_rh = nullptr;
 };
 
-// Stacked GRU or LSTM layers at B = 1, forward, in one launch
-// (gated_rnn_forward_stack.cuh). layer[l] is layer l's call as
-// GatedRnnForwardParams: every layer has the same shape, cell and dtypes;
-// layer 0 takes its wx, the layers above take W and W_bias instead (their
-// wx is the layer below's y times W_l plus W_bias_l, computed in the
-// kernel); every layer's y is optional except the last's.
+// Stacked GRU or LSTM layers, forward (gated_rnn_forward_stack.cuh): at
+// B = 1 in one launch, elsewhere layer by layer. layer[l] is layer l's call
+// as GatedRnnForwardParams: every layer has the same shape, cell and
+// dtypes; layer 0 takes its wx, the layers above take W and W_bias instead
+// (their wx is the layer below's y times W_l plus W_bias_l, formed by the
+// kernels); every layer's y is optional except the last's.
 inline constexpr int kGatedRnnMaxStackLayers = 4;
 struct GatedRnnStackParams {
   int layers = 0;  // L, 2 to kGatedRnnMaxStackLayers
@@ -158,7 +158,7 @@ struct GatedRnnPlan {
   bool gemm_tensor_cores = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the
-  // layer above it.
+  // layer above it; 0: the layers one after another, each in this plan.
   int stack_depth = 0;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
@@ -183,6 +183,8 @@ struct GatedRnnPlan {
                             // sLSTM i', f' (the stabilised exponentials), z, o
   int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t; sLSTM [B, T, 3, H]:
                             // every c_t, n_t and the share of dm_t taken by log f + m_{t-1}
+  int64_t ws_stack_wx = -1; // the stack layer by layer: [B, T, G*H] a layer's input projection
+  int64_t ws_stack_y = -1;  // the stack layer by layer: [2, B, T, H] the lower layers' y
   int64_t ws_split = -1;    // backward: the split products' partial sums, the recompute's
                             // [recompute_splits, B*T, G*H], later grad_R's
                             // [weight_grad_splits, H+1, G*H]

@@ -339,38 +339,56 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
 }
 
 GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
-                                  const GatedRnnDevice& device,
-                                  const GatedRnnLaunchOptions& options) noexcept {
-  GatedRnnPlan plan;
-  plan.device = device;
+                                  const GatedRnnDevice& device, const GatedRnnLaunchOptions& options,
+                                  GatedRnnDTypes dtypes) noexcept {
   const int64_t G = gated_rnn_gates(cell);
+  const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
   const int64_t H = std::max<int64_t>(shape.hidden, 1);
   const int64_t L = std::clamp(layers, 1, kGatedRnnMaxStackLayers);
-  // Two blocks a multiprocessor, the fewest units a block (a power of two:
-  // slices of 3 units left some multiprocessors one block and others two)
-  // that give every layer its blocks. Measured at B1 T32 H256 on an H200
-  // (bench/RESULTS.md, issue 30 run AJ), two layers: 2 units a block, 256
-  // blocks, 84.6 us a call; 4 units, 128 blocks, 95.6; 3 units, 172 blocks,
-  // 106.9 (GRU f32, graph replay).
-  const int64_t room = static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * std::max(device.sm_count, 1);
-  int64_t units = 1;
-  while (units < H && L * ceil_div(H, units) > room) units *= 2;
-  if (options.units_per_block > 0) units = options.units_per_block;
-  units = std::min(units, H);
-  plan.k_split = true;
-  plan.units_per_block = static_cast<int>(units);
-  plan.unit_slices = static_cast<int>(ceil_div(H, units));
-  plan.blocks = static_cast<int>(L * plan.unit_slices);
-  plan.resident_weights = true;  // in registers
-  plan.k = static_cast<int>(std::min<int64_t>(H, INT32_MAX));
-  plan.columns = static_cast<int>(std::min<int64_t>(G * units, INT32_MAX));
-  plan.stored_columns = gated_rnn_k_split_columns(G * units, H);
-  // The warps' sums, two buffers of [8, 2 CP] (input and recurrent columns).
-  plan.shared_bytes =
-      static_cast<int>(2 * (kGatedRnnThreads / 32) * 2 * plan.stored_columns * sizeof(float));
-  int64_t total = 0;
-  plan.stack_depth = kGatedRnnStackDepth;
-  plan.ws_state = take(total, 2 * L * plan.stack_depth * H);  // 64-bit words
+  // The wavefront at B = 1: two blocks a multiprocessor, the fewest units a
+  // block (a power of two: slices of 3 units left some multiprocessors one
+  // block and others two) that give every layer its blocks. Measured at B1
+  // T32 H256 on an H200 (bench/RESULTS.md, issue 30 run AJ), two layers: 2
+  // units a block, 256 blocks, 84.6 us a call; 4 units, 128 blocks, 95.6;
+  // 3 units, 172 blocks, 106.9 (GRU f32, graph replay).
+  if (B == 1 && options.k_split != 0 && !options.streamed_weights) {
+    const int64_t room =
+        static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * std::max(device.sm_count, 1);
+    int64_t units = 1;
+    while (units < H && L * ceil_div(H, units) > room) units *= 2;
+    if (options.units_per_block > 0) units = options.units_per_block;
+    units = std::min(units, H);
+    const int columns = gated_rnn_k_split_columns(G * units, H);
+    if (columns > 0 && L * ceil_div(H, units) <= room) {
+      GatedRnnPlan plan;
+      plan.device = device;
+      plan.k_split = true;
+      plan.units_per_block = static_cast<int>(units);
+      plan.unit_slices = static_cast<int>(ceil_div(H, units));
+      plan.blocks = static_cast<int>(L * plan.unit_slices);
+      plan.resident_weights = true;  // in registers
+      plan.k = static_cast<int>(H);
+      plan.columns = static_cast<int>(G * units);
+      plan.stored_columns = columns;
+      // The warps' sums, two buffers of [8, 2 CP] (input and recurrent columns).
+      plan.shared_bytes =
+          static_cast<int>(2 * (kGatedRnnThreads / 32) * 2 * columns * sizeof(float));
+      plan.stack_depth = kGatedRnnStackDepth;
+      int64_t total = 0;
+      plan.ws_state = take(total, 2 * L * plan.stack_depth * H);  // 64-bit words
+      plan.ws_floats = total;
+      return plan;
+    }
+  }
+  // Elsewhere layer by layer: each layer's forward in its own plan, the
+  // layers above the first on their input projection y_{l-1} W_l + b_l,
+  // formed by gated_rnn_gemm.cuh's product into the workspace, and the
+  // lower layers' y in the workspace where the caller does not want them.
+  GatedRnnPlan plan = plan_gated_rnn(GatedRnnDirection::forward, cell, shape, device, options, dtypes);
+  plan.stack_depth = 0;
+  int64_t total = plan.ws_floats;
+  plan.ws_stack_wx = take(total, B * T * G * H);
+  plan.ws_stack_y = take(total, 2 * B * T * H);
   plan.ws_floats = total;
   return plan;
 }
@@ -382,7 +400,12 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
     return "gated RNN stack: GRU and LSTM layers only";
   if (layers < 2 || layers > kGatedRnnMaxStackLayers)
     return "gated RNN stack: 2 to 4 layers";
-  if (shape.batch != 1) return "gated RNN stack: one batch row (B = 1)";
+  if (plan.stack_depth == 0) {
+    if (plan.ws_stack_wx < 0 || plan.ws_stack_y < 0)
+      return "gated RNN stack plan: layer by layer without its workspace";
+    return gated_rnn_unsupported(plan, cell, shape, device);
+  }
+  if (shape.batch != 1) return "gated RNN stack: the wavefront takes one batch row (B = 1)";
   if (shape.steps < 1 || shape.hidden < 1) return "gated RNN stack: T and H must be at least 1";
   if (shape.steps > INT32_MAX - 1) return "gated RNN stack: T above 2^31 - 2";
   if (plan.units_per_block < 1 || plan.unit_slices < 1 ||
@@ -392,7 +415,7 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
     return "gated RNN stack plan: the blocks do not cover H in every layer";
   if (plan.stored_columns == 0 ||
       plan.stored_columns != gated_rnn_k_split_columns(plan.columns, shape.hidden))
-    return "gated RNN stack: H <= 256 and a block's G*U columns within 16";
+    return "gated RNN stack: the wavefront takes H <= 256 and a block's G*U columns within 16";
   if (plan.stack_depth < 2 || (plan.stack_depth & (plan.stack_depth - 1)) != 0)
     return "gated RNN stack plan: its exchange rings' depth is not a power of two >= 2";
   if (plan.blocks > static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * device.sm_count)

@@ -485,8 +485,9 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
 }
 
 TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
-  // Two blocks a multiprocessor: the smallest power-of-two units a block
-  // that fit L x ceil(H / U) blocks on the device.
+  // The wavefront at B = 1, two blocks a multiprocessor: the smallest
+  // power-of-two units a block that fit L x ceil(H / U) blocks on the
+  // device.
   struct Want {
     GatedRnnCell cell;
     int layers;
@@ -517,41 +518,75 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
     check_workspace(p);
   }
 
+  // Layer by layer where the wavefront does not fit or is turned off: the
+  // one-layer forward plan, with the projection's and the lower layers' y
+  // workspace after its own.
+  struct Layered {
+    GatedRnnCell cell;
+    int layers;
+    GatedRnnShape shape;
+    GatedRnnDevice device;
+    int k_split;
+  };
+  for (const Layered& w : {Layered{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, -1},
+                           Layered{GatedRnnCell::lstm, 3, {33, 5, 100}, kA100, -1},
+                           Layered{GatedRnnCell::gru, 2, {1, 8, 257}, kH100, -1},
+                           Layered{GatedRnnCell::gru, 4, {1, 8, 256}, kA100, -1},
+                           Layered{GatedRnnCell::lstm, 2, {1, 8, 64}, kH100, 0}}) {
+    INFO("cell " << static_cast<int>(w.cell) << " L" << w.layers << " B" << w.shape.batch << " H"
+                 << w.shape.hidden << " SMs " << w.device.sm_count << " k_split " << w.k_split);
+    GatedRnnLaunchOptions o;
+    o.k_split = w.k_split;
+    const GatedRnnPlan p = plan_gated_rnn_stack(w.cell, w.shape, w.layers, w.device, o);
+    const GatedRnnPlan one = plan_gated_rnn(GatedRnnDirection::forward, w.cell, w.shape, w.device, o);
+    CHECK(gated_rnn_stack_unsupported(p, w.cell, w.shape, w.layers, w.device) == nullptr);
+    CHECK(p.stack_depth == 0);
+    CHECK(p.blocks == one.blocks);
+    CHECK(p.k_split == one.k_split);
+    CHECK(p.ws_stack_wx >= one.ws_floats);
+    const int64_t B = w.shape.batch, T = w.shape.steps, H = w.shape.hidden;
+    CHECK(p.ws_stack_y >= p.ws_stack_wx + B * T * gated_rnn_gates(w.cell) * H);
+    CHECK(p.ws_floats >= p.ws_stack_y + 2 * B * T * H);
+    check_workspace(p);
+  }
+
   // What it refuses, each with its reason.
   struct Refused {
     GatedRnnCell cell;
     int layers;
     GatedRnnShape shape;
-    GatedRnnDevice device;
     const char* why;
   };
-  for (const Refused& r :
-       {Refused{GatedRnnCell::slstm, 2, {1, 8, 64}, kH100, "GRU and LSTM layers only"},
-        Refused{GatedRnnCell::gru, 1, {1, 8, 64}, kH100, "2 to 4 layers"},
-        Refused{GatedRnnCell::gru, 5, {1, 8, 64}, kH100, "2 to 4 layers"},
-        Refused{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, "one batch row"},
-        Refused{GatedRnnCell::gru, 2, {1, 8, 257}, kH100, "H <= 256"},
-        // A100, L4 H256: 8 units a block, 24 GRU columns.
-        Refused{GatedRnnCell::gru, 4, {1, 8, 256}, kA100, "H <= 256"}}) {
-    const GatedRnnPlan p = plan_gated_rnn_stack(r.cell, r.shape, r.layers, r.device);
-    const char* why = gated_rnn_stack_unsupported(p, r.cell, r.shape, r.layers, r.device);
+  for (const Refused& r : {Refused{GatedRnnCell::slstm, 2, {1, 8, 64}, "GRU and LSTM layers only"},
+                           Refused{GatedRnnCell::gru, 1, {1, 8, 64}, "2 to 4 layers"},
+                           Refused{GatedRnnCell::gru, 5, {1, 8, 64}, "2 to 4 layers"}}) {
+    const GatedRnnPlan p = plan_gated_rnn_stack(r.cell, r.shape, r.layers, kH100);
+    const char* why = gated_rnn_stack_unsupported(p, r.cell, r.shape, r.layers, kH100);
     REQUIRE(why != nullptr);
     CHECK(std::string(why).find(r.why) != std::string::npos);
   }
-  // Forced units that need more blocks than multiprocessors.
+  // Forced units that would need more blocks than two a multiprocessor:
+  // layer by layer, with those units.
   GatedRnnLaunchOptions o;
   o.units_per_block = 1;
   const GatedRnnShape shape{1, 8, 200};
   GatedRnnPlan p = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100, o);
+  CHECK(p.stack_depth == 0);
+  CHECK(p.units_per_block == 1);
+  // A wavefront plan whose ring is not a power of two.
+  p = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100);
+  REQUIRE(p.stack_depth == kGatedRnnStackDepth);
+  p.stack_depth = 3;
   const char* why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, shape, 2, kH100);
   REQUIRE(why != nullptr);
-  CHECK(std::string(why).find("more blocks") != std::string::npos);
-  // A ring that is not a power of two.
-  p = plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100);
-  p.stack_depth = 3;
-  why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, shape, 2, kH100);
-  REQUIRE(why != nullptr);
   CHECK(std::string(why).find("power of two") != std::string::npos);
+  // A layer-by-layer plan without its workspace.
+  p = plan_gated_rnn_stack(GatedRnnCell::gru, {2, 8, 64}, 2, kH100);
+  REQUIRE(p.stack_depth == 0);
+  p.ws_stack_y = -1;
+  why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, {2, 8, 64}, 2, kH100);
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("without its workspace") != std::string::npos);
 }
 
 TEST_CASE("gated RNN stack: the launcher refuses what its kernel would read wrongly",
