@@ -32,9 +32,10 @@
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
 //   = 0: the forward's product and the backward's two): the layouts side
 //   by side (compare_gated_rnn.py skips them). For B = 1, GRU and LSTM, a
-//   row proj "stk": the two-layer forward of "proj yes" as one launch of the
-//   stacked kernel (layer 2 trailing layer 1 by a step; stacked_row says
-//   what it includes), which compare_gated_rnn.py pairs with cuDNN's "yes".
+//   row proj "stk": the two-layer forward of "proj yes" as one call of the
+//   stacked op, one launch (layer 2 trailing layer 1 by a step; stacked_row
+//   says what it includes), which compare_gated_rnn.py pairs with cuDNN's
+//   "yes".
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -81,7 +82,6 @@
 #include "compare.hpp"
 #include "dtype_codec.hpp"
 #include "exphil/gated_rnn.hpp"
-#include "gated_rnn/gated_rnn_launch.h"
 #include "gated_rnn_reference.hpp"
 #include "gated_rnn_stepwise.h"
 #include "scan_problems.hpp"
@@ -638,19 +638,62 @@ std::string layout_name(const GatedRnnLaunchInfo& info, int kernels) {
          std::to_string(kernels);
 }
 
+// One input set's two layers as the stacked op takes them: R and bias
+// stacked [2, ...] (copies of the layers'), W [1, H, G*H] and y_lower [1,
+// B, T, H] views of layer 2's W and layer 1's y, the final states [2, B, H].
+struct StackedSet {
+  DeviceTensors memory;
+  Tensor R{}, bias{}, W{}, y_lower{}, h_final{}, c_final{};
+  GatedRnnStackForwardArgs args;
+};
+
+Tensor view(const Tensor& t, std::initializer_list<int64_t> shape) {
+  Tensor v = t;
+  v.rank = static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t d : shape) v.shape[i++] = d;
+  return v;
+}
+
+std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& set, cudaStream_t stream) {
+  auto st = std::make_unique<StackedSet>();
+  const int64_t B = p.s.batch, T = p.s.steps, H = p.s.hidden, GH = p.gh();
+  const std::size_t esize = dtype_size(p.dtype);
+  st->R = st->memory.make(p.dtype, {2, H, GH}, 0, 0, 0, stream);
+  st->bias = st->memory.make(p.dtype, {2, GH}, 0, 0, 0, stream);
+  for (int l = 0; l < 2; ++l) {
+    check_cuda(cudaMemcpyAsync(static_cast<char*>(st->R.data) + l * H * GH * esize, set.layer[l].R.data,
+                               H * GH * esize, cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync (stacked R)");
+    check_cuda(cudaMemcpyAsync(static_cast<char*>(st->bias.data) + l * GH * esize, set.layer[l].bias.data,
+                               GH * esize, cudaMemcpyDeviceToDevice, stream),
+               "cudaMemcpyAsync (stacked bias)");
+  }
+  st->W = view(set.layer[1].W, {1, H, GH});
+  st->y_lower = view(set.layer[0].y, {1, B, T, H});
+  st->h_final = st->memory.make(DType::f32, {2, B, H}, 0, 0, 0, stream);
+  st->c_final = st->memory.make(DType::f32, {2, B, H}, 0, 0, 0, stream);
+  GatedRnnStackForwardArgs& a = st->args;
+  a.cell = p.cell.cell;
+  a.wx = &set.layer[0].wxp;
+  a.R = &st->R, a.W = &st->W, a.bias = &st->bias;
+  a.y = &set.layer[1].y, a.y_lower = &st->y_lower, a.h_final = &st->h_final;
+  if (p.has_c) a.c_final = &st->c_final;
+  return st;
+}
+
 // The stacked call's check: one call (run(0): set 0) with every output
 // poisoned, every element finite, and both layers' y, h_final and c_final
 // against the double reference of the two layers (layer 1 on x W_1, layer
 // 2 on y_1 W_2), normwise: layer 1's projection runs as TF32 in f32 (the
 // projection products' own check allows 2e-3), and it feeds both layers.
 template <class Run>
-std::string validate_stack(const Problem& p, const CallSet& set, const Run& run, cudaStream_t stream) {
+std::string validate_stack(const Problem& p, const CallSet& set, const StackedSet& st, const Run& run,
+                           cudaStream_t stream) {
   const int64_t T = p.s.steps, H = p.s.hidden, GH = p.gh();
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
-  std::vector<const Tensor*> outputs;
-  for (const Layer& ly : set.layer)
-    for (const Tensor* t : {&ly.y, &ly.h_final, &ly.c_final})
-      if (t != &ly.c_final || p.has_c) outputs.push_back(t);
+  std::vector<const Tensor*> outputs = {&set.layer[0].y, &set.layer[1].y, &st.h_final};
+  if (p.has_c) outputs.push_back(&st.c_final);
   for (const Tensor* t : outputs) poison(*t, stream);
   run(0);
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -659,25 +702,30 @@ std::string validate_stack(const Problem& p, const CallSet& set, const Run& run,
 
   reference::GatedRnnKind kind{};
   if (!reference_kind(p.cell.cell, &kind)) return "validation FAILED: no reference for this cell";
-  std::vector<double> input = download(set.layer[0].x, 0, sz(T * H));
-  double err = 0;
+  reference::GatedRnnStackProblem rp;
+  rp.kind = kind;
+  rp.batch = 1, rp.steps = T, rp.hidden = H;
+  // Layer 1's wx = x W_1, in double (the call's own came from cuBLAS).
+  const std::vector<double> x = download(set.layer[0].x, 0, sz(T * H));
+  const std::vector<double> W1 = download(set.layer[0].W, 0, sz(H * GH));
+  rp.wx.assign(sz(T * GH), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t kk = 0; kk < H; ++kk)
+      for (int64_t j = 0; j < GH; ++j) rp.wx[sz(t * GH + j)] += x[sz(t * H + kk)] * W1[sz(kk * GH + j)];
   for (const Layer& ly : set.layer) {
-    reference::GatedRnnProblem rp;
-    rp.kind = kind;
-    rp.batch = 1, rp.steps = T, rp.hidden = H;
-    const std::vector<double> W = download(ly.W, 0, sz(H * GH));
-    rp.wx.assign(sz(T * GH), 0.0);
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t kk = 0; kk < H; ++kk)
-        for (int64_t j = 0; j < GH; ++j)
-          rp.wx[sz(t * GH + j)] += input[sz(t * H + kk)] * W[sz(kk * GH + j)];
-    rp.R = download(ly.R, 0, sz(H * GH));
-    rp.bias = download(ly.bias, 0, sz(GH));
-    const auto f = reference::gated_rnn_forward(rp);
-    err = std::max({err, normwise(download(ly.y, 0, sz(T * H)), f.y),
-                    normwise(download(ly.h_final, 0, sz(H)), f.h_final)});
-    if (p.has_c) err = std::max(err, normwise(download(ly.c_final, 0, sz(H)), f.c_final));
-    input = f.y;
+    rp.R.push_back(download(ly.R, 0, sz(H * GH)));
+    rp.bias.push_back(download(ly.bias, 0, sz(GH)));
+    rp.h0.emplace_back();
+    rp.c0.emplace_back();
+  }
+  rp.W.push_back(download(set.layer[1].W, 0, sz(H * GH)));
+  rp.W_bias.emplace_back();
+  const auto ref = reference::gated_rnn_stack_forward(rp);
+  double err = 0;
+  for (std::size_t l = 0; l < 2; ++l) {
+    err = std::max({err, normwise(download(set.layer[l].y, 0, sz(T * H)), ref[l].y),
+                    normwise(download(st.h_final, l * sz(H), sz(H)), ref[l].h_final)});
+    if (p.has_c) err = std::max(err, normwise(download(st.c_final, l * sz(H), sz(H)), ref[l].c_final));
   }
   const double limit = p.dtype == DType::f32 ? 5e-3 : 2e-2;
   const bool ok = unwritten == 0 && err <= limit;
@@ -691,70 +739,39 @@ std::string validate_stack(const Problem& p, const CallSet& set, const Run& run,
   return line;
 }
 
-// Two layers at B = 1 as one launch (kernels::launch_gated_rnn_stack_forward,
-// cuda/gated_rnn/gated_rnn_forward_stack.cuh), proj "stk": layer 1's
-// projection x W through bench_gemm.h, then both layers, layer 2's
-// projection y_1 W_2 inside the kernel; the tensors of the "yes" rows. Not
-// yet a public op: called through the kernel layer, planned per call, its
-// workspace allocated once (the API's argument checks, a few us of host
-// time a call, are not in events_us); checked first (validate_stack).
+// Two layers at B = 1 as one launch (exphil::gated_rnn_stack_forward, the
+// op gru_stack / lstm_stack; cuda/gated_rnn/gated_rnn_forward_stack.cuh),
+// proj "stk": layer 1's projection x W through bench_gemm.h, then the
+// stacked call, layer 2's projection y_1 W_2 inside the kernel; the tensors
+// of the "yes" rows, R and bias stacked. Checked first (validate_stack).
 void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, const Problem& p,
                  const std::vector<std::unique_ptr<CallSet>>& sets, const Budget& budget) {
-  namespace k = exphil::kernels;
-  const k::GatedRnnCell cell =
-      p.cell.cell == GatedRnnCell::gru ? k::GatedRnnCell::gru : k::GatedRnnCell::lstm;
-  const k::GatedRnnShape shape{1, p.s.steps, p.s.hidden};
-  int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  k::GatedRnnDevice dev;
-  check_cuda(k::query_gated_rnn_device(device, dev), "query_gated_rnn_device");
-  const k::GatedRnnPlan plan0 = k::plan_gated_rnn_stack(cell, shape, 2, dev);
-  if (const char* why = k::gated_rnn_stack_unsupported(plan0, cell, shape, 2, dev)) {
-    std::printf("%-5s %-5s %-14s stacked forward not run: %s\n", gated_rnn_cell_name(p.cell.cell),
-                dtype_name(p.dtype), shape_name(p.s).c_str(), why);
+  std::vector<std::unique_ptr<StackedSet>> stacked;
+  for (const auto& set : sets) stacked.push_back(make_stacked_set(p, *set, c.stream));
+  GatedRnnLaunchInfo info;
+  GatedRnnLaunchOptions probe;
+  probe.chosen = &info;
+  const Status s = gated_rnn_stack_forward(stacked[0]->args, c.stream, &probe);
+  check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+  if (!s.ok() || !info.stacked) {
+    std::printf("%-5s %-5s %-14s stacked forward not run in one launch: %s\n",
+                gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(),
+                s.ok() ? "the library ran it layer by layer" : s.message().c_str());
     return;
   }
-  float* ws = nullptr;
-  check_cuda(cudaMalloc(reinterpret_cast<void**>(&ws), k::gated_rnn_workspace_bytes(plan0)),
-             "cudaMalloc (stack workspace)");
-  const auto params = [&](const CallSet& set) {
-    k::GatedRnnStackParams sp;
-    sp.layers = 2;
-    for (int l = 0; l < 2; ++l) {
-      const Layer& ly = set.layer[l];
-      k::GatedRnnForwardParams& f = sp.layer[l];
-      f.shape = shape;
-      f.cell = cell;
-      f.dtype = f.weight_dtype = p.dtype;
-      f.state_dtype = DType::f32;
-      f.d_wx = l == 0 ? ly.wxp.data : nullptr;
-      f.d_R = ly.R.data;
-      f.d_bias = ly.bias.data;
-      f.d_y = ly.y.data;
-      f.d_h_final = ly.h_final.data;
-      f.d_c_final = p.has_c ? ly.c_final.data : nullptr;
-      sp.d_W[l] = l == 0 ? nullptr : ly.W.data;
-    }
-    return sp;
-  };
   auto run = [&](int rep) {
-    const CallSet& set = *sets[static_cast<std::size_t>(rep) % sets.size()];
-    project_forward(p, set.layer[0], gemm);
-    const k::GatedRnnPlan plan = k::plan_gated_rnn_stack(cell, shape, 2, dev);
-    const k::LaunchResult r = k::launch_gated_rnn_stack_forward(params(set), plan, ws, c.stream);
-    if (!r.ok()) check_cuda(r.error, r.call);
+    const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
+    project_forward(p, sets[i]->layer[0], gemm);
+    require(gated_rnn_stack_forward(stacked[i]->args, c.stream), "gated_rnn_stack_forward");
   };
-  const std::string validation = validate_stack(p, *sets[0], run, c.stream);
+  const std::string validation = validate_stack(p, *sets[0], *stacked[0], run, c.stream);
   const Times t = time_ours(c.stream, budget, sets.size(), small_call(p.s), run);
   check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
-  check_cuda(cudaFree(ws), "cudaFree (stack workspace)");
   const Floor fl = floor_of(p, rates, c, 2, true, false);
-  const std::string layout = "s" + std::to_string(plan0.units_per_block) + "x" +
-                             std::to_string(plan0.blocks) + "/t1/res/k2";
   std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
               gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(), 2, "stk",
-              "fwd", layout.c_str(), t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us,
-              t.host_us, "(stacked, 1 launch)");
+              "fwd", layout_name(info, info.kernels + 1).c_str(), t.events_us, t.graph_us, fl.us, fl.bound,
+              t.graph_us / fl.us, t.host_us, "(stacked, 1 launch)");
   std::printf("%-5s %-5s %-14s stacked %s\n", gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype),
               shape_name(p.s).c_str(), validation.c_str());
 }

@@ -364,6 +364,35 @@ exphil_status exphil_gru_backward(const exphil_tensor* wx, const exphil_tensor* 
   });
 }
 
+exphil_status exphil_gru_stack_forward(const exphil_tensor* wx, const exphil_tensor* R,
+                                       const exphil_tensor* W, const exphil_tensor* bias,
+                                       const exphil_tensor* W_bias, const exphil_tensor* h0,
+                                       const exphil_tensor* y, const exphil_tensor* y_lower,
+                                       const exphil_tensor* h_final, exphil_stream stream) {
+  return c_call([&] {
+    exphil::GatedRnnStackForwardArgs a;
+    a.cell = exphil::GatedRnnCell::gru;
+    a.wx = wx, a.R = R, a.W = W, a.bias = bias, a.W_bias = W_bias, a.h0 = h0;
+    a.y = y, a.y_lower = y_lower, a.h_final = h_final;
+    return exphil::gated_rnn_stack_forward(a, stream);
+  });
+}
+
+exphil_status exphil_lstm_stack_forward(const exphil_tensor* wx, const exphil_tensor* R,
+                                        const exphil_tensor* W, const exphil_tensor* bias,
+                                        const exphil_tensor* W_bias, const exphil_tensor* h0,
+                                        const exphil_tensor* c0, const exphil_tensor* y,
+                                        const exphil_tensor* y_lower, const exphil_tensor* h_final,
+                                        const exphil_tensor* c_final, exphil_stream stream) {
+  return c_call([&] {
+    exphil::GatedRnnStackForwardArgs a;
+    a.cell = exphil::GatedRnnCell::lstm;
+    a.wx = wx, a.R = R, a.W = W, a.bias = bias, a.W_bias = W_bias, a.h0 = h0, a.c0 = c0;
+    a.y = y, a.y_lower = y_lower, a.h_final = h_final, a.c_final = c_final;
+    return exphil::gated_rnn_stack_forward(a, stream);
+  });
+}
+
 exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* R,
                                   const exphil_tensor* bias, const exphil_tensor* h0,
                                   const exphil_tensor* c0, const exphil_tensor* y,

@@ -15,6 +15,34 @@ namespace {
 
 using kernels::GatedRnnDirection;
 
+// What a plan says of the layout (GatedRnnLaunchInfo), but for
+// tensor_cores and kernels, which each op direction counts its own way.
+void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
+  info = GatedRnnLaunchInfo{};
+  info.units_per_block = p.units_per_block;
+  info.blocks = p.blocks;
+  info.batch_blocks = p.batch_blocks;
+  info.batch_tile = p.batch_tile;
+  info.resident_weights = p.resident_weights;
+  info.unit_warps = p.unit_warps;
+  info.k_split = p.k_split;
+}
+
+// The API's launch options as the planner takes them (defaults without).
+kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* options) {
+  kernels::GatedRnnLaunchOptions o;
+  if (options) {
+    o.units_per_block = options->units_per_block;
+    o.batch_blocks = options->batch_blocks;
+    o.batch_tile = options->batch_tile;
+    o.streamed_weights = options->streamed_weights;
+    o.unit_warps = options->unit_warps;
+    o.k_split = options->k_split;
+    o.tensor_cores = options->tensor_cores;
+  }
+  return o;
+}
+
 template <GatedRnnDirection Direction>
 struct GatedRnnOpDirection {
   static constexpr bool kForward = Direction == GatedRnnDirection::forward;
@@ -53,19 +81,9 @@ struct GatedRnnOpDirection {
     // The device's numbers as the launch context read them once.
     const runtime::DeviceArchitecture& a = context.architecture();
     const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
-    kernels::GatedRnnLaunchOptions o;
-    if (options) {
-      o.units_per_block = options->units_per_block;
-      o.batch_blocks = options->batch_blocks;
-      o.batch_tile = options->batch_tile;
-      o.streamed_weights = options->streamed_weights;
-      o.unit_warps = options->unit_warps;
-      o.k_split = options->k_split;
-      o.tensor_cores = options->tensor_cores;
-    }
     const kernels::GatedRnnForwardParams& f = forward_params(params);
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   device, o, {f.dtype, f.weight_dtype});
+                                   device, kernel_options(options), {f.dtype, f.weight_dtype});
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
@@ -92,13 +110,7 @@ struct GatedRnnOpDirection {
   static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
     if (!options || !options->chosen) return;
     GatedRnnLaunchInfo& info = *options->chosen;
-    info.units_per_block = p.units_per_block;
-    info.blocks = p.blocks;
-    info.batch_blocks = p.batch_blocks;
-    info.batch_tile = p.batch_tile;
-    info.resident_weights = p.resident_weights;
-    info.unit_warps = p.unit_warps;
-    info.k_split = p.k_split;
+    report_layout(p, info);
     info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
@@ -109,6 +121,66 @@ struct GatedRnnOpDirection {
 
 using GatedRnnForwardOp = GatedRnnOpDirection<GatedRnnDirection::forward>;
 using GatedRnnBackwardOp = GatedRnnOpDirection<GatedRnnDirection::backward>;
+
+// The stacked layers' forward: one launch at B = 1 where the wavefront
+// fits, else the layers one after another (kernels::plan_gated_rnn_stack).
+struct GatedRnnStackForwardOp {
+  using Args = GatedRnnStackForwardArgs;
+  using Params = kernels::GatedRnnStackParams;
+  using Call = runtime::GatedRnnCall;
+  using LaunchOptions = GatedRnnLaunchOptions;
+  using Plan = kernels::GatedRnnPlan;
+  static constexpr const char* kWhere = "gated_rnn_stack_forward";
+  static constexpr const char* kWorkspace = "gated RNN workspace";
+
+  static std::string context(const Args& args) {
+    return std::string(gated_rnn_cell_name(args.cell)) + "_stack forward";
+  }
+
+  static Status validate(const Args& args, Params& params, Call& call) {
+    return runtime::validate_gated_rnn_stack_forward(args, params, call);
+  }
+
+  static Plan plan(const Args& args, const Call& call, const Params& params,
+                   const runtime::LaunchContext& context, const LaunchOptions* options) {
+    const runtime::DeviceArchitecture& a = context.architecture();
+    const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
+    const kernels::GatedRnnForwardParams& f = params.layer[0];
+    return kernels::plan_gated_rnn_stack(static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
+                                         params.layers, device, kernel_options(options),
+                                         {f.dtype, f.weight_dtype});
+  }
+
+  static Status check_plan(const Plan& p, const Call& call, const Params& params) {
+    if (const char* why = kernels::gated_rnn_stack_unsupported(p, params.layer[0].cell, call.shape,
+                                                               params.layers, p.device)) {
+      const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
+      return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " with " +
+                                             std::to_string(params.layers) + " layers cannot run: " + why};
+    }
+    return {};
+  }
+
+  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
+    return kernels::gated_rnn_workspace_bytes(p);
+  }
+
+  static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
+                                      cudaStream_t stream) {
+    return kernels::launch_gated_rnn_stack_forward(params, p, d_workspace, stream);
+  }
+
+  static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
+    if (!options || !options->chosen) return;
+    GatedRnnLaunchInfo& info = *options->chosen;
+    report_layout(p, info);
+    info.tensor_cores = p.tensor_cores;
+    info.stacked = p.stack_depth > 0;
+    // Layer by layer: each layer's forward, and a product before each
+    // layer above the first.
+    info.kernels = info.stacked ? 1 : 2 * params.layers - 1;
+  }
+};
 
 }  // namespace
 
@@ -129,6 +201,15 @@ Status gated_rnn_forward(const GatedRnnForwardArgs& args, Stream stream,
 Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream,
                           const GatedRnnLaunchOptions* options) noexcept {
   return runtime::run_op<GatedRnnBackwardOp>(args, stream, options);
+}
+
+Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream,
+                               const GatedRnnLaunchOptions* options) noexcept {
+  return runtime::run_op<GatedRnnStackForwardOp>(args, stream, options);
+}
+
+Status can_implement(const GatedRnnStackForwardArgs& args) noexcept {
+  return runtime::check_op<GatedRnnStackForwardOp>(args);
 }
 
 Status can_implement(const GatedRnnForwardArgs& args) noexcept {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "runtime/cuda_status.hpp"
 
@@ -52,23 +53,13 @@ class GatedRnnChecker {
   }
 
   Status R(const Tensor* t, const void*& data) {
-    const char* layout = gru() ? "[H, 3H]" : "[H, 4H]";
-    EXPHIL_RETURN_IF_ERROR(check_descriptor("R", t, 2, layout));
-    // (Compared by division: the extents are not yet known to be small.)
-    if (t->shape[1] != gate_width_ || gate_width_ % gates() != 0 || t->shape[0] != gate_width_ / gates())
-      return {StatusCode::invalid_argument,
-              arg_prefix("R") + "expected shape " + layout + " with " + gates_dim() + " = " +
-                  std::to_string(gate_width_) + " (the last dimension of 'wx'), " +
-                  std::to_string(gates()) + " times H, got " + shape_string(t->shape, 2)};
-    call_.shape.hidden = t->shape[0];
-    EXPHIL_RETURN_IF_ERROR(group_dtype("R", *t, weight_dtype_, weight_set_, weight_source_));
-    EXPHIL_RETURN_IF_ERROR(accept("R", t, false, data));
-    // Offsets within one step's rows are 32-bit in the persistent kernels.
-    if (call_.shape.hidden > kMaxHidden)
-      return {StatusCode::not_supported, arg_prefix("R") + "H = " + std::to_string(call_.shape.hidden) +
-                                             "; the kernels support H up to " + std::to_string(kMaxHidden) +
-                                             " (and as far as the device's multiprocessors hold)"};
-    return {};
+    int layers = 1;
+    return recurrent_weights(t, 2, gru() ? "[H, 3H]" : "[H, 4H]", layers, data);
+  }
+
+  // The stack's R [L, H, G*H]: fixes L (2 to kGatedRnnMaxStackLayers) too.
+  Status stacked_R(const Tensor* t, int& layers, const void*& data) {
+    return recurrent_weights(t, 3, gru() ? "[L, H, 3H]" : "[L, H, 4H]", layers, data);
   }
 
   enum class Layout { sequence, gates_sequence, weights, gates, state };
@@ -107,8 +98,15 @@ class GatedRnnChecker {
         l = {"[B, H]", "[B, H] from 'wx' and 'R'"};
         break;
     }
-    EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, l.desc));
-    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, l.source));
+    return shaped(name, t, rank, dims, l.desc, l.source, group, output, data);
+  }
+
+  // A tensor of `rank` extents `dims`, named `desc` ("[L, H, 3H]") and
+  // sourced as `source` in messages, of one dtype group; present.
+  Status shaped(const char* name, const Tensor* t, int rank, const int64_t* dims, const char* desc,
+                const char* source, Group group, bool output, const void*& data) {
+    EXPHIL_RETURN_IF_ERROR(check_descriptor(name, t, rank, desc));
+    EXPHIL_RETURN_IF_ERROR(check_shape(name, *t, dims, source));
     switch (group) {
       case Group::sequence: {
         const auto got = static_cast<DType>(t->dtype);
@@ -158,6 +156,48 @@ class GatedRnnChecker {
     return tensor(name, t, Layout::state, Group::states, true, output, data);
   }
 
+  // The stack's other tensors: `leading` layers ahead of a one-layer
+  // layout (L or K = L - 1), e.g. h0 [L, B, H] or y_lower [K, B, T, H].
+  enum class Stacked { weights, gates, state, sequence };
+  Status stacked(const char* name, const Tensor* t, int64_t leading, bool above_first, Stacked layout,
+                 Group group, bool optional, bool output, const void*& data) {
+    data = nullptr;
+    if (!t && optional) return {};
+    const auto& s = call_.shape;
+    const bool g = gru();
+    int64_t dims[4] = {leading, 0, 0, 0};
+    int rank = 3;
+    const char* desc = "";
+    const char* source = "";
+    switch (layout) {
+      case Stacked::weights:
+        dims[1] = s.hidden, dims[2] = gate_width_;
+        desc = above_first ? (g ? "[L-1, H, 3H]" : "[L-1, H, 4H]") : (g ? "[L, H, 3H]" : "[L, H, 4H]");
+        source = above_first ? (g ? "[L-1, H, 3H] from 'R'" : "[L-1, H, 4H] from 'R'")
+                             : (g ? "[L, H, 3H] of 'R'" : "[L, H, 4H] of 'R'");
+        break;
+      case Stacked::gates:
+        rank = 2;
+        dims[1] = gate_width_;
+        desc = above_first ? (g ? "[L-1, 3H]" : "[L-1, 4H]") : (g ? "[L, 3H]" : "[L, 4H]");
+        source = above_first ? (g ? "[L-1, 3H] from 'R'" : "[L-1, 4H] from 'R'")
+                             : (g ? "[L, 3H] from 'R'" : "[L, 4H] from 'R'");
+        break;
+      case Stacked::state:
+        dims[1] = s.batch, dims[2] = s.hidden;
+        desc = "[L, B, H]";
+        source = "[L, B, H] from 'R' and 'wx'";
+        break;
+      case Stacked::sequence:
+        rank = 4;
+        dims[1] = s.batch, dims[2] = s.steps, dims[3] = s.hidden;
+        desc = "[L-1, B, T, H]";
+        source = "[L-1, B, T, H] from 'R' and 'wx'";
+        break;
+    }
+    return shaped(name, t, rank, dims, desc, source, group, output, data);
+  }
+
   DType dtype() const noexcept { return dtype_; }
   DType weight_dtype() const noexcept { return weight_dtype_; }
   DType state_dtype() const noexcept { return state_set_ ? state_dtype_ : DType::f32; }
@@ -178,6 +218,36 @@ class GatedRnnChecker {
     if (got != group)
       return {StatusCode::invalid_argument, arg_prefix(name) + "expected dtype " + dtype_name(group) +
                                                 " (the dtype of '" + source + "'), got " + dtype_name(got)};
+    return {};
+  }
+
+  // R of one layer ([H, G*H], rank 2) or of the stack's ([L, H, G*H], rank
+  // 3, L from 2 to kGatedRnnMaxStackLayers into `layers`): fixes H, G*H
+  // having to be G times it, and the weights' dtype.
+  Status recurrent_weights(const Tensor* t, int rank, const char* layout, int& layers, const void*& data) {
+    EXPHIL_RETURN_IF_ERROR(check_descriptor("R", t, rank, layout));
+    const int64_t* hg = t->shape + (rank - 2);  // [H, G*H]
+    // (Compared by division: the extents are not yet known to be small.)
+    if (hg[1] != gate_width_ || gate_width_ % gates() != 0 || hg[0] != gate_width_ / gates())
+      return {StatusCode::invalid_argument,
+              arg_prefix("R") + "expected shape " + layout + " with " + gates_dim() + " = " +
+                  std::to_string(gate_width_) + " (the last dimension of 'wx'), " +
+                  std::to_string(gates()) + " times H, got " + shape_string(t->shape, rank)};
+    if (rank == 3) {
+      if (t->shape[0] < 2 || t->shape[0] > kernels::kGatedRnnMaxStackLayers)
+        return {StatusCode::invalid_argument,
+                arg_prefix("R") + "expected 2 to " + std::to_string(kernels::kGatedRnnMaxStackLayers) +
+                    " layers (the first dimension, L), got " + std::to_string(t->shape[0])};
+      layers = static_cast<int>(t->shape[0]);
+    }
+    call_.shape.hidden = hg[0];
+    EXPHIL_RETURN_IF_ERROR(group_dtype("R", *t, weight_dtype_, weight_set_, weight_source_));
+    EXPHIL_RETURN_IF_ERROR(accept("R", t, false, data));
+    // Offsets within one step's rows are 32-bit in the persistent kernels.
+    if (call_.shape.hidden > kMaxHidden)
+      return {StatusCode::not_supported, arg_prefix("R") + "H = " + std::to_string(call_.shape.hidden) +
+                                             "; the kernels support H up to " + std::to_string(kMaxHidden) +
+                                             " (and as far as the device's multiprocessors hold)"};
     return {};
   }
 
@@ -225,7 +295,77 @@ void fill_forward(const GatedRnnChecker& check, GatedRnnCell cell, const GatedRn
   p.state_dtype = check.state_dtype();
 }
 
+// Element `index` of a tensor `base` of `dtype` (f32, f16 or bf16), or
+// null where `base` is.
+template <class T>
+T* element(T* base, DType dtype, int64_t index) {
+  if (!base) return nullptr;
+  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
+  return static_cast<T*>(static_cast<Byte*>(base) + index * (dtype == DType::f32 ? 4 : 2));
+}
+
 }  // namespace
+
+Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
+                                        kernels::GatedRnnStackParams& params, GatedRnnCall& call) {
+  if (args.cell != GatedRnnCell::gru && args.cell != GatedRnnCell::lstm)
+    return {StatusCode::invalid_argument, "argument 'cell': expected gru (0) or lstm (1), got " +
+                                              std::to_string(static_cast<int>(args.cell))};
+  GatedRnnChecker check(args.cell, call);
+  const void *wx = nullptr, *R = nullptr, *W = nullptr, *bias = nullptr, *W_bias = nullptr;
+  const void *h0 = nullptr, *c0 = nullptr, *y = nullptr, *y_lower = nullptr, *h_final = nullptr,
+             *c_final = nullptr;
+  int L = 0;
+  EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, wx));
+  EXPHIL_RETURN_IF_ERROR(check.stacked_R(args.R, L, R));
+  using Stacked = GatedRnnChecker::Stacked;
+  const int64_t K = L - 1;
+  EXPHIL_RETURN_IF_ERROR(check.stacked("W", args.W, K, true, Stacked::weights, Group::weights, false, false, W));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("bias", args.bias, L, false, Stacked::gates, Group::weights, true, false, bias));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("W_bias", args.W_bias, K, true, Stacked::gates, Group::weights, true, false, W_bias));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("h0", args.h0, L, false, Stacked::state, Group::states, true, false, h0));
+  if (args.c0 && args.cell == GatedRnnCell::gru)
+    return {StatusCode::invalid_argument, "argument 'c0': expected NULL: a GRU has no cell state"};
+  EXPHIL_RETURN_IF_ERROR(check.stacked("c0", args.c0, L, false, Stacked::state, Group::states, true, false, c0));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("y", args.y, Layout::sequence, Group::sequence, false, true, y));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("y_lower", args.y_lower, K, true, Stacked::sequence, Group::sequence, true, true, y_lower));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("h_final", args.h_final, L, false, Stacked::state, Group::states, true, true, h_final));
+  if (args.c_final && args.cell == GatedRnnCell::gru)
+    return {StatusCode::invalid_argument, "argument 'c_final': expected NULL: a GRU has no cell state"};
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("c_final", args.c_final, L, false, Stacked::state, Group::states, true, true, c_final));
+  EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
+
+  // Each layer's params: its slices of the stacked tensors.
+  const kernels::GatedRnnShape& s = call.shape;
+  const int64_t GH = kernels::gated_rnn_gates(static_cast<kernels::GatedRnnCell>(args.cell)) * s.hidden;
+  const DType wdt = check.weight_dtype(), sdt = check.state_dtype(), dt = check.dtype();
+  params = kernels::GatedRnnStackParams{};
+  params.layers = L;
+  for (int l = 0; l < L; ++l) {
+    kernels::GatedRnnForwardParams& f = params.layer[l];
+    f.shape = s;
+    f.cell = static_cast<kernels::GatedRnnCell>(args.cell);
+    f.dtype = dt, f.weight_dtype = wdt, f.state_dtype = sdt;
+    f.d_wx = l == 0 ? wx : nullptr;
+    f.d_R = element(R, wdt, l * s.hidden * GH);
+    f.d_bias = element(bias, wdt, l * GH);
+    f.d_h0 = element(h0, sdt, l * s.batch * s.hidden);
+    f.d_c0 = element(c0, sdt, l * s.batch * s.hidden);
+    f.d_y = l + 1 == L ? const_cast<void*>(y)
+                       : element(const_cast<void*>(y_lower), dt, l * s.batch * s.steps * s.hidden);
+    f.d_h_final = element(const_cast<void*>(h_final), sdt, l * s.batch * s.hidden);
+    f.d_c_final = element(const_cast<void*>(c_final), sdt, l * s.batch * s.hidden);
+    if (l > 0) {
+      params.d_W[l] = element(W, wdt, (l - 1) * s.hidden * GH);
+      params.d_W_bias[l] = element(W_bias, wdt, (l - 1) * GH);
+    }
+  }
+  return {};
+}
 
 Status validate_gated_rnn_forward(const GatedRnnForwardArgs& args, kernels::GatedRnnForwardParams& params,
                                   GatedRnnCall& call) {

@@ -17,6 +17,8 @@ struct GatedRnnCall {
 
 Status validate_gated_rnn_forward(const GatedRnnForwardArgs& args, kernels::GatedRnnForwardParams& params,
                                   GatedRnnCall& call);
+Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
+                                        kernels::GatedRnnStackParams& params, GatedRnnCall& call);
 Status validate_gated_rnn_backward(const GatedRnnBackwardArgs& args, kernels::GatedRnnBackwardParams& params,
                                    GatedRnnCall& call);
 

@@ -125,6 +125,17 @@ const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noe
   return find(slots, name);
 }
 
+const Tensor** tensor_slot(GatedRnnStackForwardArgs& args, std::string_view name) noexcept {
+  if (!cell_has(args.cell, name)) return nullptr;
+  const Named slots[] = {{"wx", &args.wx},           {"R", &args.R},
+                         {"W", &args.W},             {"bias", &args.bias},
+                         {"W_bias", &args.W_bias},   {"h0", &args.h0},
+                         {"c0", &args.c0},           {"y", &args.y},
+                         {"y_lower", &args.y_lower}, {"h_final", &args.h_final},
+                         {"c_final", &args.c_final}};
+  return find(slots, name);
+}
+
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept {
   if (!cell_has(args.cell, name)) return nullptr;
   const Named slots[] = {{"wx", &args.wx},

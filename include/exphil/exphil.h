@@ -453,6 +453,34 @@ EXPHIL_API exphil_status exphil_lstm_backward(
     const exphil_tensor* grad_rh, exphil_stream stream);
 
 /* ---------------------------------------------------------------------------
+ * gru_stack and lstm_stack: L = 2 to 4 stacked GRU or LSTM layers of one H,
+ * forward (added in 0.2.0; exphil/gated_rnn.hpp gives the math), as
+ * torch.nn.GRU(H, H, L) and torch.nn.LSTM(H, H, L) run them: layer 0 on the
+ * given wx, layer l > 0 on y_{l-1} W[l-1] + W_bias[l-1]. With K = L - 1:
+ *
+ *   wx [B, T, G*H];  R [L, H, G*H];  W [K, H, G*H];  bias [L, G*H];
+ *   W_bias [K, G*H];  h0, c0, h_final, c_final [L, B, H];  y [B, T, H] (the
+ *   last layer's);  y_lower [K, B, T, H] (the others')
+ *
+ * Dtypes as gru and lstm's, W and W_bias with R. NULL: bias and W_bias
+ * (none), h0 and c0 (zeros), y_lower, h_final and c_final (not written).
+ * At B = 1 with H <= 256 one launch, the layers overlapping in time;
+ * elsewhere the layers one after another.
+ * ------------------------------------------------------------------------- */
+
+EXPHIL_API exphil_status exphil_gru_stack_forward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
+    const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
+    const exphil_tensor* y, const exphil_tensor* y_lower, const exphil_tensor* h_final,
+    exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_lstm_stack_forward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
+    const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
+    const exphil_tensor* c0, const exphil_tensor* y, const exphil_tensor* y_lower,
+    const exphil_tensor* h_final, const exphil_tensor* c_final, exphil_stream stream);
+
+/* ---------------------------------------------------------------------------
  * slstm: xLSTM's sLSTM (scalar LSTM with exponential gating) with the
  * recurrent product fused in, exactly as Edifice's slstm_scan computes it
  * (exphil/gated_rnn.hpp gives the math). Gates i, f, z, o side by side:

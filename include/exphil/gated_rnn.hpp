@@ -105,6 +105,34 @@ struct GatedRnnBackwardArgs {
   const Tensor* grad_rh = nullptr;
 };
 
+// Stacked GRU or LSTM layers, forward (ops "gru_stack" and "lstm_stack"):
+// L = 2 to 4 layers of one H, as torch.nn.GRU(H, H, L) and
+// torch.nn.LSTM(H, H, L) run them. Layer 0 takes the given wx, as the
+// one-layer op does; layer l > 0 takes wx_l = y_{l-1} W[l-1] + W_bias[l-1],
+// the layer below's output projected by the library. Shapes, with K = L - 1:
+// R [L, H, G*H] (layer l's R at [l]), W [K, H, G*H], bias [L, G*H], W_bias
+// [K, G*H], h0, c0, h_final, c_final [L, B, H]; wx [B, T, G*H]; y [B, T,
+// H] the last layer's output, y_lower [K, B, T, H] the others'. Dtypes as
+// the one-layer op's, W and W_bias with R. At B = 1 with H <= 256 the whole
+// stack is one launch, layer l running step t while the layer below runs
+// ahead (gated_rnn_forward_stack.cuh): the layers above see their input in
+// f32. Elsewhere the layers run one after another, each projection one
+// product, the input rounded to the sequence dtype as two calls would.
+struct GatedRnnStackForwardArgs {
+  GatedRnnCell cell = GatedRnnCell::gru;  // gru or lstm
+  const Tensor* wx = nullptr;       // [B, T, G*H], layer 0's input projection
+  const Tensor* R = nullptr;        // [L, H, G*H]
+  const Tensor* W = nullptr;        // [L-1, H, G*H], the input weights of layers 1 to L-1
+  const Tensor* bias = nullptr;     // optional [L, G*H], the recurrent biases
+  const Tensor* W_bias = nullptr;   // optional [L-1, G*H], the input biases of layers 1 to L-1
+  const Tensor* h0 = nullptr;       // optional [L, B, H] (zeros)
+  const Tensor* c0 = nullptr;       // optional [L, B, H], LSTM only (zeros)
+  const Tensor* y = nullptr;        // output [B, T, H], the last layer's every h_t
+  const Tensor* y_lower = nullptr;  // optional output [L-1, B, T, H], the other layers'
+  const Tensor* h_final = nullptr;  // optional output [L, B, H]
+  const Tensor* c_final = nullptr;  // optional output [L, B, H], LSTM only
+};
+
 // How a call was laid out on the GPU (reported through
 // GatedRnnLaunchOptions::chosen).
 struct GatedRnnLaunchInfo {
@@ -123,6 +151,9 @@ struct GatedRnnLaunchInfo {
   // registers (R and the sequence both bf16 or both f16, H a multiple of 16).
   // Backward: its products of h and R and of h and grad_rh on tensor cores.
   bool tensor_cores = false;
+  // A stack: its layers in one launch (the wavefront), else one after
+  // another, each in the layout the other fields give.
+  bool stacked = false;
   int kernels = 0;                // kernel launches of the call
 };
 
@@ -159,10 +190,17 @@ Status gated_rnn_forward(const GatedRnnForwardArgs& args, Stream stream = nullpt
 Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream = nullptr,
                           const GatedRnnLaunchOptions* options = nullptr) noexcept;
 
+// The stack. options.k_split = 0 runs it layer by layer at B = 1 too;
+// units_per_block sets the wavefront's units a block (and, layer by layer,
+// the layers').
+Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream = nullptr,
+                               const GatedRnnLaunchOptions* options = nullptr) noexcept;
+
 // Checks a call without running it or the device, as scan.hpp's
 // can_implement says.
 Status can_implement(const GatedRnnForwardArgs& args) noexcept;
 Status can_implement(const GatedRnnBackwardArgs& args) noexcept;
+Status can_implement(const GatedRnnStackForwardArgs& args) noexcept;
 
 // The member of `args` that holds the tensor the op's description
 // (op_descriptions.h) names `name`, or null for a name it does not have
@@ -171,6 +209,7 @@ Status can_implement(const GatedRnnBackwardArgs& args) noexcept;
 // the description's names.
 const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(GatedRnnStackForwardArgs& args, std::string_view name) noexcept;
 
 // The op direction of these args, chosen by their type, as can_implement is:
 // for bindings that serve every op alike.
@@ -179,6 +218,9 @@ inline Status run(const GatedRnnForwardArgs& args, Stream stream = nullptr) noex
 }
 inline Status run(const GatedRnnBackwardArgs& args, Stream stream = nullptr) noexcept {
   return gated_rnn_backward(args, stream);
+}
+inline Status run(const GatedRnnStackForwardArgs& args, Stream stream = nullptr) noexcept {
+  return gated_rnn_stack_forward(args, stream);
 }
 
 }  // namespace exphil

@@ -26,7 +26,8 @@
  *   EXPHIL_OP_DIRECTION(op, direction, tensors, options, bindings)
  *
  * op          the op's name: the C++ API's (ScanOp's name, "selective_scan",
- *             "attention", GatedRnnCell's name), the C ABI's and the NIF's
+ *             "attention", GatedRnnCell's name, and with "_stack" the
+ *             stacked GRU and LSTM layers), the C ABI's and the NIF's
  *             (exphil_<op>_<direction>,
  *             <op>_<direction>) where the op has those ways in.
  * direction   forward or backward.
@@ -48,7 +49,9 @@
  *                      f32: f32 only.
  *               shape  named dimensions, comma-separated; a name means the
  *                      same extent wherever it appears; "3H" is 3 times H
- *                      (the GRU's gates side by side; "4H" the LSTM's and sLSTM's). The first tensor
+ *                      (the GRU's gates side by side; "4H" the LSTM's and sLSTM's);
+ *                      the stacks' L is their layers (2 to 4) and K the
+ *                      layers above the first, L - 1. The first tensor
  *                      that names a dimension sets it. Extents the kernels
  *                      limit (attention's head width d: 32, 64, 96 or 128;
  *                      the selective scan's N: 1 to 256) are the C++
@@ -128,7 +131,9 @@
   EXPHIL_OP_DIRECTION(gru, forward, "wx:in:seq:B,T,3H R:in:weight:H,3H bias?:in:weight:3H h0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H", "", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(gru, backward, "wx:in:seq:B,T,3H R:in:weight:H,3H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:3H h0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_wx?:out:seq:B,T,3H grad_R?:out:weight:H,3H grad_bias?:out:weight:3H grad_h0?:out:carry:B,H grad_rh?:out:seq:B,T,3H", "", "cpp c nif xla") \
   EXPHIL_OP_DIRECTION(lstm, forward, "wx:in:seq:B,T,4H R:in:weight:H,4H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H y:out:seq:B,T,H h_final?:out:carry:B,H c_final?:out:carry:B,H", "", "cpp c nif xla") \
-  EXPHIL_OP_DIRECTION(lstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp c nif xla")
+  EXPHIL_OP_DIRECTION(lstm, backward, "wx:in:seq:B,T,4H R:in:weight:H,4H y:in:seq:B,T,H grad_y:in:seq:B,T,H bias?:in:weight:4H h0?:in:carry:B,H c0?:in:carry:B,H grad_h_final?:in:carry:B,H grad_c_final?:in:carry:B,H grad_wx?:out:seq:B,T,4H grad_R?:out:weight:H,4H grad_bias?:out:weight:4H grad_h0?:out:carry:B,H grad_c0?:out:carry:B,H grad_rh?:out:seq:B,T,4H", "", "cpp c nif xla") \
+  EXPHIL_OP_DIRECTION(gru_stack, forward, "wx:in:seq:B,T,3H R:in:weight:L,H,3H W:in:weight:K,H,3H bias?:in:weight:L,3H W_bias?:in:weight:K,3H h0?:in:carry:L,B,H y:out:seq:B,T,H y_lower?:out:seq:K,B,T,H h_final?:out:carry:L,B,H", "", "cpp c") \
+  EXPHIL_OP_DIRECTION(lstm_stack, forward, "wx:in:seq:B,T,4H R:in:weight:L,H,4H W:in:weight:K,H,4H bias?:in:weight:L,4H W_bias?:in:weight:K,4H h0?:in:carry:L,B,H c0?:in:carry:L,B,H y:out:seq:B,T,H y_lower?:out:seq:K,B,T,H h_final?:out:carry:L,B,H c_final?:out:carry:L,B,H", "", "cpp c")
 /* clang-format on */
 
 #endif /* EXPHIL_OP_DESCRIPTIONS_H */

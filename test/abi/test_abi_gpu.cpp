@@ -342,6 +342,111 @@ TEST_CASE("sLSTM through the C ABI matches the reference", "[gpu][abi]") {
   check_abi_gated_rnns({GatedRnnKind::slstm}, "sLSTM");
 }
 
+// exphil_gru_stack_forward and exphil_lstm_stack_forward against the double
+// reference of their layers (gated_rnn_stack_forward): at B1 (one launch)
+// and B3 (layer by layer), every dtype, with every optional tensor and
+// with none, on the managed stream and on a caller's.
+TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][abi]") {
+  cudaStream_t caller = nullptr;
+  REQUIRE(cudaStreamCreate(&caller) == cudaSuccess);
+  const uint64_t seed = test_seed();
+  uint64_t i = 0;
+  double worst = 0;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+      for (int64_t B : {1, 3})
+        for (bool all : {true, false})
+          for (exphil_stream stream : {static_cast<exphil_stream>(nullptr), static_cast<exphil_stream>(caller)}) {
+            std::mt19937_64 rng(seed + i++);
+            const bool lstm = kind == GatedRnnKind::lstm;
+            const int64_t L = 3, K = L - 1, T = 9, H = 37, GH = (lstm ? 4 : 3) * H;
+            const DType wdt = all ? DType::f32 : dtype, sdt = all ? dtype : DType::f32;
+            const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
+            const double r = 1.5 / std::sqrt(static_cast<double>(H));
+            exphil::reference::GatedRnnStackProblem p;
+            p.kind = kind;
+            p.batch = B, p.steps = T, p.hidden = H;
+            p.wx = random_values(n(B * T * GH), -1.5, 1.5, dtype, rng);
+            p.R.resize(n(L)), p.bias.resize(n(L)), p.h0.resize(n(L)), p.c0.resize(n(L));
+            p.W.resize(n(K)), p.W_bias.resize(n(K));
+            std::vector<double> R, W, bias, W_bias, h0, c0;  // stacked
+            const auto add = [](std::vector<double>& to, const std::vector<double>& v) {
+              to.insert(to.end(), v.begin(), v.end());
+            };
+            for (int64_t l = 0; l < L; ++l) {
+              add(R, p.R[n(l)] = random_values(n(H * GH), -r, r, wdt, rng));
+              if (all) add(bias, p.bias[n(l)] = random_values(n(GH), -0.5, 0.5, wdt, rng));
+              if (all) add(h0, p.h0[n(l)] = random_values(n(B * H), -1, 1, sdt, rng));
+              if (all && lstm) add(c0, p.c0[n(l)] = random_values(n(B * H), -1, 1, sdt, rng));
+              if (l == 0) continue;
+              add(W, p.W[n(l - 1)] = random_values(n(H * GH), -r, r, wdt, rng));
+              if (all) add(W_bias, p.W_bias[n(l - 1)] = random_values(n(GH), -0.5, 0.5, wdt, rng));
+            }
+            using Owned = std::unique_ptr<DeviceTensor>;
+            using Shape = std::vector<int64_t>;
+            const auto input = [](const std::vector<double>& v, DType d, const Shape& s) {
+              return v.empty() ? Owned() : std::make_unique<DeviceTensor>(v, d, s);
+            };
+            const auto output = [](bool wanted, DType d, const Shape& s) {
+              return wanted ? std::make_unique<DeviceTensor>(d, s) : Owned();
+            };
+            const auto ptr = [](const Owned& t) { return t ? t->ptr() : nullptr; };
+            const Owned d_wx = input(p.wx, dtype, {B, T, GH}), d_R = input(R, wdt, {L, H, GH}),
+                        d_W = input(W, wdt, {K, H, GH}), d_bias = input(bias, wdt, {L, GH}),
+                        d_W_bias = input(W_bias, wdt, {K, GH}), d_h0 = input(h0, sdt, {L, B, H}),
+                        d_c0 = input(c0, sdt, {L, B, H}), y = output(true, dtype, {B, T, H}),
+                        y_lower = output(all, dtype, {K, B, T, H}), hf = output(all, sdt, {L, B, H}),
+                        cf = output(all && lstm, sdt, {L, B, H});
+            device_synchronize();
+            const char* name = lstm ? "exphil_lstm_stack_forward" : "exphil_gru_stack_forward";
+            const exphil_status st =
+                lstm ? exphil_lstm_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
+                                                 ptr(d_h0), ptr(d_c0), ptr(y), ptr(y_lower), ptr(hf), ptr(cf),
+                                                 stream)
+                     : exphil_gru_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
+                                                ptr(d_h0), ptr(y), ptr(y_lower), ptr(hf), stream);
+            INFO(name << " " << dtype_name(dtype) << " B" << B << (all ? " every optional tensor" : " none")
+                      << (stream ? " on a caller stream" : " on the managed stream") << ": "
+                      << exphil_last_error());
+            REQUIRE(st == EXPHIL_OK);
+            if (stream)
+              REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) == cudaSuccess);
+            else
+              REQUIRE(exphil_synchronize(0) == EXPHIL_OK);
+
+            const auto ref = exphil::reference::gated_rnn_stack_forward(p);
+            const Tolerance tol = gated_rnn_tolerance(dtype);
+            const Tolerance stol = gated_rnn_tolerance(sdt == DType::f32 ? dtype : sdt);
+            const auto part = [](const Owned& t, int64_t l, int64_t size) {
+              const std::vector<double> v = t->values();
+              return std::vector<double>(v.begin() + l * size, v.begin() + (l + 1) * size);
+            };
+            for (int64_t l = 0; l < L; ++l) {
+              const auto& f = ref[n(l)];
+              const double hscale = std::max({max_abs(f.y), max_abs(f.h_final), max_abs(p.h0[n(l)])});
+              const auto judge = [&](const std::vector<double>& got, const std::vector<double>& want,
+                                     Tolerance tl, double scale, const char* what) {
+                const Comparison cmp = compare(got, want, tl, scale);
+                INFO("layer " << l << "\n" << cmp.describe(what));
+                CHECK(cmp.ok);
+                worst = std::max(worst, cmp.worst_ratio);
+              };
+              if (l + 1 == L) judge(y->values(), f.y, tol, hscale, "y");
+              if (y_lower && l + 1 < L) judge(part(y_lower, l, B * T * H), f.y, tol, hscale, "y_lower");
+              if (hf) judge(part(hf, l, B * H), f.h_final, stol, hscale, "h_final");
+              if (cf)
+                judge(part(cf, l, B * H), f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p.c0[n(l)])),
+                      "c_final");
+            }
+            for (const Owned* t : {&y, &y_lower, &hf, &cf})
+              if (*t) CHECK((*t)->guards_intact());
+          }
+  std::printf("GRU and LSTM stacks through the C ABI: %llu calls, worst error/allowed %.3g "
+              "(EXPHIL_TEST_SEED=%llu)\n",
+              static_cast<unsigned long long>(i), worst, static_cast<unsigned long long>(seed));
+  CHECK(cudaStreamDestroy(caller) == cudaSuccess);
+}
+
 TEST_CASE("memory that is not on the device is rejected by name", "[gpu][abi]") {
   const std::size_t bytes = 2 * 5 * 4 * sizeof(float);
   void* device = nullptr;

@@ -57,7 +57,7 @@ std::vector<std::string> words(const std::string& text) {
 // and what the kernels take (head width 32, Hq a multiple of Hkv).
 const std::map<std::string, int64_t> kExtents = {
     {"B", 2}, {"T", 5}, {"H", 4}, {"D", 3}, {"N", 4}, {"Hq", 2}, {"Hkv", 1}, {"S", 6}, {"d", 32},
-    {"3H", 12}, {"4H", 16}};
+    {"3H", 12}, {"4H", 16}, {"L", 3}, {"K", 2}};
 
 // The tensors of one call, by name, and the call through can_implement.
 class Call {
@@ -101,6 +101,7 @@ class Call {
     if (row_.op == "selective_scan") return selective_scan();
     if (row_.op == "attention") return attention();
     if (row_.op == "gru" || row_.op == "lstm" || row_.op == "slstm") return gated_rnn();
+    if (row_.op == "gru_stack" || row_.op == "lstm_stack") return gated_rnn_stack();
     return scan();
   }
 
@@ -157,6 +158,15 @@ class Call {
                                                           : exphil::GatedRnnCell::slstm;
     REQUIRE(row_.op == exphil::gated_rnn_cell_name(cell));
     return by_direction<exphil::GatedRnnForwardArgs, exphil::GatedRnnBackwardArgs>([&](auto& a) { a.cell = cell; });
+  }
+
+  // The stacks have a forward only.
+  Status gated_rnn_stack() {
+    REQUIRE(row_.direction == "forward");
+    exphil::GatedRnnStackForwardArgs a;
+    a.cell = row_.op == "gru_stack" ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
+    REQUIRE(row_.op == std::string(exphil::gated_rnn_cell_name(a.cell)) + "_stack");
+    return bound(a);
   }
 
   Status attention() {
@@ -242,6 +252,7 @@ TEST_CASE("every op direction is described, once", "[op_descriptions]") {
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(exphil::scan_op_name(op)) + " " + d] == 1);
   for (const char* op : {"selective_scan", "attention", "gru", "lstm", "slstm"})
     for (const char* d : {"forward", "backward"}) CHECK(seen[std::string(op) + " " + d] == 1);
+  for (const char* op : {"gru_stack", "lstm_stack"}) CHECK(seen[std::string(op) + " forward"] == 1);
   CHECK(exphil::op_descriptions().size() == seen.size());
   CHECK(exphil::op_descriptions().size() == kRawRows.size());
 }

@@ -39,6 +39,7 @@
 #include "compare.hpp"
 #include "device_buffer.hpp"
 #include "dtype_codec.hpp"
+#include "exphil/gated_rnn.hpp"
 #include "gated_rnn/gated_rnn_launch.h"
 #include "gated_rnn_device.hpp"
 #include "gated_rnn_reference.hpp"
@@ -46,15 +47,13 @@
 
 using namespace exphil;
 using namespace exphil::test;
-using exphil::kernels::GatedRnnCell;
 using exphil::kernels::GatedRnnDevice;
-using exphil::kernels::GatedRnnLaunchOptions;
 using exphil::kernels::GatedRnnPlan;
 using exphil::kernels::GatedRnnShape;
 using exphil::kernels::GatedRnnStackParams;
 using exphil::kernels::kGatedRnnMaxStackLayers;
 using exphil::reference::GatedRnnKind;
-using exphil::reference::GatedRnnProblem;
+using exphil::reference::GatedRnnStackProblem;
 
 namespace {
 
@@ -67,7 +66,17 @@ struct StackCase {
   // the lower layers' y.
   bool bias = false, input_bias = false, h0 = false, c0 = false, finals = false,
        lower_y = false;
-  GatedRnnLaunchOptions options{};
+  exphil::kernels::GatedRnnLaunchOptions options{};
+
+  // Every optional input and output, R in the sequence dtype.
+  static StackCase everything(GatedRnnKind kind, DType dtype, int layers, int64_t B, int64_t T, int64_t H) {
+    StackCase c;
+    c.kind = kind;
+    c.dtype = c.weight_dtype = dtype;
+    c.layers = layers, c.B = B, c.T = T, c.H = H;
+    c.bias = c.input_bias = c.h0 = c.c0 = c.finals = c.lower_y = true;
+    return c;
+  }
 
   std::string describe() const {
     char buf[320];
@@ -85,48 +94,61 @@ struct StackCase {
 
 using Owned = std::unique_ptr<DeviceTensor>;
 
+// One case on the GPU: the problem (host, per layer, for the reference),
+// its tensors on the device stacked as the API takes them ([L, ...] and
+// [L-1, ...]), the plan, and what the runs produced. The kernel layer's
+// params point into the stacked tensors.
 class StackRun {
  public:
   StackRun(const StackCase& c, uint64_t seed) : c_(c) {
     std::mt19937_64 rng(seed);
-    const int64_t G = c.kind == GatedRnnKind::gru ? 3 : 4, GH = G * c.H;
+    const int64_t L = c.layers, K = L - 1, GH = gates() * c.H;
     const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
     const double r = 1.5 / std::sqrt(static_cast<double>(c.H));
-    const std::vector<int64_t> state{c.B, c.H}, seq{c.B, c.T, c.H};
-    wx0_ = random_values(n(c.B * c.T * GH), -1.5, 1.5, c.dtype, rng);
-    wx_ = std::make_unique<DeviceTensor>(wx0_, c.dtype, std::vector<int64_t>{c.B, c.T, GH});
-    for (int l = 0; l < c.layers; ++l) {
-      Layer& ly = layers_[l];
-      ly.R = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng);
-      if (c.bias) ly.bias = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng);
+    p_.kind = c.kind;
+    p_.batch = c.B, p_.steps = c.T, p_.hidden = c.H;
+    p_.wx = random_values(n(c.B * c.T * GH), -1.5, 1.5, c.dtype, rng);
+    p_.R.resize(n(L)), p_.bias.resize(n(L)), p_.h0.resize(n(L)), p_.c0.resize(n(L));
+    p_.W.resize(n(K)), p_.W_bias.resize(n(K));
+    for (int64_t l = 0; l < L; ++l) {
+      p_.R[n(l)] = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng);
+      if (c.bias) p_.bias[n(l)] = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng);
       if (l > 0) {
-        ly.W = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng);
-        if (c.input_bias) ly.W_bias = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng);
+        p_.W[n(l - 1)] = random_values(n(c.H * GH), -r, r, c.weight_dtype, rng);
+        if (c.input_bias) p_.W_bias[n(l - 1)] = random_values(n(GH), -0.5, 0.5, c.weight_dtype, rng);
       }
-      if (c.h0) ly.h0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+      if (c.h0) p_.h0[n(l)] = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
       if (c.c0 && c.kind == GatedRnnKind::lstm)
-        ly.c0 = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
-      const auto in = [&](const std::vector<double>& v, DType dt, std::vector<int64_t> shape) {
-        return v.empty() ? nullptr : std::make_unique<DeviceTensor>(v, dt, std::move(shape));
-      };
-      ly.d_R = in(ly.R, c.weight_dtype, {c.H, GH});
-      ly.d_bias = in(ly.bias, c.weight_dtype, {GH});
-      ly.d_W = in(ly.W, c.weight_dtype, {c.H, GH});
-      ly.d_W_bias = in(ly.W_bias, c.weight_dtype, {GH});
-      ly.d_h0 = in(ly.h0, c.state_dtype, state);
-      ly.d_c0 = in(ly.c0, c.state_dtype, state);
-      if (l + 1 == c.layers || c.lower_y) ly.d_y = std::make_unique<DeviceTensor>(c.dtype, seq);
-      if (c.finals) {
-        ly.d_hf = std::make_unique<DeviceTensor>(c.state_dtype, state);
-        if (c.kind == GatedRnnKind::lstm) ly.d_cf = std::make_unique<DeviceTensor>(c.state_dtype, state);
-      }
+        p_.c0[n(l)] = random_values(n(c.B * c.H), -1, 1, c.state_dtype, rng);
+    }
+    // Stacked: the layers' vectors one after another, or nothing where a
+    // layer's is absent (all are, or none).
+    const auto stacked = [&](const std::vector<std::vector<double>>& parts, DType dt,
+                             std::vector<int64_t> shape) -> Owned {
+      if (parts.empty() || parts[0].empty()) return nullptr;
+      std::vector<double> all;
+      for (const auto& v : parts) all.insert(all.end(), v.begin(), v.end());
+      return std::make_unique<DeviceTensor>(all, dt, std::move(shape));
+    };
+    wx_ = std::make_unique<DeviceTensor>(p_.wx, c.dtype, std::vector<int64_t>{c.B, c.T, GH});
+    R_ = stacked(p_.R, c.weight_dtype, {L, c.H, GH});
+    W_ = stacked(p_.W, c.weight_dtype, {K, c.H, GH});
+    bias_ = stacked(p_.bias, c.weight_dtype, {L, GH});
+    W_bias_ = stacked(p_.W_bias, c.weight_dtype, {K, GH});
+    h0_ = stacked(p_.h0, c.state_dtype, {L, c.B, c.H});
+    c0_ = stacked(p_.c0, c.state_dtype, {L, c.B, c.H});
+    y_ = std::make_unique<DeviceTensor>(c.dtype, std::vector<int64_t>{c.B, c.T, c.H});
+    if (c.lower_y) y_lower_ = std::make_unique<DeviceTensor>(c.dtype, std::vector<int64_t>{K, c.B, c.T, c.H});
+    if (c.finals) {
+      hf_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{L, c.B, c.H});
+      if (c.kind == GatedRnnKind::lstm)
+        cf_ = std::make_unique<DeviceTensor>(c.state_dtype, std::vector<int64_t>{L, c.B, c.H});
     }
     const GatedRnnShape shape{c.B, c.T, c.H};
     const GatedRnnDevice dev = gated_rnn_device();
-    const GatedRnnCell cell = c.kind == GatedRnnKind::gru ? GatedRnnCell::gru : GatedRnnCell::lstm;
-    plan_ = exphil::kernels::plan_gated_rnn_stack(cell, shape, c.layers, dev, c.options,
+    plan_ = exphil::kernels::plan_gated_rnn_stack(cell(), shape, c.layers, dev, c.options,
                                                   {c.dtype, c.weight_dtype});
-    if (const char* why = exphil::kernels::gated_rnn_stack_unsupported(plan_, cell, shape, c.layers, dev))
+    if (const char* why = exphil::kernels::gated_rnn_stack_unsupported(plan_, cell(), shape, c.layers, dev))
       throw std::runtime_error(std::string("unsupported: ") + why + " (" + c.describe() + ")");
     ws_ = std::make_unique<DeviceScratch>(exphil::kernels::gated_rnn_workspace_bytes(plan_));
   }
@@ -142,37 +164,49 @@ class StackRun {
   }
   float* workspace() const { return static_cast<float*>(ws_->p); }
 
+  // The kernel layer's params: each layer's slices of the stacked tensors.
   GatedRnnStackParams params() const {
     GatedRnnStackParams p;
     p.layers = c_.layers;
-    const auto at = [](const Owned& t) -> void* { return t ? t->desc().data : nullptr; };
+    const int64_t B = c_.B, T = c_.T, H = c_.H, GH = gates() * H;
     for (int l = 0; l < c_.layers; ++l) {
-      const Layer& ly = layers_[l];
       exphil::kernels::GatedRnnForwardParams& f = p.layer[l];
-      f.shape = {c_.B, c_.T, c_.H};
-      f.cell = c_.kind == GatedRnnKind::gru ? GatedRnnCell::gru : GatedRnnCell::lstm;
+      f.shape = {B, T, H};
+      f.cell = cell();
       f.dtype = c_.dtype;
       f.weight_dtype = c_.weight_dtype;
       f.state_dtype = c_.state_dtype;
       f.d_wx = l == 0 ? wx_->desc().data : nullptr;
-      f.d_R = at(ly.d_R);
-      f.d_bias = at(ly.d_bias);
-      f.d_h0 = at(ly.d_h0);
-      f.d_c0 = at(ly.d_c0);
-      f.d_y = at(ly.d_y);
-      f.d_h_final = at(ly.d_hf);
-      f.d_c_final = at(ly.d_cf);
-      p.d_W[l] = at(ly.d_W);
-      p.d_W_bias[l] = at(ly.d_W_bias);
+      f.d_R = slice(R_, c_.weight_dtype, l * H * GH);
+      f.d_bias = slice(bias_, c_.weight_dtype, l * GH);
+      f.d_h0 = slice(h0_, c_.state_dtype, l * B * H);
+      f.d_c0 = slice(c0_, c_.state_dtype, l * B * H);
+      f.d_y = l + 1 == c_.layers ? y_->desc().data : slice(y_lower_, c_.dtype, l * B * T * H);
+      f.d_h_final = slice(hf_, c_.state_dtype, l * B * H);
+      f.d_c_final = slice(cf_, c_.state_dtype, l * B * H);
+      if (l > 0) {
+        p.d_W[l] = slice(W_, c_.weight_dtype, (l - 1) * H * GH);
+        p.d_W_bias[l] = slice(W_bias_, c_.weight_dtype, (l - 1) * GH);
+      }
     }
     return p;
   }
 
+  // The public C++ API's args: the stacked tensors whole.
+  exphil::GatedRnnStackForwardArgs api_args() const {
+    exphil::GatedRnnStackForwardArgs a;
+    a.cell = c_.kind == GatedRnnKind::gru ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
+    const auto at = [](const Owned& t) { return t ? &t->desc() : nullptr; };
+    a.wx = at(wx_), a.R = at(R_), a.W = at(W_), a.bias = at(bias_), a.W_bias = at(W_bias_);
+    a.h0 = at(h0_), a.c0 = at(c0_), a.y = at(y_), a.y_lower = at(y_lower_), a.h_final = at(hf_);
+    a.c_final = at(cf_);
+    return a;
+  }
+
   std::vector<DeviceTensor*> outputs() const {
     std::vector<DeviceTensor*> v;
-    for (int l = 0; l < c_.layers; ++l)
-      for (const Owned* t : {&layers_[l].d_y, &layers_[l].d_hf, &layers_[l].d_cf})
-        if (*t) v.push_back(t->get());
+    for (const Owned* t : {&y_, &y_lower_, &hf_, &cf_})
+      if (*t) v.push_back(t->get());
     return v;
   }
 
@@ -187,6 +221,19 @@ class StackRun {
     check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stack)");
   }
 
+  // The same through exphil::gated_rnn_stack_forward, which plans and takes
+  // its own workspace; `info` receives its layout.
+  void run_api(cudaStream_t stream, exphil::GatedRnnLaunchInfo* info) const {
+    poison();
+    exphil::GatedRnnLaunchOptions o;
+    o.units_per_block = c_.options.units_per_block;
+    o.k_split = c_.options.k_split;
+    o.chosen = info;
+    const Status s = exphil::gated_rnn_stack_forward(api_args(), stream, &o);
+    if (!s.ok()) throw std::runtime_error(s.message());
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stack API)");
+  }
+
   std::vector<std::vector<unsigned char>> bytes() const {
     std::vector<std::vector<unsigned char>> v;
     for (DeviceTensor* t : outputs()) v.push_back(t->raw());
@@ -199,57 +246,52 @@ class StackRun {
     const Tolerance tol = gated_rnn_tolerance(c_.dtype);
     const Tolerance stol =
         gated_rnn_tolerance(c_.state_dtype == DType::f32 ? c_.dtype : c_.state_dtype);
-    const int64_t G = c_.kind == GatedRnnKind::gru ? 3 : 4, GH = G * c_.H;
+    const auto ref = exphil::reference::gated_rnn_stack_forward(p_);
+    const std::size_t seq = static_cast<std::size_t>(c_.B * c_.T * c_.H);
+    const std::size_t state = static_cast<std::size_t>(c_.B * c_.H);
+    // Layer l's part of a stacked output's values.
+    const auto part = [](const Owned& t, std::size_t l, std::size_t size) {
+      const std::vector<double> all = t->values();
+      return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(l * size),
+                                 all.begin() + static_cast<std::ptrdiff_t>((l + 1) * size));
+    };
     double worst = 0;
-    std::vector<double> below;  // the reference's y of the layer below
-    for (int l = 0; l < c_.layers; ++l) {
-      const Layer& ly = layers_[l];
-      GatedRnnProblem p;
-      p.kind = c_.kind;
-      p.batch = c_.B, p.steps = c_.T, p.hidden = c_.H;
-      if (l == 0) {
-        p.wx = wx0_;
-      } else {
-        const int64_t rows = c_.B * c_.T;  // (b, t)
-        p.wx.assign(static_cast<std::size_t>(rows * GH), 0.0);
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t j = 0; j < GH; ++j) {
-            double s = ly.W_bias.empty() ? 0.0 : ly.W_bias[static_cast<std::size_t>(j)];
-            for (int64_t k = 0; k < c_.H; ++k)
-              s += below[static_cast<std::size_t>(m * c_.H + k)] *
-                   ly.W[static_cast<std::size_t>(k * GH + j)];
-            p.wx[static_cast<std::size_t>(m * GH + j)] = s;
-          }
-      }
-      p.R = ly.R, p.bias = ly.bias, p.h0 = ly.h0, p.c0 = ly.c0;
-      const auto f = exphil::reference::gated_rnn_forward(p);
-      const double hscale = std::max({max_abs(f.y), max_abs(f.h_final), max_abs(p.h0)});
-      const auto judge = [&](const Owned& t, const std::vector<double>& ref, Tolerance tl,
-                             double scale, const char* name) {
-        if (!t) return;
-        const Comparison cmp = compare(t->values(), ref, tl, scale);
+    for (std::size_t l = 0; l < ref.size(); ++l) {
+      const auto& f = ref[l];
+      const double hscale = std::max({max_abs(f.y), max_abs(f.h_final), max_abs(p_.h0[l])});
+      const auto judge = [&](const std::vector<double>& got, const std::vector<double>& want,
+                             Tolerance tl, double scale, const char* name) {
+        const Comparison cmp = compare(got, want, tl, scale);
         INFO(c_.describe() << " layer " << l << "\n" << cmp.describe(name));
         CHECK(cmp.ok);
-        CHECK(t->guards_intact());
         worst = std::max(worst, cmp.worst_ratio);
       };
-      judge(ly.d_y, f.y, tol, hscale, "y");
-      judge(ly.d_hf, f.h_final, stol, hscale, "h_final");
-      judge(ly.d_cf, f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p.c0)), "c_final");
-      below = f.y;
+      if (l + 1 == ref.size()) judge(y_->values(), f.y, tol, hscale, "y");
+      else if (y_lower_) judge(part(y_lower_, l, seq), f.y, tol, hscale, "y_lower");
+      if (hf_) judge(part(hf_, l, state), f.h_final, stol, hscale, "h_final");
+      if (cf_)
+        judge(part(cf_, l, state), f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p_.c0[l])),
+              "c_final");
     }
+    for (DeviceTensor* t : outputs()) CHECK(t->guards_intact());
     return worst;
   }
 
  private:
-  struct Layer {
-    std::vector<double> R, bias, W, W_bias, h0, c0;
-    Owned d_R, d_bias, d_W, d_W_bias, d_h0, d_c0, d_y, d_hf, d_cf;
-  };
+  int64_t gates() const { return c_.kind == GatedRnnKind::gru ? 3 : 4; }
+  exphil::kernels::GatedRnnCell cell() const {
+    return c_.kind == GatedRnnKind::gru ? exphil::kernels::GatedRnnCell::gru
+                                        : exphil::kernels::GatedRnnCell::lstm;
+  }
+  // Element `index` of a stacked tensor, or null where it is absent.
+  static void* slice(const Owned& t, DType dtype, int64_t index) {
+    if (!t) return nullptr;
+    return static_cast<char*>(t->desc().data) + index * (dtype == DType::f32 ? 4 : 2);
+  }
+
   StackCase c_;
-  std::vector<double> wx0_;
-  Owned wx_;
-  Layer layers_[kGatedRnnMaxStackLayers];
+  GatedRnnStackProblem p_;
+  Owned wx_, R_, W_, bias_, W_bias_, h0_, c0_, y_, y_lower_, hf_, cf_;
   GatedRnnPlan plan_{};
   std::unique_ptr<DeviceScratch> ws_;
 };
@@ -319,11 +361,7 @@ TEST_CASE("gated RNN stack: two runs and a graph replay are bitwise equal", "[gp
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::bf16})
       for (int64_t B : {1, 9}) {  // the wavefront; layer by layer
-        StackCase c;
-        c.kind = kind;
-        c.dtype = c.weight_dtype = dtype;
-        c.layers = 2, c.B = B, c.T = 40, c.H = 255;
-        c.bias = c.input_bias = c.h0 = c.c0 = c.finals = c.lower_y = true;
+        const StackCase c = StackCase::everything(kind, dtype, 2, B, 40, 255);
         StackRun run(c, test_seed());
         INFO(c.describe());
         run.run(stream.s);
@@ -347,11 +385,7 @@ TEST_CASE("gated RNN stack: two runs and a graph replay are bitwise equal", "[gp
 TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sanitize]") {
   RnnStream stream;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
-    StackCase c;
-    c.kind = kind;
-    c.dtype = c.weight_dtype = kind == GatedRnnKind::gru ? DType::f32 : DType::bf16;
-    c.layers = 3, c.T = 9, c.H = 37;
-    c.bias = c.input_bias = c.h0 = c.c0 = c.finals = c.lower_y = true;
+    StackCase c = StackCase::everything(kind, kind == GatedRnnKind::gru ? DType::f32 : DType::bf16, 3, 1, 9, 37);
     {
       StackRun run(c, test_seed());
       if (kind == GatedRnnKind::gru) run.set_depth(2);  // the wait for the layer above, and none
@@ -367,4 +401,27 @@ TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_r
     run.run(stream.s);
     CHECK(run.check_against_reference() <= 1.0);
   }
+}
+
+// exphil::gated_rnn_stack_forward (the stacked tensors whole, as bindings
+// pass them) runs the same kernels as the kernel layer: the same bytes, in
+// the wavefront (B1) and layer by layer (B3), and says which it took.
+TEST_CASE("gated RNN stack: the C++ API gives the kernel layer's results, bitwise", "[gpu][gated_rnn]") {
+  RnnStream stream;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (int64_t B : {1, 3}) {
+        const StackCase c = StackCase::everything(kind, dtype, 3, B, 33, 100);
+        StackRun run(c, test_seed());
+        INFO(c.describe());
+        run.run(stream.s);
+        const auto direct = run.bytes();
+        exphil::GatedRnnLaunchInfo info;
+        run.run_api(stream.s, &info);
+        CHECK(run.bytes() == direct);
+        CHECK(info.stacked == (B == 1));
+        CHECK(info.kernels == (B == 1 ? 1 : 2 * c.layers - 1));
+        CHECK(info.blocks == run.plan().blocks);
+        CHECK(run.check_against_reference() <= 1.0);
+      }
 }

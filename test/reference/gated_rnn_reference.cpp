@@ -271,4 +271,32 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
   return g;
 }
 
+std::vector<GatedRnnForwardResult> gated_rnn_stack_forward(const GatedRnnStackProblem& p) {
+  const auto at = [](int64_t i) { return static_cast<std::size_t>(i); };
+  std::vector<GatedRnnForwardResult> out;
+  for (std::size_t l = 0; l < p.R.size(); ++l) {
+    GatedRnnProblem q;
+    q.kind = p.kind;
+    q.batch = p.batch, q.steps = p.steps, q.hidden = p.hidden;
+    const int64_t GH = q.gate_width(), H = p.hidden, rows = p.batch * p.steps;
+    if (l == 0) {
+      q.wx = p.wx;
+    } else {
+      const std::vector<double>& below = out.back().y;
+      const std::vector<double>& W = p.W[l - 1];
+      const std::vector<double>& b = p.W_bias[l - 1];
+      q.wx.assign(at(rows * GH), 0.0);
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t j = 0; j < GH; ++j) {
+          double s = at_or_zero(b, j);
+          for (int64_t k = 0; k < H; ++k) s += below[at(m * H + k)] * W[at(k * GH + j)];
+          q.wx[at(m * GH + j)] = s;
+        }
+    }
+    q.R = p.R[l], q.bias = p.bias[l], q.h0 = p.h0[l], q.c0 = p.c0[l];
+    out.push_back(gated_rnn_forward(q));
+  }
+  return out;
+}
+
 }  // namespace exphil::reference

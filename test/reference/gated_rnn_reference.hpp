@@ -65,4 +65,21 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
                                           const std::vector<double>& grad_n_final = {},
                                           const std::vector<double>& grad_m_final = {});
 
+// Stacked layers (the ops gru_stack and lstm_stack), forward: layer 0 on
+// wx, layer l > 0 on wx_l = y_{l-1} W[l-1] + W_bias[l-1], every sum in
+// double from the layer below's double y.
+struct GatedRnnStackProblem {
+  GatedRnnKind kind = GatedRnnKind::gru;  // gru or lstm
+  int64_t batch = 0, steps = 0, hidden = 0;
+  std::vector<double> wx;  // [B, T, G*H], layer 0's
+  // Per layer: R [H, G*H]; bias [G*H], h0 and c0 [B, H], each empty when
+  // absent.
+  std::vector<std::vector<double>> R, bias, h0, c0;
+  // Per layer above the first: W [H, G*H]; W_bias [G*H] or empty.
+  std::vector<std::vector<double>> W, W_bias;
+};
+
+// Each layer's forward, in order.
+std::vector<GatedRnnForwardResult> gated_rnn_stack_forward(const GatedRnnStackProblem& p);
+
 }  // namespace exphil::reference

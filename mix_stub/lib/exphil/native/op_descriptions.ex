@@ -89,8 +89,11 @@ defmodule ExPhil.Native.OpDescriptions do
       }
     end
 
-  if length(descriptions) != 26 do
-    raise "#{@header}: expected 26 op directions, parsed #{length(descriptions)}: is every row on one line?"
+  # Every line that opens a row must have parsed as a whole row.
+  rows = length(Regex.scan(~r/^\s*EXPHIL_OP_DIRECTION\(/m, File.read!(@header)))
+
+  if length(descriptions) != rows do
+    raise "#{@header}: #{rows} rows, parsed #{length(descriptions)}: is every row on one line?"
   end
 
   @descriptions descriptions
