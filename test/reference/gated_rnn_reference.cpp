@@ -271,30 +271,86 @@ GatedRnnBackwardResult gated_rnn_backward(const GatedRnnProblem& p,
   return g;
 }
 
+namespace {
+
+std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
+
+// Layer l's one-layer problem, its wx formed from the layer below's y.
+GatedRnnProblem stack_layer(const GatedRnnStackProblem& p, std::size_t l,
+                            const std::vector<double>& below) {
+  GatedRnnProblem q;
+  q.kind = p.kind;
+  q.batch = p.batch, q.steps = p.steps, q.hidden = p.hidden;
+  const int64_t GH = q.gate_width(), H = p.hidden, rows = p.batch * p.steps;
+  if (l == 0) {
+    q.wx = p.wx;
+  } else {
+    const std::vector<double>& W = p.W[l - 1];
+    const std::vector<double>& b = p.W_bias[l - 1];
+    q.wx.assign(at(rows * GH), 0.0);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t j = 0; j < GH; ++j) {
+        double s = at_or_zero(b, j);
+        for (int64_t k = 0; k < H; ++k) s += below[at(m * H + k)] * W[at(k * GH + j)];
+        q.wx[at(m * GH + j)] = s;
+      }
+  }
+  q.R = p.R[l], q.bias = p.bias[l], q.h0 = p.h0[l], q.c0 = p.c0[l];
+  return q;
+}
+
+}  // namespace
+
 std::vector<GatedRnnForwardResult> gated_rnn_stack_forward(const GatedRnnStackProblem& p) {
-  const auto at = [](int64_t i) { return static_cast<std::size_t>(i); };
   std::vector<GatedRnnForwardResult> out;
-  for (std::size_t l = 0; l < p.R.size(); ++l) {
-    GatedRnnProblem q;
-    q.kind = p.kind;
-    q.batch = p.batch, q.steps = p.steps, q.hidden = p.hidden;
-    const int64_t GH = q.gate_width(), H = p.hidden, rows = p.batch * p.steps;
+  for (std::size_t l = 0; l < p.R.size(); ++l)
+    out.push_back(gated_rnn_forward(stack_layer(p, l, l == 0 ? std::vector<double>{} : out.back().y)));
+  return out;
+}
+
+GatedRnnStackBackwardResult gated_rnn_stack_backward(
+    const GatedRnnStackProblem& p, const std::vector<double>& grad_y,
+    const std::vector<std::vector<double>>& grad_y_lower,
+    const std::vector<std::vector<double>>& grad_h_final,
+    const std::vector<std::vector<double>>& grad_c_final) {
+  const std::size_t L = p.R.size();
+  const auto forward = gated_rnn_stack_forward(p);
+  const auto nth = [](const std::vector<std::vector<double>>& v, std::size_t l) {
+    return l < v.size() ? v[l] : std::vector<double>{};
+  };
+  GatedRnnStackBackwardResult out;
+  out.R.resize(L), out.bias.resize(L), out.h0.resize(L), out.c0.resize(L);
+  out.W.resize(L - 1), out.W_bias.resize(L - 1);
+  const int64_t H = p.hidden, rows = p.batch * p.steps;
+  std::vector<double> gy = grad_y;  // the gradient of this layer's y
+  for (std::size_t l = L; l-- > 0;) {
+    const GatedRnnProblem q = stack_layer(p, l, l == 0 ? std::vector<double>{} : forward[l - 1].y);
+    const GatedRnnBackwardResult g =
+        gated_rnn_backward(q, gy, nth(grad_h_final, l), nth(grad_c_final, l));
+    out.R[l] = g.R, out.bias[l] = g.bias, out.h0[l] = g.h0, out.c0[l] = g.c0;
     if (l == 0) {
-      q.wx = p.wx;
-    } else {
-      const std::vector<double>& below = out.back().y;
-      const std::vector<double>& W = p.W[l - 1];
-      const std::vector<double>& b = p.W_bias[l - 1];
-      q.wx.assign(at(rows * GH), 0.0);
-      for (int64_t m = 0; m < rows; ++m)
-        for (int64_t j = 0; j < GH; ++j) {
-          double s = at_or_zero(b, j);
-          for (int64_t k = 0; k < H; ++k) s += below[at(m * H + k)] * W[at(k * GH + j)];
-          q.wx[at(m * GH + j)] = s;
-        }
+      out.wx = g.wx;
+      break;
     }
-    q.R = p.R[l], q.bias = p.bias[l], q.h0 = p.h0[l], q.c0 = p.c0[l];
-    out.push_back(gated_rnn_forward(q));
+    // wx_l = y_{l-1} W + b: the gradients of W, b and y_{l-1}.
+    const int64_t GH = q.gate_width();
+    const std::vector<double>& below = forward[l - 1].y;
+    const std::vector<double>& W = p.W[l - 1];
+    std::vector<double>& gW = out.W[l - 1];
+    std::vector<double>& gb = out.W_bias[l - 1];
+    gW.assign(at(H * GH), 0.0);
+    gb.assign(at(GH), 0.0);
+    gy = nth(grad_y_lower, l - 1);
+    gy.resize(at(rows * H), 0.0);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t j = 0; j < GH; ++j) {
+        const double d = g.wx[at(m * GH + j)];
+        gb[at(j)] += d;
+        for (int64_t k = 0; k < H; ++k) {
+          gW[at(k * GH + j)] += below[at(m * H + k)] * d;
+          gy[at(m * H + k)] += d * W[at(k * GH + j)];
+        }
+      }
   }
   return out;
 }

@@ -82,4 +82,21 @@ struct GatedRnnStackProblem {
 // Each layer's forward, in order.
 std::vector<GatedRnnForwardResult> gated_rnn_stack_forward(const GatedRnnStackProblem& p);
 
+// The stack's backward: from the gradients of the last layer's y [B, T, H],
+// of each lower layer's y (grad_y_lower, per layer below the last, each
+// [B, T, H] or empty) and of each layer's final states (per layer, [B, H]
+// or empty), the gradients of every input, per layer as the problem holds
+// them (bias, h0 and c0 always, at their defaults when absent; W_bias
+// likewise).
+struct GatedRnnStackBackwardResult {
+  std::vector<double> wx;                            // [B, T, G*H]
+  std::vector<std::vector<double>> R, bias, h0, c0;  // per layer
+  std::vector<std::vector<double>> W, W_bias;        // per layer above the first
+};
+GatedRnnStackBackwardResult gated_rnn_stack_backward(
+    const GatedRnnStackProblem& p, const std::vector<double>& grad_y,
+    const std::vector<std::vector<double>>& grad_y_lower,
+    const std::vector<std::vector<double>>& grad_h_final,
+    const std::vector<std::vector<double>>& grad_c_final);
+
 }  // namespace exphil::reference

@@ -3,7 +3,7 @@
 // without each optional input and final-state gradient (the sLSTM's also
 // at max()'s ties, where a central difference across the kink sees the
 // mean of the two sides, which is Nx's half-and-half rule), and its forward
-// against a step worked out by hand. This is what makes the reference
+// against a step worked out by hand; the stack's backward likewise. This is what makes the reference
 // trustworthy as the judge of the GPU kernels (test/gpu/test_gated_rnn.cpp).
 #include <catch2/catch.hpp>
 
@@ -144,6 +144,72 @@ TEST_CASE("gated RNN reference: backward matches central differences of the forw
         }
     }
   }
+}
+
+// The stack (ops gru_stack and lstm_stack): its backward against central
+// differences of the loss sum of every layer's y, h_final and c_final
+// against random weights, for every input element of every layer; the
+// optional inputs (bias, W_bias, h0, c0) and the gradients of the lower
+// layers' y and of the final states each present or absent.
+TEST_CASE("gated RNN reference: the stack's backward matches central differences of its forward",
+          "[reference][gated_rnn]") {
+  std::mt19937_64 rng(exphil::test::test_seed());
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (unsigned options = 0; options < 8; ++options) {
+      const bool inputs = options & 1, lower = options & 2, finals = options & 4;
+      INFO((kind == GatedRnnKind::gru ? "GRU" : "LSTM") << " stack, optional inputs " << inputs
+                                                        << ", lower y's gradients " << lower
+                                                        << ", final states' gradients " << finals);
+      const std::size_t L = 3;
+      const int64_t B = 2, T = 3, H = 3;
+      exphil::reference::GatedRnnStackProblem p;
+      p.kind = kind;
+      p.batch = B, p.steps = T, p.hidden = H;
+      std::vector<double> wy;
+      std::vector<std::vector<double>> wy_lower, wh, wc;
+      for (std::size_t l = 0; l < L; ++l) {
+        GatedRnnProblem q = random_problem(kind, B, T, H, inputs, inputs, inputs, rng);
+        if (l == 0) p.wx = q.wx;
+        p.R.push_back(q.R), p.bias.push_back(q.bias), p.h0.push_back(q.h0), p.c0.push_back(q.c0);
+        if (l > 0) {
+          p.W.push_back(random_values(sz(H * q.gate_width()), -0.9, 0.9, DType::f32, rng));
+          p.W_bias.push_back(inputs ? random_values(sz(q.gate_width()), -0.5, 0.5, DType::f32, rng)
+                                    : std::vector<double>{});
+        }
+        const auto weights = [&](bool wanted, int64_t size) {
+          return wanted ? random_values(sz(size), -1, 1, DType::f32, rng) : std::vector<double>{};
+        };
+        if (l + 1 < L) wy_lower.push_back(weights(lower, B * T * H));
+        else wy = weights(true, B * T * H);
+        wh.push_back(weights(finals, B * H));
+        wc.push_back(weights(finals && kind == GatedRnnKind::lstm, B * H));
+      }
+      const auto loss = [&] {
+        const auto f = exphil::reference::gated_rnn_stack_forward(p);
+        double v = dot(wy, f[L - 1].y);
+        for (std::size_t l = 0; l < L; ++l) {
+          if (l + 1 < L) v += dot(wy_lower[l], f[l].y);
+          v += dot(wh[l], f[l].h_final) + dot(wc[l], f[l].c_final);
+        }
+        return v;
+      };
+      const auto g = exphil::reference::gated_rnn_stack_backward(p, wy, wy_lower, wh, wc);
+      check_central_differences(p.wx, g.wx, "wx", loss);
+      for (std::size_t l = 0; l < L; ++l) {
+        INFO("layer " << l);
+        check_central_differences(p.R[l], g.R[l], "R", loss);
+        // Absent optional inputs have their gradients at the default, which
+        // differences can only see present.
+        if (inputs) {
+          check_central_differences(p.bias[l], g.bias[l], "bias", loss);
+          check_central_differences(p.h0[l], g.h0[l], "h0", loss);
+          if (kind == GatedRnnKind::lstm) check_central_differences(p.c0[l], g.c0[l], "c0", loss);
+        }
+        if (l == 0) continue;
+        check_central_differences(p.W[l - 1], g.W[l - 1], "W", loss);
+        if (inputs) check_central_differences(p.W_bias[l - 1], g.W_bias[l - 1], "W_bias", loss);
+      }
+    }
 }
 
 TEST_CASE("gated RNN reference: one step by hand", "[reference][gated_rnn]") {
