@@ -15,8 +15,8 @@ namespace {
 
 using kernels::GatedRnnDirection;
 
-// What a plan says of the layout (GatedRnnLaunchInfo), but for
-// tensor_cores and kernels, which each op direction counts its own way.
+// What a plan says of the layout (GatedRnnLaunchInfo), but for kernels,
+// which each op direction counts its own way.
 void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
   info = GatedRnnLaunchInfo{};
   info.units_per_block = p.units_per_block;
@@ -26,6 +26,7 @@ void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
   info.resident_weights = p.resident_weights;
   info.unit_warps = p.unit_warps;
   info.k_split = p.k_split;
+  info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
 }
 
 // The API's launch options as the planner takes them (defaults without).
@@ -111,7 +112,6 @@ struct GatedRnnOpDirection {
     if (!options || !options->chosen) return;
     GatedRnnLaunchInfo& info = *options->chosen;
     report_layout(p, info);
-    info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
     if constexpr (kForward)
       info.kernels = kernels::gated_rnn_kernel_count(Direction, kernels::GatedRnnBackwardParams{}, p);
     else
@@ -174,7 +174,6 @@ struct GatedRnnStackForwardOp {
     if (!options || !options->chosen) return;
     GatedRnnLaunchInfo& info = *options->chosen;
     report_layout(p, info);
-    info.tensor_cores = p.tensor_cores;
     info.stacked = p.stack_depth > 0;
     // Layer by layer: each layer's forward, and a product before each
     // layer above the first.

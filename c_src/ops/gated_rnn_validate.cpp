@@ -2,7 +2,6 @@
 
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "runtime/cuda_status.hpp"
 
@@ -295,13 +294,13 @@ void fill_forward(const GatedRnnChecker& check, GatedRnnCell cell, const GatedRn
   p.state_dtype = check.state_dtype();
 }
 
-// Element `index` of a tensor `base` of `dtype` (f32, f16 or bf16), or
-// null where `base` is.
-template <class T>
-T* element(T* base, DType dtype, int64_t index) {
+// Element `index` of a stacked tensor's memory `base`, or null where `base`
+// is: one layer's slice. (The checks hand out const pointers; the outputs'
+// memory is the caller's to write.)
+void* element(const void* base, DType dtype, int64_t index) {
   if (!base) return nullptr;
-  using Byte = std::conditional_t<std::is_const_v<T>, const char, char>;
-  return static_cast<T*>(static_cast<Byte*>(base) + index * (dtype == DType::f32 ? 4 : 2));
+  return const_cast<char*>(static_cast<const char*>(base)) +
+         index * static_cast<int64_t>(dtype_size(dtype));
 }
 
 }  // namespace
@@ -355,10 +354,9 @@ Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
     f.d_bias = element(bias, wdt, l * GH);
     f.d_h0 = element(h0, sdt, l * s.batch * s.hidden);
     f.d_c0 = element(c0, sdt, l * s.batch * s.hidden);
-    f.d_y = l + 1 == L ? const_cast<void*>(y)
-                       : element(const_cast<void*>(y_lower), dt, l * s.batch * s.steps * s.hidden);
-    f.d_h_final = element(const_cast<void*>(h_final), sdt, l * s.batch * s.hidden);
-    f.d_c_final = element(const_cast<void*>(c_final), sdt, l * s.batch * s.hidden);
+    f.d_y = l + 1 == L ? element(y, dt, 0) : element(y_lower, dt, l * s.batch * s.steps * s.hidden);
+    f.d_h_final = element(h_final, sdt, l * s.batch * s.hidden);
+    f.d_c_final = element(c_final, sdt, l * s.batch * s.hidden);
     if (l > 0) {
       params.d_W[l] = element(W, wdt, (l - 1) * s.hidden * GH);
       params.d_W_bias[l] = element(W_bias, wdt, (l - 1) * GH);

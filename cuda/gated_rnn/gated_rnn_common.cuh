@@ -92,6 +92,14 @@ __device__ __forceinline__ bool gated_rnn_has_step(uint64_t w, int step) {
   return static_cast<uint32_t>(w >> 32) == static_cast<uint32_t>(step);
 }
 
+// Waits until the word *src carries `step`; returns its value. One thread,
+// one word: the bare reload loop (what a step waits for at B1).
+__device__ __forceinline__ float gated_rnn_wait_word(const uint64_t* src, int step) {
+  uint64_t w = gated_rnn_peek(src);
+  while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src);
+  return __uint_as_float(static_cast<uint32_t>(w));
+}
+
 // Waits until each of the N words w[j] (loaded from address(j), or unused
 // where that is null) carries `step`, reloading in rounds all the words
 // that do not yet: every round's loads are in flight together.
@@ -191,11 +199,7 @@ __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, 
     // loop's bookkeeping for 8 words sat between the last load's arrival
     // and the product, on every step's critical path.
     const int i = static_cast<int>(threadIdx.x);
-    if (i < n) {
-      uint64_t w = gated_rnn_peek(src + i);
-      while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src + i);
-      x[at(i)] = __uint_as_float(static_cast<uint32_t>(w));
-    }
+    if (i < n) x[at(i)] = gated_rnn_wait_word(src + i, step);
   } else {
     gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step, at);
   }

@@ -54,10 +54,6 @@ LaunchResult stack_forward_for(const GatedRnnStackParams& p, const GatedRnnPlan&
   return {cudaErrorInvalidValue, "gated RNN stack dispatch (unknown dtype)"};
 }
 
-}  // namespace
-
-namespace {
-
 // What the stack kernel reads without checking: every layer like layer 0,
 // the operands it needs present, and a plan for this many layers.
 const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPlan& plan) {

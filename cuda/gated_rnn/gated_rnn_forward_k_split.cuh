@@ -126,10 +126,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       if (t == 0) {
         if (p.d_h0) v = load_state(p.d_h0, p.state_dtype, k);
       } else {
-        const uint64_t* src = xchg + ((t - 1) & 1) * H + k;
-        uint64_t word = gated_rnn_peek(src);
-        while (!gated_rnn_has_step(word, static_cast<int>(t - 1))) word = gated_rnn_peek(src);
-        v = __uint_as_float(static_cast<uint32_t>(word));
+        v = gated_rnn_wait_word(xchg + ((t - 1) & 1) * H + k, static_cast<int>(t - 1));
       }
     }
 

@@ -102,13 +102,6 @@ __device__ __forceinline__ Layer layer_of(const GatedRnnStackParams& p, int l) {
   return out;
 }
 
-// Waits until word *src carries `step`; returns its value.
-__device__ __forceinline__ float wait_word(const uint64_t* src, int step) {
-  uint64_t w = gated_rnn_peek(src);
-  while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src);
-  return __uint_as_float(static_cast<uint32_t>(w));
-}
-
 // Waits for thread k's word of h_{l,t-1} (where t > 0) and, where this
 // layer feeds one above and t >= D, for the above layer's word in the slot
 // about to be reused to carry step t-D or later; returns h_{l,t-1}'s value
@@ -209,7 +202,7 @@ __device__ __forceinline__ void run_layer(const GatedRnnStackParams& p, const Ga
       // is usually there before h_{l,t-1}, and this product and its
       // reduction stay off the step's critical path (taken together with
       // the recurrent one, they were on it).
-      const float vi = k < H ? wait_word(below + (t & (D - 1)) * H + k, step) : 0.0f;
+      const float vi = k < H ? gated_rnn_wait_word(below + (t & (D - 1)) * H + k, step) : 0.0f;
       float acc[CP];
 #pragma unroll
       for (int c = 0; c < CP; ++c) acc[c] = vi * wi[c];

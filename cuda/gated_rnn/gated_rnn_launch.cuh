@@ -142,6 +142,17 @@ LaunchResult gemm_split(int64_t M, int64_t N, int64_t K, const ALoad& a, const B
   return {};
 }
 
+// A product on tensor cores where `tensor_cores` says (16-bit sequences
+// only: the tensor-core kernel has no f32 instance), else on CUDA cores.
+template <class Elem, class ALoad, class BLoad, class CStore>
+LaunchResult gemm_product(bool tensor_cores, int64_t M, int64_t N, int64_t K, const ALoad& a,
+                          const BLoad& b, const CStore& c, int splits, float* partial,
+                          cudaStream_t stream) {
+  if constexpr (sizeof(Elem) == 2)
+    if (tensor_cores) return gemm_split<true>(M, N, K, a, b, c, splits, partial, stream);
+  return gemm_split<false>(M, N, K, a, b, c, splits, partial, stream);
+}
+
 }  // namespace gated_rnn_launch
 
 template <class Elem, GatedRnnCell kCell>
@@ -203,12 +214,10 @@ LaunchResult run_gated_rnn_layers_forward(const GatedRnnStackParams& params, con
       const gated_rnn_stack::SequenceA<Elem> a{static_cast<const Elem*>(below), H};
       const GatedRnnWeightB b{params.d_W[l], f.weight_dtype, GH};
       const gated_rnn_stack::ProjectionStore<Elem> c{wx, params.d_W_bias[l], f.weight_dtype, GH};
-      LaunchResult r;
-      if constexpr (sizeof(Elem) == 2)
-        r = gemm_split<true>(M, GH, H, a, b, c, 1, nullptr, stream);
-      else
-        r = gemm_split<false>(M, GH, H, a, b, c, 1, nullptr, stream);
-      if (!r.ok()) return r;
+      if (const LaunchResult r =
+              gemm_product<Elem>(plan.gemm_tensor_cores, M, GH, H, a, b, c, 1, nullptr, stream);
+          !r.ok())
+        return r;
       f.d_wx = wx;
     }
     if (!f.d_y) f.d_y = spare[l & 1];
@@ -247,14 +256,11 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   const int64_t GH = G * H;
   const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H};
 
-  // The products on tensor cores where the plan says (16-bit sequences
-  // only: no f32 instantiation of the tensor-core kernel), else CUDA cores.
+  // The products on tensor cores where the plan says.
   const auto product = [&](int64_t M, int64_t N, int64_t K, const auto& a, const auto& b,
-                           const auto& c, int splits) -> LaunchResult {
-    if constexpr (sizeof(Elem) == 2)
-      if (plan.gemm_tensor_cores)
-        return gemm_split<true>(M, N, K, a, b, c, splits, d_workspace + plan.ws_split, stream);
-    return gemm_split<false>(M, N, K, a, b, c, splits, d_workspace + plan.ws_split, stream);
+                           const auto& c, int splits) {
+    return gemm_product<Elem>(plan.gemm_tensor_cores, M, N, K, a, b, c, splits,
+                              d_workspace + plan.ws_split, stream);
   };
 
   // 1. rh = h_{t-1} R + bias for every step.

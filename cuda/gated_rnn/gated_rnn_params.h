@@ -154,7 +154,8 @@ struct GatedRnnPlan {
   bool tensor_cores = false;
   int k_parts = 1;
   // Backward: the recompute and grad_R products on tensor cores
-  // (gated_rnn_gemm_tc_kernel), else on CUDA cores.
+  // (gated_rnn_gemm_tc_kernel), else on CUDA cores; the stack layer by
+  // layer: its input projections.
   bool gemm_tensor_cores = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the

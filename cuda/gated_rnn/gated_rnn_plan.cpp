@@ -386,6 +386,10 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
   // lower layers' y in the workspace where the caller does not want them.
   GatedRnnPlan plan = plan_gated_rnn(GatedRnnDirection::forward, cell, shape, device, options, dtypes);
   plan.stack_depth = 0;
+  // The projections on tensor cores for 16-bit sequences, as the backward's
+  // products (each operand in two bf16 halves), unless asked not to.
+  plan.gemm_tensor_cores = options.tensor_cores != 0 &&
+                           (dtypes.sequence == DType::bf16 || dtypes.sequence == DType::f16);
   int64_t total = plan.ws_floats;
   plan.ws_stack_wx = take(total, B * T * G * H);
   plan.ws_stack_y = take(total, 2 * B * T * H);

@@ -150,6 +150,7 @@ struct GatedRnnLaunchInfo {
   // Forward: the recurrent product on tensor cores, R's slices held in
   // registers (R and the sequence both bf16 or both f16, H a multiple of 16).
   // Backward: its products of h and R and of h and grad_rh on tensor cores.
+  // A stack layer by layer: also its input projections.
   bool tensor_cores = false;
   // A stack: its layers in one launch (the wavefront), else one after
   // another, each in the layout the other fields give.

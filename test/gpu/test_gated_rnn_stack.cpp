@@ -286,7 +286,7 @@ class StackRun {
   // Element `index` of a stacked tensor, or null where it is absent.
   static void* slice(const Owned& t, DType dtype, int64_t index) {
     if (!t) return nullptr;
-    return static_cast<char*>(t->desc().data) + index * (dtype == DType::f32 ? 4 : 2);
+    return static_cast<char*>(t->desc().data) + index * static_cast<int64_t>(dtype_size(dtype));
   }
 
   StackCase c_;

@@ -548,6 +548,14 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
     CHECK(p.ws_stack_y >= p.ws_stack_wx + B * T * gated_rnn_gates(w.cell) * H);
     CHECK(p.ws_floats >= p.ws_stack_y + 2 * B * T * H);
     check_workspace(p);
+    // The projections on tensor cores for a 16-bit sequence unless asked
+    // not to; never for f32.
+    CHECK_FALSE(p.gemm_tensor_cores);
+    const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
+    CHECK(plan_gated_rnn_stack(w.cell, w.shape, w.layers, w.device, o, bf16).gemm_tensor_cores);
+    GatedRnnLaunchOptions cuda_cores = o;
+    cuda_cores.tensor_cores = 0;
+    CHECK_FALSE(plan_gated_rnn_stack(w.cell, w.shape, w.layers, w.device, cuda_cores, bf16).gemm_tensor_cores);
   }
 
   // What it refuses, each with its reason.
