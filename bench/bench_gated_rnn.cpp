@@ -31,11 +31,11 @@
 //   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
 //   = 0: the forward's product and the backward's two): the layouts side
-//   by side (compare_gated_rnn.py skips them). For B = 1, GRU and LSTM, a
-//   row proj "stk": the two-layer forward of "proj yes" as one call of the
-//   stacked op, one launch (layer 2 trailing layer 1 by a step; stacked_row
-//   says what it includes), which compare_gated_rnn.py pairs with cuDNN's
-//   "yes".
+//   by side (compare_gated_rnn.py skips them). For B = 1, GRU and LSTM, two
+//   rows proj "stk": the two-layer forward of "proj yes" as one call of the
+//   stacked op, one launch (layer 2 trailing layer 1 by a step), and
+//   forward + backward with the stacked backward (stacked_row says what
+//   each includes), which compare_gated_rnn.py pairs with cuDNN's "yes".
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -645,6 +645,10 @@ struct StackedSet {
   DeviceTensors memory;
   Tensor R{}, bias{}, W{}, y_lower{}, h_final{}, c_final{};
   GatedRnnStackForwardArgs args;
+  // The backward: grad_R and grad_bias [2, ...] of its own, grad_W a view of
+  // layer 2's, grad_wx layer 1's.
+  Tensor grad_R{}, grad_bias{}, grad_W{};
+  GatedRnnStackBackwardArgs backward;
 };
 
 Tensor view(const Tensor& t, std::initializer_list<int64_t> shape) {
@@ -679,7 +683,62 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
   a.R = &st->R, a.W = &st->W, a.bias = &st->bias;
   a.y = &set.layer[1].y, a.y_lower = &st->y_lower, a.h_final = &st->h_final;
   if (p.has_c) a.c_final = &st->c_final;
+  st->grad_R = st->memory.make(p.dtype, {2, H, GH}, 0, 0, 0, stream);
+  st->grad_bias = st->memory.make(p.dtype, {2, GH}, 0, 0, 0, stream);
+  st->grad_W = view(set.layer[1].grad_W, {1, H, GH});
+  GatedRnnStackBackwardArgs& b = st->backward;
+  b.cell = a.cell;
+  b.wx = a.wx, b.R = a.R, b.W = a.W, b.bias = a.bias, b.y = a.y, b.y_lower = a.y_lower;
+  b.grad_y = &set.layer[1].grad_y;
+  b.grad_wx = &set.layer[0].grad_wx, b.grad_R = &st->grad_R, b.grad_W = &st->grad_W;
+  b.grad_bias = &st->grad_bias;
   return st;
+}
+
+// The stacked backward's check: its gradients (grad_wx of layer 1, grad_R
+// and grad_bias of both layers, grad_W of layer 2) against those of the two
+// one-layer backwards of the "yes" rows on set 0 (whose own check is the
+// row's validation), normwise: the same layers' products, apart from y_1
+// (the stacked forward fed layer 2 f32 h) and the order of the projection's
+// sums.
+std::string validate_stack_backward(const Problem& p, const CallSet& set, const StackedSet& st,
+                                    const Gemm& gemm, cudaStream_t stream) {
+  const int64_t H = p.s.hidden, GH = p.gh(), BT = p.s.batch * p.s.steps;
+  const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
+  enqueue_ours(p, set, 2, true, true, gemm, stream);
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  std::vector<std::vector<double>> want = {download(set.layer[0].grad_wx, 0, sz(BT * GH)),
+                                           download(set.layer[0].grad_R, 0, sz(H * GH)),
+                                           download(set.layer[1].grad_R, 0, sz(H * GH)),
+                                           download(set.layer[0].grad_bias, 0, sz(GH)),
+                                           download(set.layer[1].grad_bias, 0, sz(GH)),
+                                           download(set.layer[1].grad_W, 0, sz(H * GH))};
+  for (const Tensor* t : {&set.layer[0].grad_wx, &st.grad_R, &st.grad_bias, &set.layer[1].grad_W})
+    poison(*t, stream);
+  project_forward(p, set.layer[0], gemm);
+  require(gated_rnn_stack_forward(st.args, stream), "gated_rnn_stack_forward");
+  require(gated_rnn_stack_backward(st.backward, stream), "gated_rnn_stack_backward");
+  check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  const std::vector<std::vector<double>> got = {download(set.layer[0].grad_wx, 0, sz(BT * GH)),
+                                                download(st.grad_R, 0, sz(H * GH)),
+                                                download(st.grad_R, sz(H * GH), sz(H * GH)),
+                                                download(st.grad_bias, 0, sz(GH)),
+                                                download(st.grad_bias, sz(GH), sz(GH)),
+                                                download(set.layer[1].grad_W, 0, sz(H * GH))};
+  double err = 0;
+  std::size_t unwritten = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, normwise(got[i], want[i]));
+    for (double v : got[i]) unwritten += !std::isfinite(v);
+  }
+  const double limit = p.dtype == DType::f32 ? 5e-3 : 2e-2;
+  const bool ok = unwritten == 0 && err <= limit;
+  char buf[220];
+  std::snprintf(buf, sizeof buf,
+                "backward validation %s: grad_wx, both layers' grad_R and grad_bias, grad_W against "
+                "the two one-layer backwards, |err|/|ref| %.2g (<= %.0e)%s",
+                ok ? "pass" : "FAILED", err, limit, unwritten ? ", outputs not finite" : "");
+  return buf;
 }
 
 // The stacked call's check: one call (run(0): set 0) with every output
@@ -774,6 +833,30 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
               t.graph_us / fl.us, t.host_us, "(stacked, 1 launch)");
   std::printf("%-5s %-5s %-14s stacked %s\n", gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype),
               shape_name(p.s).c_str(), validation.c_str());
+
+  // Forward + backward: the stacked forward, its backward (both layers'
+  // backwards, layer 2's projection's gradients), then layer 1's
+  // projection's gradients, as the "yes" rows.
+  GatedRnnLaunchInfo binfo;
+  GatedRnnLaunchOptions bprobe;
+  bprobe.chosen = &binfo;
+  require(gated_rnn_stack_backward(stacked[0]->backward, c.stream, &bprobe), "gated_rnn_stack_backward");
+  const std::string bvalidation = validate_stack_backward(p, *sets[0], *stacked[0], gemm, c.stream);
+  auto both = [&](int rep) {
+    const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
+    run(rep);
+    require(gated_rnn_stack_backward(stacked[i]->backward, c.stream), "gated_rnn_stack_backward");
+    project_backward(p, sets[i]->layer[0], gemm);
+  };
+  const Times tb = time_ours(c.stream, budget, sets.size(), small_call(p.s), both);
+  check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
+  const Floor fb = floor_of(p, rates, c, 2, true, true);
+  std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
+              gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(), 2, "stk",
+              "fwd+bwd", layout_name(info, info.kernels + binfo.kernels + 3).c_str(), tb.events_us,
+              tb.graph_us, fb.us, fb.bound, tb.graph_us / fb.us, tb.host_us, "(stacked, 1 launch fwd)");
+  std::printf("%-5s %-5s %-14s stacked %s\n", gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype),
+              shape_name(p.s).c_str(), bvalidation.c_str());
 }
 
 void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, const Problem& p,

@@ -393,6 +393,45 @@ exphil_status exphil_lstm_stack_forward(const exphil_tensor* wx, const exphil_te
   });
 }
 
+exphil_status exphil_gru_stack_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W, const exphil_tensor* y,
+    const exphil_tensor* y_lower, const exphil_tensor* grad_y, const exphil_tensor* bias,
+    const exphil_tensor* W_bias, const exphil_tensor* h0, const exphil_tensor* grad_y_lower,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
+    const exphil_tensor* grad_W, const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
+    const exphil_tensor* grad_h0, exphil_stream stream) {
+  return c_call([&] {
+    exphil::GatedRnnStackBackwardArgs a;
+    a.cell = exphil::GatedRnnCell::gru;
+    a.wx = wx, a.R = R, a.W = W, a.y = y, a.y_lower = y_lower, a.grad_y = grad_y;
+    a.bias = bias, a.W_bias = W_bias, a.h0 = h0;
+    a.grad_y_lower = grad_y_lower, a.grad_h_final = grad_h_final;
+    a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_W = grad_W, a.grad_bias = grad_bias;
+    a.grad_W_bias = grad_W_bias, a.grad_h0 = grad_h0;
+    return exphil::gated_rnn_stack_backward(a, stream);
+  });
+}
+
+exphil_status exphil_lstm_stack_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W, const exphil_tensor* y,
+    const exphil_tensor* y_lower, const exphil_tensor* grad_y, const exphil_tensor* bias,
+    const exphil_tensor* W_bias, const exphil_tensor* h0, const exphil_tensor* c0,
+    const exphil_tensor* grad_y_lower, const exphil_tensor* grad_h_final,
+    const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
+    const exphil_tensor* grad_W, const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, exphil_stream stream) {
+  return c_call([&] {
+    exphil::GatedRnnStackBackwardArgs a;
+    a.cell = exphil::GatedRnnCell::lstm;
+    a.wx = wx, a.R = R, a.W = W, a.y = y, a.y_lower = y_lower, a.grad_y = grad_y;
+    a.bias = bias, a.W_bias = W_bias, a.h0 = h0, a.c0 = c0;
+    a.grad_y_lower = grad_y_lower, a.grad_h_final = grad_h_final, a.grad_c_final = grad_c_final;
+    a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_W = grad_W, a.grad_bias = grad_bias;
+    a.grad_W_bias = grad_W_bias, a.grad_h0 = grad_h0, a.grad_c0 = grad_c0;
+    return exphil::gated_rnn_stack_backward(a, stream);
+  });
+}
+
 exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* R,
                                   const exphil_tensor* bias, const exphil_tensor* h0,
                                   const exphil_tensor* c0, const exphil_tensor* y,

@@ -1,5 +1,6 @@
-// exphil::gated_rnn_forward / gated_rnn_backward and their can_implement:
-// op directions of the one pipeline (op_pipeline.hpp).
+// exphil::gated_rnn_forward / _backward, the stack's gated_rnn_stack_forward
+// / _backward, and their can_implement: op directions of the one pipeline
+// (op_pipeline.hpp).
 #include <string>
 #include <type_traits>
 
@@ -122,37 +123,57 @@ struct GatedRnnOpDirection {
 using GatedRnnForwardOp = GatedRnnOpDirection<GatedRnnDirection::forward>;
 using GatedRnnBackwardOp = GatedRnnOpDirection<GatedRnnDirection::backward>;
 
-// The stacked layers' forward: one launch at B = 1 where the wavefront
-// fits, else the layers one after another (kernels::plan_gated_rnn_stack).
-struct GatedRnnStackForwardOp {
-  using Args = GatedRnnStackForwardArgs;
-  using Params = kernels::GatedRnnStackParams;
+// The stack's op directions: the forward (one launch at B = 1 where the
+// wavefront fits, else the layers one after another:
+// kernels::plan_gated_rnn_stack) and the backward (the layers' backwards
+// from the top down: kernels::plan_gated_rnn_stack_backward).
+template <GatedRnnDirection Direction>
+struct GatedRnnStackOpDirection {
+  static constexpr bool kForward = Direction == GatedRnnDirection::forward;
+  using Args = std::conditional_t<kForward, GatedRnnStackForwardArgs, GatedRnnStackBackwardArgs>;
+  using Params =
+      std::conditional_t<kForward, kernels::GatedRnnStackParams, kernels::GatedRnnStackBackwardParams>;
   using Call = runtime::GatedRnnCall;
   using LaunchOptions = GatedRnnLaunchOptions;
   using Plan = kernels::GatedRnnPlan;
-  static constexpr const char* kWhere = "gated_rnn_stack_forward";
+  static constexpr const char* kWhere = kForward ? "gated_rnn_stack_forward" : "gated_rnn_stack_backward";
   static constexpr const char* kWorkspace = "gated RNN workspace";
 
   static std::string context(const Args& args) {
-    return std::string(gated_rnn_cell_name(args.cell)) + "_stack forward";
+    return std::string(gated_rnn_cell_name(args.cell)) + (kForward ? "_stack forward" : "_stack backward");
   }
 
   static Status validate(const Args& args, Params& params, Call& call) {
-    return runtime::validate_gated_rnn_stack_forward(args, params, call);
+    if constexpr (kForward)
+      return runtime::validate_gated_rnn_stack_forward(args, params, call);
+    else
+      return runtime::validate_gated_rnn_stack_backward(args, params, call);
+  }
+
+  // Layer 0's forward params (every layer's cell and dtypes).
+  static const kernels::GatedRnnForwardParams& first_layer(const Params& params) {
+    if constexpr (kForward)
+      return params.layer[0];
+    else
+      return params.layer[0].fwd;
   }
 
   static Plan plan(const Args& args, const Call& call, const Params& params,
                    const runtime::LaunchContext& context, const LaunchOptions* options) {
     const runtime::DeviceArchitecture& a = context.architecture();
     const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
-    const kernels::GatedRnnForwardParams& f = params.layer[0];
-    return kernels::plan_gated_rnn_stack(static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                         params.layers, device, kernel_options(options),
-                                         {f.dtype, f.weight_dtype});
+    const kernels::GatedRnnForwardParams& f = first_layer(params);
+    const auto cell = static_cast<kernels::GatedRnnCell>(args.cell);
+    const kernels::GatedRnnDTypes dtypes{f.dtype, f.weight_dtype};
+    if constexpr (kForward)
+      return kernels::plan_gated_rnn_stack(cell, call.shape, params.layers, device, kernel_options(options), dtypes);
+    else
+      return kernels::plan_gated_rnn_stack_backward(cell, call.shape, params.layers, device,
+                                                    kernel_options(options), dtypes);
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
-    if (const char* why = kernels::gated_rnn_stack_unsupported(p, params.layer[0].cell, call.shape,
+    if (const char* why = kernels::gated_rnn_stack_unsupported(p, first_layer(params).cell, call.shape,
                                                                params.layers, p.device)) {
       const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
       return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " with " +
@@ -167,7 +188,10 @@ struct GatedRnnStackForwardOp {
 
   static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
                                       cudaStream_t stream) {
-    return kernels::launch_gated_rnn_stack_forward(params, p, d_workspace, stream);
+    if constexpr (kForward)
+      return kernels::launch_gated_rnn_stack_forward(params, p, d_workspace, stream);
+    else
+      return kernels::launch_gated_rnn_stack_backward(params, p, d_workspace, stream);
   }
 
   static void report(const Plan& p, const Params& params, const LaunchOptions* options) {
@@ -175,11 +199,17 @@ struct GatedRnnStackForwardOp {
     GatedRnnLaunchInfo& info = *options->chosen;
     report_layout(p, info);
     info.stacked = p.stack_depth > 0;
-    // Layer by layer: each layer's forward, and a product before each
-    // layer above the first.
-    info.kernels = info.stacked ? 1 : 2 * params.layers - 1;
+    if constexpr (kForward)
+      // Layer by layer: each layer's forward, and a product before each
+      // layer above the first.
+      info.kernels = info.stacked ? 1 : 2 * params.layers - 1;
+    else
+      info.kernels = kernels::gated_rnn_stack_backward_kernel_count(params, p);
   }
 };
+
+using GatedRnnStackForwardOp = GatedRnnStackOpDirection<GatedRnnDirection::forward>;
+using GatedRnnStackBackwardOp = GatedRnnStackOpDirection<GatedRnnDirection::backward>;
 
 }  // namespace
 
@@ -205,6 +235,15 @@ Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream,
 Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream,
                                const GatedRnnLaunchOptions* options) noexcept {
   return runtime::run_op<GatedRnnStackForwardOp>(args, stream, options);
+}
+
+Status gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args, Stream stream,
+                                const GatedRnnLaunchOptions* options) noexcept {
+  return runtime::run_op<GatedRnnStackBackwardOp>(args, stream, options);
+}
+
+Status can_implement(const GatedRnnStackBackwardArgs& args) noexcept {
+  return runtime::check_op<GatedRnnStackBackwardOp>(args);
 }
 
 Status can_implement(const GatedRnnStackForwardArgs& args) noexcept {

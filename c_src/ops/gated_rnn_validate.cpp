@@ -303,13 +303,47 @@ void* element(const void* base, DType dtype, int64_t index) {
          index * static_cast<int64_t>(dtype_size(dtype));
 }
 
+// Layer l's slices of the stacked tensors ([L, ...] and [L-1, ...]; the
+// latter at l - 1 for the layers above the first).
+struct StackSlices {
+  kernels::GatedRnnShape s;
+  int64_t GH;
+  DType dtype, weight_dtype, state_dtype;
+  void* weights(const void* base, int64_t i) const { return element(base, weight_dtype, i * s.hidden * GH); }
+  void* gates(const void* base, int64_t i) const { return element(base, weight_dtype, i * GH); }
+  void* state(const void* base, int64_t i) const { return element(base, state_dtype, i * s.batch * s.hidden); }
+  void* sequence(const void* base, int64_t i) const {
+    return element(base, dtype, i * s.batch * s.steps * s.hidden);
+  }
+};
+
+StackSlices stack_slices(const GatedRnnChecker& check, GatedRnnCell cell, const GatedRnnCall& call) {
+  const int64_t G = kernels::gated_rnn_gates(static_cast<kernels::GatedRnnCell>(cell));
+  return {call.shape, G * call.shape.hidden, check.dtype(), check.weight_dtype(), check.state_dtype()};
+}
+
+Status stack_cell(GatedRnnCell cell) {
+  if (cell != GatedRnnCell::gru && cell != GatedRnnCell::lstm)
+    return {StatusCode::invalid_argument, "argument 'cell': expected gru (0) or lstm (1), got " +
+                                              std::to_string(static_cast<int>(cell))};
+  return {};
+}
+
+// The LSTM's cell state of every layer: refused for a GRU.
+Status stacked_cell_state(GatedRnnChecker& check, GatedRnnCell cell, const char* name, const Tensor* t,
+                          bool output, const void*& data, int64_t layers) {
+  data = nullptr;
+  if (t && cell == GatedRnnCell::gru)
+    return {StatusCode::invalid_argument, arg_prefix(name) + "expected NULL: a GRU has no cell state"};
+  return check.stacked(name, t, layers, false, GatedRnnChecker::Stacked::state, Group::states, true, output,
+                       data);
+}
+
 }  // namespace
 
 Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
                                         kernels::GatedRnnStackParams& params, GatedRnnCall& call) {
-  if (args.cell != GatedRnnCell::gru && args.cell != GatedRnnCell::lstm)
-    return {StatusCode::invalid_argument, "argument 'cell': expected gru (0) or lstm (1), got " +
-                                              std::to_string(static_cast<int>(args.cell))};
+  EXPHIL_RETURN_IF_ERROR(stack_cell(args.cell));
   GatedRnnChecker check(args.cell, call);
   const void *wx = nullptr, *R = nullptr, *W = nullptr, *bias = nullptr, *W_bias = nullptr;
   const void *h0 = nullptr, *c0 = nullptr, *y = nullptr, *y_lower = nullptr, *h_final = nullptr,
@@ -324,42 +358,109 @@ Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
   EXPHIL_RETURN_IF_ERROR(
       check.stacked("W_bias", args.W_bias, K, true, Stacked::gates, Group::weights, true, false, W_bias));
   EXPHIL_RETURN_IF_ERROR(check.stacked("h0", args.h0, L, false, Stacked::state, Group::states, true, false, h0));
-  if (args.c0 && args.cell == GatedRnnCell::gru)
-    return {StatusCode::invalid_argument, "argument 'c0': expected NULL: a GRU has no cell state"};
-  EXPHIL_RETURN_IF_ERROR(check.stacked("c0", args.c0, L, false, Stacked::state, Group::states, true, false, c0));
+  EXPHIL_RETURN_IF_ERROR(stacked_cell_state(check, args.cell, "c0", args.c0, false, c0, L));
   EXPHIL_RETURN_IF_ERROR(check.tensor("y", args.y, Layout::sequence, Group::sequence, false, true, y));
   EXPHIL_RETURN_IF_ERROR(
       check.stacked("y_lower", args.y_lower, K, true, Stacked::sequence, Group::sequence, true, true, y_lower));
   EXPHIL_RETURN_IF_ERROR(
       check.stacked("h_final", args.h_final, L, false, Stacked::state, Group::states, true, true, h_final));
-  if (args.c_final && args.cell == GatedRnnCell::gru)
-    return {StatusCode::invalid_argument, "argument 'c_final': expected NULL: a GRU has no cell state"};
-  EXPHIL_RETURN_IF_ERROR(
-      check.stacked("c_final", args.c_final, L, false, Stacked::state, Group::states, true, true, c_final));
+  EXPHIL_RETURN_IF_ERROR(stacked_cell_state(check, args.cell, "c_final", args.c_final, true, c_final, L));
   EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
 
-  // Each layer's params: its slices of the stacked tensors.
-  const kernels::GatedRnnShape& s = call.shape;
-  const int64_t GH = kernels::gated_rnn_gates(static_cast<kernels::GatedRnnCell>(args.cell)) * s.hidden;
-  const DType wdt = check.weight_dtype(), sdt = check.state_dtype(), dt = check.dtype();
+  const StackSlices at = stack_slices(check, args.cell, call);
   params = kernels::GatedRnnStackParams{};
   params.layers = L;
   for (int l = 0; l < L; ++l) {
     kernels::GatedRnnForwardParams& f = params.layer[l];
-    f.shape = s;
-    f.cell = static_cast<kernels::GatedRnnCell>(args.cell);
-    f.dtype = dt, f.weight_dtype = wdt, f.state_dtype = sdt;
+    fill_forward(check, args.cell, call, f);
     f.d_wx = l == 0 ? wx : nullptr;
-    f.d_R = element(R, wdt, l * s.hidden * GH);
-    f.d_bias = element(bias, wdt, l * GH);
-    f.d_h0 = element(h0, sdt, l * s.batch * s.hidden);
-    f.d_c0 = element(c0, sdt, l * s.batch * s.hidden);
-    f.d_y = l + 1 == L ? element(y, dt, 0) : element(y_lower, dt, l * s.batch * s.steps * s.hidden);
-    f.d_h_final = element(h_final, sdt, l * s.batch * s.hidden);
-    f.d_c_final = element(c_final, sdt, l * s.batch * s.hidden);
+    f.d_R = at.weights(R, l);
+    f.d_bias = at.gates(bias, l);
+    f.d_h0 = at.state(h0, l);
+    f.d_c0 = at.state(c0, l);
+    f.d_y = l + 1 == L ? element(y, at.dtype, 0) : at.sequence(y_lower, l);
+    f.d_h_final = at.state(h_final, l);
+    f.d_c_final = at.state(c_final, l);
     if (l > 0) {
-      params.d_W[l] = element(W, wdt, (l - 1) * s.hidden * GH);
-      params.d_W_bias[l] = element(W_bias, wdt, (l - 1) * GH);
+      params.d_W[l] = at.weights(W, l - 1);
+      params.d_W_bias[l] = at.gates(W_bias, l - 1);
+    }
+  }
+  return {};
+}
+
+Status validate_gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args,
+                                         kernels::GatedRnnStackBackwardParams& params, GatedRnnCall& call) {
+  EXPHIL_RETURN_IF_ERROR(stack_cell(args.cell));
+  GatedRnnChecker check(args.cell, call);
+  const void *wx = nullptr, *R = nullptr, *W = nullptr, *y = nullptr, *y_lower = nullptr, *grad_y = nullptr;
+  const void *bias = nullptr, *W_bias = nullptr, *h0 = nullptr, *c0 = nullptr, *grad_y_lower = nullptr,
+             *grad_h_final = nullptr, *grad_c_final = nullptr;
+  const void *grad_wx = nullptr, *grad_R = nullptr, *grad_W = nullptr, *grad_bias = nullptr,
+             *grad_W_bias = nullptr, *grad_h0 = nullptr, *grad_c0 = nullptr;
+  int L = 0;
+  using Stacked = GatedRnnChecker::Stacked;
+  EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, wx));
+  EXPHIL_RETURN_IF_ERROR(check.stacked_R(args.R, L, R));
+  const int64_t K = L - 1;
+  EXPHIL_RETURN_IF_ERROR(check.stacked("W", args.W, K, true, Stacked::weights, Group::weights, false, false, W));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("y", args.y, Layout::sequence, Group::sequence, false, false, y));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("y_lower", args.y_lower, K, true, Stacked::sequence, Group::sequence, false, false, y_lower));
+  EXPHIL_RETURN_IF_ERROR(check.tensor("grad_y", args.grad_y, Layout::sequence, Group::sequence, false, false, grad_y));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("bias", args.bias, L, false, Stacked::gates, Group::weights, true, false, bias));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("W_bias", args.W_bias, K, true, Stacked::gates, Group::weights, true, false, W_bias));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("h0", args.h0, L, false, Stacked::state, Group::states, true, false, h0));
+  EXPHIL_RETURN_IF_ERROR(stacked_cell_state(check, args.cell, "c0", args.c0, false, c0, L));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("grad_y_lower", args.grad_y_lower, K, true, Stacked::sequence,
+                                       Group::sequence, true, false, grad_y_lower));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("grad_h_final", args.grad_h_final, L, false, Stacked::state,
+                                       Group::states, true, false, grad_h_final));
+  EXPHIL_RETURN_IF_ERROR(
+      stacked_cell_state(check, args.cell, "grad_c_final", args.grad_c_final, false, grad_c_final, L));
+  EXPHIL_RETURN_IF_ERROR(
+      check.tensor("grad_wx", args.grad_wx, Layout::gates_sequence, Group::sequence, true, true, grad_wx));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("grad_R", args.grad_R, L, false, Stacked::weights, Group::weights, true, true, grad_R));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("grad_W", args.grad_W, K, true, Stacked::weights, Group::weights, true, true, grad_W));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("grad_bias", args.grad_bias, L, false, Stacked::gates, Group::weights, true, true, grad_bias));
+  EXPHIL_RETURN_IF_ERROR(check.stacked("grad_W_bias", args.grad_W_bias, K, true, Stacked::gates, Group::weights,
+                                       true, true, grad_W_bias));
+  EXPHIL_RETURN_IF_ERROR(
+      check.stacked("grad_h0", args.grad_h0, L, false, Stacked::state, Group::states, true, true, grad_h0));
+  EXPHIL_RETURN_IF_ERROR(stacked_cell_state(check, args.cell, "grad_c0", args.grad_c0, true, grad_c0, L));
+  EXPHIL_RETURN_IF_ERROR(call.tensors.check_no_overlaps());
+
+  const StackSlices at = stack_slices(check, args.cell, call);
+  params = kernels::GatedRnnStackBackwardParams{};
+  params.layers = L;
+  for (int l = 0; l < L; ++l) {
+    kernels::GatedRnnBackwardParams& b = params.layer[l];
+    kernels::GatedRnnForwardParams& f = b.fwd;
+    fill_forward(check, args.cell, call, f);
+    const bool top = l + 1 == L;
+    f.d_wx = l == 0 ? wx : nullptr;
+    f.d_R = at.weights(R, l);
+    f.d_bias = at.gates(bias, l);
+    f.d_h0 = at.state(h0, l);
+    f.d_c0 = at.state(c0, l);
+    f.d_y = top ? element(y, at.dtype, 0) : at.sequence(y_lower, l);
+    b.d_grad_y = top ? grad_y : at.sequence(grad_y_lower, l);
+    b.d_grad_h_final = at.state(grad_h_final, l);
+    b.d_grad_c_final = at.state(grad_c_final, l);
+    b.d_grad_wx = l == 0 ? const_cast<void*>(grad_wx) : nullptr;
+    b.d_grad_R = at.weights(grad_R, l);
+    b.d_grad_bias = at.gates(grad_bias, l);
+    b.d_grad_h0 = at.state(grad_h0, l);
+    b.d_grad_c0 = at.state(grad_c0, l);
+    if (l > 0) {
+      params.d_W[l] = at.weights(W, l - 1);
+      params.d_W_bias[l] = at.gates(W_bias, l - 1);
+      params.d_grad_W[l] = at.weights(grad_W, l - 1);
+      params.d_grad_W_bias[l] = at.gates(grad_W_bias, l - 1);
     }
   }
   return {};

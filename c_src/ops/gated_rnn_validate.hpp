@@ -19,6 +19,8 @@ Status validate_gated_rnn_forward(const GatedRnnForwardArgs& args, kernels::Gate
                                   GatedRnnCall& call);
 Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
                                         kernels::GatedRnnStackParams& params, GatedRnnCall& call);
+Status validate_gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args,
+                                         kernels::GatedRnnStackBackwardParams& params, GatedRnnCall& call);
 Status validate_gated_rnn_backward(const GatedRnnBackwardArgs& args, kernels::GatedRnnBackwardParams& params,
                                    GatedRnnCall& call);
 

@@ -136,6 +136,31 @@ const Tensor** tensor_slot(GatedRnnStackForwardArgs& args, std::string_view name
   return find(slots, name);
 }
 
+const Tensor** tensor_slot(GatedRnnStackBackwardArgs& args, std::string_view name) noexcept {
+  if (!cell_has(args.cell, name)) return nullptr;
+  const Named slots[] = {{"wx", &args.wx},
+                         {"R", &args.R},
+                         {"W", &args.W},
+                         {"y", &args.y},
+                         {"y_lower", &args.y_lower},
+                         {"grad_y", &args.grad_y},
+                         {"bias", &args.bias},
+                         {"W_bias", &args.W_bias},
+                         {"h0", &args.h0},
+                         {"c0", &args.c0},
+                         {"grad_y_lower", &args.grad_y_lower},
+                         {"grad_h_final", &args.grad_h_final},
+                         {"grad_c_final", &args.grad_c_final},
+                         {"grad_wx", &args.grad_wx},
+                         {"grad_R", &args.grad_R},
+                         {"grad_W", &args.grad_W},
+                         {"grad_bias", &args.grad_bias},
+                         {"grad_W_bias", &args.grad_W_bias},
+                         {"grad_h0", &args.grad_h0},
+                         {"grad_c0", &args.grad_c0}};
+  return find(slots, name);
+}
+
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept {
   if (!cell_has(args.cell, name)) return nullptr;
   const Named slots[] = {{"wx", &args.wx},

@@ -253,13 +253,17 @@ __device__ __forceinline__ void run_layer(const GatedRnnStackParams& p, const Ga
 // b_l, through gated_rnn_gemm.cuh's product. A is y_{l-1} [B*T, H] in the
 // sequence dtype; the sums land in the sequence dtype, as the forward
 // reads wx.
+//
+// A row-major sequence [rows, width] in the sequence dtype, read along its
+// rows: the A operand contiguous in k (y_{l-1} here), or a B operand (the
+// backward's grad_wx, gated_rnn_backward_stack.cuh).
 template <class Elem>
-struct SequenceA {
+struct SequenceRows {
   static constexpr bool kContiguousK = true;
-  const Elem* a;
-  int64_t K;
+  const Elem* p;
+  int64_t width;
   using Row = const Elem*;
-  __device__ __forceinline__ Row row(int64_t m) const { return a + m * K; }
+  __device__ __forceinline__ Row row(int64_t i) const { return p + i * width; }
   __device__ __forceinline__ float at(Row r, int64_t k) const { return to_float(r[k]); }
   __device__ __forceinline__ void at8(Row r, int64_t k, float (&v)[8]) const {
 #pragma unroll

@@ -1,7 +1,8 @@
 // Definitions of the per-(dtype, cell) launchers declared in
 // gated_rnn_instances.h: the forward's one cooperative launch; the
 // backward's recompute product, gates, cooperative reverse walk and weight
-// gradient product. Included only by the generated instance files.
+// gradient product; the stack's forward and backward. Included only by the
+// generated instance files.
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "common/dynamic_shared_memory.h"
 #include "gated_rnn/gated_rnn_backward.cuh"
+#include "gated_rnn/gated_rnn_backward_stack.cuh"
 #include "gated_rnn/gated_rnn_forward.cuh"
 #include "gated_rnn/gated_rnn_forward_k_split.cuh"
 #include "gated_rnn/gated_rnn_forward_stack.cuh"
@@ -211,7 +213,7 @@ LaunchResult run_gated_rnn_layers_forward(const GatedRnnStackParams& params, con
   for (int l = 0; l < params.layers; ++l) {
     GatedRnnForwardParams f = params.layer[l];
     if (l > 0) {
-      const gated_rnn_stack::SequenceA<Elem> a{static_cast<const Elem*>(below), H};
+      const gated_rnn_stack::SequenceRows<Elem> a{static_cast<const Elem*>(below), H};
       const GatedRnnWeightB b{params.d_W[l], f.weight_dtype, GH};
       const gated_rnn_stack::ProjectionStore<Elem> c{wx, params.d_W_bias[l], f.weight_dtype, GH};
       if (const LaunchResult r =
@@ -307,6 +309,85 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
       return r;
   }
   return {};
+}
+
+// The stack's backward, from the top layer down
+// (gated_rnn_backward_stack.cuh gives the algorithm): each layer's backward
+// in the one plan, its workspace reused; before it, the layer's input
+// projection again (l > 0); after it, grad_W and grad_W_bias where wanted
+// and the gradient of the layer below's y, into the workspace.
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_stack_backward(const GatedRnnStackBackwardParams& params,
+                                          const GatedRnnPlan& plan, float* d_workspace,
+                                          cudaStream_t stream) {
+  using namespace gated_rnn_launch;
+  using namespace gated_rnn_stack;
+  clear_stale_launch_error();
+  if constexpr (kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm) {
+    const GatedRnnForwardParams& f0 = params.layer[0].fwd;
+    const int64_t M = f0.shape.batch * f0.shape.steps, H = f0.shape.hidden;
+    const int64_t GH = kGatedRnnGates<kCell> * H;
+    const DType wdt = f0.weight_dtype;
+    Elem* const wx = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_wx);
+    Elem* const grad_wx = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_grad_wx);
+    Elem* const grad_y = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_y);
+    float* const wt = d_workspace + plan.ws_stack_wt;
+    const auto product = [&](int64_t m, int64_t n, int64_t k, const auto& a, const auto& b,
+                             const auto& c, int splits) {
+      return gemm_product<Elem>(plan.gemm_tensor_cores, m, n, k, a, b, c, splits,
+                                d_workspace + plan.ws_split, stream);
+    };
+    for (int l = params.layers - 1; l >= 0; --l) {
+      GatedRnnBackwardParams layer = params.layer[l];
+      const Elem* const below = l > 0 ? static_cast<const Elem*>(params.layer[l - 1].fwd.d_y) : nullptr;
+      if (l > 0) {
+        if (const LaunchResult r = product(M, GH, H, SequenceRows<Elem>{below, H},
+                                           GatedRnnWeightB{params.d_W[l], wdt, GH},
+                                           ProjectionStore<Elem>{wx, params.d_W_bias[l], wdt, GH},
+                                           plan.recompute_splits);
+            !r.ok())
+          return r;
+        layer.fwd.d_wx = wx;
+        layer.d_grad_wx = grad_wx;
+      }
+      if (l + 1 < params.layers) layer.d_grad_y = grad_y;
+      if (const LaunchResult r = run_gated_rnn_backward<Elem, kCell>(layer, plan, d_workspace, stream);
+          !r.ok())
+        return r;
+      if (l == 0) break;
+
+      // grad_W (rows 0..H-1) and grad_W_bias (row H), those asked for.
+      if (params.d_grad_W[l] || params.d_grad_W_bias[l]) {
+        const int64_t first = params.d_grad_W[l] ? 0 : H;
+        const int64_t rows = (params.d_grad_W_bias[l] ? H + 1 : H) - first;
+        if (const LaunchResult r =
+                product(rows, GH, M, InputGradA<Elem>{below, H, first},
+                        SequenceRows<Elem>{grad_wx, GH},
+                        GatedRnnWeightGradStore{params.d_grad_W[l], params.d_grad_W_bias[l], wdt, H,
+                                                GH, first},
+                        plan.weight_grad_splits);
+            !r.ok())
+          return r;
+      }
+
+      // The gradient of y_{l-1}: grad_wx_l W_l^T, plus the caller's.
+      {
+        constexpr int kTile = kGatedRnnTransposeTile;
+        const dim3 grid(gemm_tiles(GH, kTile), gemm_tiles(H, kTile));
+        gated_rnn_transpose_kernel<kTile><<<grid, dim3(kTile, 8), 0, stream>>>(params.d_W[l], wt, wdt, H, GH);
+        EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_transpose_kernel");
+      }
+      if (const LaunchResult r = product(
+              M, H, GH, SequenceRows<Elem>{grad_wx, GH}, GatedRnnWeightB{wt, wdt, H},
+              LowerGradStore<Elem>{grad_y, static_cast<const Elem*>(params.layer[l - 1].d_grad_y), H},
+              plan.recompute_splits);
+          !r.ok())
+        return r;
+    }
+    return {};
+  } else {
+    return {cudaErrorInvalidValue, "gated RNN stack (GRU and LSTM layers only)"};
+  }
 }
 
 }  // namespace exphil::kernels

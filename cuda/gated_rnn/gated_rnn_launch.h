@@ -166,6 +166,13 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
 const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                         const GatedRnnShape& shape, int layers,
                                         const GatedRnnDevice& device) noexcept;
+// The stack's backward: the layers' backwards from the top down, each in
+// plan_gated_rnn's backward plan, with the workspace for the stack's own
+// products (stack_depth 0; gated_rnn_stack_unsupported checks it too).
+GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
+                                           const GatedRnnDevice& device,
+                                           const GatedRnnLaunchOptions& options = {},
+                                           GatedRnnDTypes dtypes = {}) noexcept;
 
 // nullptr if the kernels can run `plan` on `shape`, else why not
 // (CUTLASS's can_implement).
@@ -184,6 +191,12 @@ inline std::size_t gated_rnn_workspace_bytes(const GatedRnnPlan& plan) noexcept 
 // reduction when split).
 int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardParams& params,
                            const GatedRnnPlan& plan) noexcept;
+// The stack's backward: each layer's backward; per layer above the first
+// its input projection again, the transpose of W, the gradient of the layer
+// below's y, and grad_W / grad_W_bias when wanted (each product with its
+// reduction when split).
+int gated_rnn_stack_backward_kernel_count(const GatedRnnStackBackwardParams& params,
+                                          const GatedRnnPlan& plan) noexcept;
 
 // Enqueue the kernels on `stream` (the current device must own it).
 // d_workspace: gated_rnn_workspace_bytes(plan) of device memory, 256-byte
@@ -199,5 +212,9 @@ LaunchResult launch_gated_rnn_backward(const GatedRnnBackwardParams& params,
 LaunchResult launch_gated_rnn_stack_forward(const GatedRnnStackParams& params,
                                             const GatedRnnPlan& plan, float* d_workspace,
                                             cudaStream_t stream) noexcept;
+// The stack's backward, the plan from plan_gated_rnn_stack_backward.
+LaunchResult launch_gated_rnn_stack_backward(const GatedRnnStackBackwardParams& params,
+                                             const GatedRnnPlan& plan, float* d_workspace,
+                                             cudaStream_t stream) noexcept;
 
 }  // namespace exphil::kernels

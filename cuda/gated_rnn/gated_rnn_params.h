@@ -94,6 +94,25 @@ struct GatedRnnStackParams {
   const void* d_W_bias[kGatedRnnMaxStackLayers] = {};  // [G*H], layers 1 to L-1, optional
 };
 
+// The stack's backward (run_gated_rnn_stack_backward, gated_rnn_launch.cuh):
+// layer l's one-layer backward as GatedRnnBackwardParams, from the top
+// layer down. layer[l].fwd is the forward's layer l (its y read: the last
+// layer's y, the lower layers' y_lower slices); layer 0's fwd.d_wx is the
+// caller's, the layers above have none (the launcher forms their wx again
+// from the layer below's y, W and W_bias). layer[l].d_grad_y is the
+// gradient reaching y_l from outside the stack: required for the last
+// layer, optional below (the launcher adds the gradient through the layer
+// above). layer[l].d_grad_wx is the caller's for layer 0 only (the layers
+// above: null, the launcher's workspace); grad_rh is not offered.
+struct GatedRnnStackBackwardParams {
+  int layers = 0;  // L, 2 to kGatedRnnMaxStackLayers
+  GatedRnnBackwardParams layer[kGatedRnnMaxStackLayers];
+  const void* d_W[kGatedRnnMaxStackLayers] = {};       // [H, G*H], layers 1 to L-1
+  const void* d_W_bias[kGatedRnnMaxStackLayers] = {};  // [G*H], layers 1 to L-1, optional
+  void* d_grad_W[kGatedRnnMaxStackLayers] = {};        // [H, G*H], layers 1 to L-1, optional
+  void* d_grad_W_bias[kGatedRnnMaxStackLayers] = {};   // [G*H], layers 1 to L-1, optional
+};
+
 enum class GatedRnnDirection { forward, backward };
 
 // What the planner needs to know of the device (query_gated_rnn_device).
@@ -185,7 +204,10 @@ struct GatedRnnPlan {
   int64_t ws_c = -1;        // backward LSTM [B, T, H]: every c_t; sLSTM [B, T, 3, H]:
                             // every c_t, n_t and the share of dm_t taken by log f + m_{t-1}
   int64_t ws_stack_wx = -1; // the stack layer by layer: [B, T, G*H] a layer's input projection
-  int64_t ws_stack_y = -1;  // the stack layer by layer: [2, B, T, H] the lower layers' y
+  int64_t ws_stack_y = -1;  // the stack layer by layer: [2, B, T, H] the lower layers' y;
+                            // its backward: [B, T, H] the gradient of a lower layer's y
+  int64_t ws_stack_grad_wx = -1;  // the stack's backward: [B, T, G*H] a layer's grad_wx
+  int64_t ws_stack_wt = -1;       // the stack's backward: [G*H, H] a layer's W transposed
   int64_t ws_split = -1;    // backward: the split products' partial sums, the recompute's
                             // [recompute_splits, B*T, G*H], later grad_R's
                             // [weight_grad_splits, H+1, G*H]

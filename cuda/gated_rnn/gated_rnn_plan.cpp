@@ -397,6 +397,29 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
   return plan;
 }
 
+GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
+                                           const GatedRnnDevice& device,
+                                           const GatedRnnLaunchOptions& options,
+                                           GatedRnnDTypes dtypes) noexcept {
+  (void)layers;  // every layer runs in the one plan, one after another
+  const int64_t G = gated_rnn_gates(cell);
+  const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
+  const int64_t H = std::max<int64_t>(shape.hidden, 1);
+  // Each layer's backward in the one-layer plan; its workspace serves them
+  // all in turn, and its split products' partial sums the stack's products
+  // too ([recompute_splits, B*T, G*H] holds the projection's and the
+  // gradient of y's; [weight_grad_splits, H+1, G*H] grad_W's).
+  GatedRnnPlan plan = plan_gated_rnn(GatedRnnDirection::backward, cell, shape, device, options, dtypes);
+  plan.stack_depth = 0;
+  int64_t total = plan.ws_floats;
+  plan.ws_stack_wx = take(total, B * T * G * H);
+  plan.ws_stack_grad_wx = take(total, B * T * G * H);
+  plan.ws_stack_y = take(total, B * T * H);
+  plan.ws_stack_wt = take(total, G * H * H);
+  plan.ws_floats = total;
+  return plan;
+}
+
 const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                         const GatedRnnShape& shape, int layers,
                                         const GatedRnnDevice& device) noexcept {
@@ -405,7 +428,9 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
   if (layers < 2 || layers > kGatedRnnMaxStackLayers)
     return "gated RNN stack: 2 to 4 layers";
   if (plan.stack_depth == 0) {
-    if (plan.ws_stack_wx < 0 || plan.ws_stack_y < 0)
+    // (A backward plan has ws_rh.)
+    if (plan.ws_stack_wx < 0 || plan.ws_stack_y < 0 ||
+        (plan.ws_rh >= 0 && (plan.ws_stack_grad_wx < 0 || plan.ws_stack_wt < 0)))
       return "gated RNN stack plan: layer by layer without its workspace";
     return gated_rnn_unsupported(plan, cell, shape, device);
   }
@@ -435,6 +460,19 @@ int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardPa
   const int recompute = plan.recompute_splits > 1 ? 2 : 1;
   if (!params.d_grad_R && !params.d_grad_bias) return recompute + 2;
   return recompute + 2 + (plan.weight_grad_splits > 1 ? 2 : 1);
+}
+
+int gated_rnn_stack_backward_kernel_count(const GatedRnnStackBackwardParams& params,
+                                          const GatedRnnPlan& plan) noexcept {
+  const int split = plan.recompute_splits > 1 ? 2 : 1;  // the products over H or G*H
+  int n = 0;
+  for (int l = 0; l < params.layers && l < kGatedRnnMaxStackLayers; ++l) {
+    n += gated_rnn_kernel_count(GatedRnnDirection::backward, params.layer[l], plan);
+    if (l == 0) continue;
+    n += split + 1 + split;  // the projection, W's transpose, the gradient of y below
+    if (params.d_grad_W[l] || params.d_grad_W_bias[l]) n += plan.weight_grad_splits > 1 ? 2 : 1;
+  }
+  return n;
 }
 
 }  // namespace exphil::kernels

@@ -454,7 +454,7 @@ EXPHIL_API exphil_status exphil_lstm_backward(
 
 /* ---------------------------------------------------------------------------
  * gru_stack and lstm_stack: L = 2 to 4 stacked GRU or LSTM layers of one H,
- * forward (added in 0.2.0; exphil/gated_rnn.hpp gives the math), as
+ * forward and backward (added in 0.2.0; exphil/gated_rnn.hpp gives the math), as
  * torch.nn.GRU(H, H, L) and torch.nn.LSTM(H, H, L) run them: layer 0 on the
  * given wx, layer l > 0 on y_{l-1} W[l-1] + W_bias[l-1]. With K = L - 1:
  *
@@ -479,6 +479,34 @@ EXPHIL_API exphil_status exphil_lstm_stack_forward(
     const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
     const exphil_tensor* c0, const exphil_tensor* y, const exphil_tensor* y_lower,
     const exphil_tensor* h_final, const exphil_tensor* c_final, exphil_stream stream);
+
+/* The stacks' backward (added in 0.2.0): from the forward's inputs, its y
+ * and y_lower (both required: the backward reads every layer's y) and the
+ * gradients of its outputs, the gradients of its inputs, shaped as they
+ * are (grad_W and grad_W_bias as W and W_bias). NULL: bias, W_bias, h0, c0
+ * as the forward; grad_y_lower, grad_h_final, grad_c_final (zeros); every
+ * gradient output (not written; grad_bias, grad_W_bias, grad_h0 and grad_c0
+ * may be asked for without their inputs). Each layer's backward from the
+ * top down, and per layer above the first three products; sums in a fixed
+ * order (bitwise deterministic). */
+EXPHIL_API exphil_status exphil_gru_stack_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
+    const exphil_tensor* y, const exphil_tensor* y_lower, const exphil_tensor* grad_y,
+    const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
+    const exphil_tensor* grad_y_lower, const exphil_tensor* grad_h_final,
+    const exphil_tensor* grad_wx, const exphil_tensor* grad_R, const exphil_tensor* grad_W,
+    const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
+    const exphil_tensor* grad_h0, exphil_stream stream);
+
+EXPHIL_API exphil_status exphil_lstm_stack_backward(
+    const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
+    const exphil_tensor* y, const exphil_tensor* y_lower, const exphil_tensor* grad_y,
+    const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
+    const exphil_tensor* c0, const exphil_tensor* grad_y_lower,
+    const exphil_tensor* grad_h_final, const exphil_tensor* grad_c_final,
+    const exphil_tensor* grad_wx, const exphil_tensor* grad_R, const exphil_tensor* grad_W,
+    const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, exphil_stream stream);
 
 /* ---------------------------------------------------------------------------
  * slstm: xLSTM's sLSTM (scalar LSTM with exponential gating) with the

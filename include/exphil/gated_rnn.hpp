@@ -105,7 +105,7 @@ struct GatedRnnBackwardArgs {
   const Tensor* grad_rh = nullptr;
 };
 
-// Stacked GRU or LSTM layers, forward (ops "gru_stack" and "lstm_stack"):
+// Stacked GRU or LSTM layers (ops "gru_stack" and "lstm_stack"), forward:
 // L = 2 to 4 layers of one H, as torch.nn.GRU(H, H, L) and
 // torch.nn.LSTM(H, H, L) run them. Layer 0 takes the given wx, as the
 // one-layer op does; layer l > 0 takes wx_l = y_{l-1} W[l-1] + W_bias[l-1],
@@ -131,6 +131,37 @@ struct GatedRnnStackForwardArgs {
   const Tensor* y_lower = nullptr;  // optional output [L-1, B, T, H], the other layers'
   const Tensor* h_final = nullptr;  // optional output [L, B, H]
   const Tensor* c_final = nullptr;  // optional output [L, B, H], LSTM only
+};
+
+// The stack's backward: the forward's inputs and outputs (y_lower is
+// required: the backward reads every layer's y), the gradients of its
+// outputs, and the gradients wanted, every one optional. Each layer runs
+// the one-layer backward from the top down, one after another, and each
+// layer above the first forms its wx again from y_lower, W and W_bias; the
+// gradient of a lower layer's y is grad_wx_{l+1} W^T plus grad_y_lower's
+// part. Sums in a fixed order: bitwise deterministic.
+struct GatedRnnStackBackwardArgs {
+  GatedRnnCell cell = GatedRnnCell::gru;  // gru or lstm
+  const Tensor* wx = nullptr;            // [B, T, G*H]
+  const Tensor* R = nullptr;             // [L, H, G*H]
+  const Tensor* W = nullptr;             // [L-1, H, G*H]
+  const Tensor* y = nullptr;             // [B, T, H], the forward's
+  const Tensor* y_lower = nullptr;       // [L-1, B, T, H], the forward's
+  const Tensor* grad_y = nullptr;        // [B, T, H]
+  const Tensor* bias = nullptr;          // optional [L, G*H]
+  const Tensor* W_bias = nullptr;        // optional [L-1, G*H]
+  const Tensor* h0 = nullptr;            // optional [L, B, H]
+  const Tensor* c0 = nullptr;            // optional [L, B, H], LSTM only
+  const Tensor* grad_y_lower = nullptr;  // optional [L-1, B, T, H] (zeros)
+  const Tensor* grad_h_final = nullptr;  // optional [L, B, H] (zeros)
+  const Tensor* grad_c_final = nullptr;  // optional [L, B, H], LSTM only (zeros)
+  const Tensor* grad_wx = nullptr;       // [B, T, G*H]
+  const Tensor* grad_R = nullptr;        // [L, H, G*H]
+  const Tensor* grad_W = nullptr;        // [L-1, H, G*H]
+  const Tensor* grad_bias = nullptr;     // [L, G*H], also without bias
+  const Tensor* grad_W_bias = nullptr;   // [L-1, G*H], also without W_bias
+  const Tensor* grad_h0 = nullptr;       // [L, B, H], also without h0
+  const Tensor* grad_c0 = nullptr;       // [L, B, H], LSTM only; also without c0
 };
 
 // How a call was laid out on the GPU (reported through
@@ -196,12 +227,17 @@ Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream = null
 // the layers').
 Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream = nullptr,
                                const GatedRnnLaunchOptions* options = nullptr) noexcept;
+// Its backward: the layers' backwards in the one-layer plan (the options
+// as gated_rnn_backward takes them).
+Status gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args, Stream stream = nullptr,
+                                const GatedRnnLaunchOptions* options = nullptr) noexcept;
 
 // Checks a call without running it or the device, as scan.hpp's
 // can_implement says.
 Status can_implement(const GatedRnnForwardArgs& args) noexcept;
 Status can_implement(const GatedRnnBackwardArgs& args) noexcept;
 Status can_implement(const GatedRnnStackForwardArgs& args) noexcept;
+Status can_implement(const GatedRnnStackBackwardArgs& args) noexcept;
 
 // The member of `args` that holds the tensor the op's description
 // (op_descriptions.h) names `name`, or null for a name it does not have
@@ -211,6 +247,7 @@ Status can_implement(const GatedRnnStackForwardArgs& args) noexcept;
 const Tensor** tensor_slot(GatedRnnForwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(GatedRnnBackwardArgs& args, std::string_view name) noexcept;
 const Tensor** tensor_slot(GatedRnnStackForwardArgs& args, std::string_view name) noexcept;
+const Tensor** tensor_slot(GatedRnnStackBackwardArgs& args, std::string_view name) noexcept;
 
 // The op direction of these args, chosen by their type, as can_implement is:
 // for bindings that serve every op alike.
@@ -222,6 +259,9 @@ inline Status run(const GatedRnnBackwardArgs& args, Stream stream = nullptr) noe
 }
 inline Status run(const GatedRnnStackForwardArgs& args, Stream stream = nullptr) noexcept {
   return gated_rnn_stack_forward(args, stream);
+}
+inline Status run(const GatedRnnStackBackwardArgs& args, Stream stream = nullptr) noexcept {
+  return gated_rnn_stack_backward(args, stream);
 }
 
 }  // namespace exphil

@@ -343,14 +343,17 @@ TEST_CASE("sLSTM through the C ABI matches the reference", "[gpu][abi]") {
 }
 
 // exphil_gru_stack_forward and exphil_lstm_stack_forward against the double
-// reference of their layers (gated_rnn_stack_forward): at B1 (one launch)
-// and B3 (layer by layer), every dtype, with every optional tensor and
-// with none, on the managed stream and on a caller's.
+// reference of their layers (gated_rnn_stack_forward), then
+// exphil_{gru,lstm}_stack_backward on the forward's y and y_lower against
+// gated_rnn_stack_backward: at B1 (a forward of one launch) and B3 (layer
+// by layer), every dtype, with every optional tensor and with none (the
+// backward then asked for grad_wx and grad_W only), on the managed stream
+// and on a caller's.
 TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][abi]") {
   cudaStream_t caller = nullptr;
   REQUIRE(cudaStreamCreate(&caller) == cudaSuccess);
   const uint64_t seed = test_seed();
-  uint64_t i = 0;
+  uint64_t i = 0, calls = 0;
   double worst = 0;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::f16, DType::bf16})
@@ -395,24 +398,31 @@ TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][ab
                         d_W = input(W, wdt, {K, H, GH}), d_bias = input(bias, wdt, {L, GH}),
                         d_W_bias = input(W_bias, wdt, {K, GH}), d_h0 = input(h0, sdt, {L, B, H}),
                         d_c0 = input(c0, sdt, {L, B, H}), y = output(true, dtype, {B, T, H}),
-                        y_lower = output(all, dtype, {K, B, T, H}), hf = output(all, sdt, {L, B, H}),
+                        y_lower = output(true, dtype, {K, B, T, H}), hf = output(all, sdt, {L, B, H}),
                         cf = output(all && lstm, sdt, {L, B, H});
             device_synchronize();
             const char* name = lstm ? "exphil_lstm_stack_forward" : "exphil_gru_stack_forward";
-            const exphil_status st =
-                lstm ? exphil_lstm_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
-                                                 ptr(d_h0), ptr(d_c0), ptr(y), ptr(y_lower), ptr(hf), ptr(cf),
-                                                 stream)
-                     : exphil_gru_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
-                                                ptr(d_h0), ptr(y), ptr(y_lower), ptr(hf), stream);
+            // (y_lower: asked for with every optional tensor; the backward's
+            // input, so then from a second call.)
+            const auto forward = [&](const exphil_tensor* lower) {
+              return lstm ? exphil_lstm_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
+                                                      ptr(d_h0), ptr(d_c0), ptr(y), lower, ptr(hf), ptr(cf),
+                                                      stream)
+                          : exphil_gru_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
+                                                     ptr(d_h0), ptr(y), lower, ptr(hf), stream);
+            };
+            const auto synchronize = [&] {
+              if (stream)
+                REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) == cudaSuccess);
+              else
+                REQUIRE(exphil_synchronize(0) == EXPHIL_OK);
+            };
+            const exphil_status st = forward(all ? ptr(y_lower) : nullptr);
             INFO(name << " " << dtype_name(dtype) << " B" << B << (all ? " every optional tensor" : " none")
                       << (stream ? " on a caller stream" : " on the managed stream") << ": "
                       << exphil_last_error());
             REQUIRE(st == EXPHIL_OK);
-            if (stream)
-              REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)) == cudaSuccess);
-            else
-              REQUIRE(exphil_synchronize(0) == EXPHIL_OK);
+            synchronize();
 
             const auto ref = exphil::reference::gated_rnn_stack_forward(p);
             const Tolerance tol = gated_rnn_tolerance(dtype);
@@ -432,7 +442,7 @@ TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][ab
                 worst = std::max(worst, cmp.worst_ratio);
               };
               if (l + 1 == L) judge(y->values(), f.y, tol, hscale, "y");
-              if (y_lower && l + 1 < L) judge(part(y_lower, l, B * T * H), f.y, tol, hscale, "y_lower");
+              if (all && l + 1 < L) judge(part(y_lower, l, B * T * H), f.y, tol, hscale, "y_lower");
               if (hf) judge(part(hf, l, B * H), f.h_final, stol, hscale, "h_final");
               if (cf)
                 judge(part(cf, l, B * H), f.c_final, stol, std::max(max_abs(f.c_final), max_abs(p.c0[n(l)])),
@@ -440,10 +450,70 @@ TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][ab
             }
             for (const Owned* t : {&y, &y_lower, &hf, &cf})
               if (*t) CHECK((*t)->guards_intact());
+
+            // The backward.
+            if (!all) {
+              REQUIRE(forward(ptr(y_lower)) == EXPHIL_OK);
+              synchronize();
+            }
+            std::vector<double> grad_y = random_values(n(B * T * H), -1, 1, dtype, rng), gyl, ghf, gcf;
+            std::vector<std::vector<double>> grad_lower(n(K)), grad_hf(n(L)), grad_cf(n(L));
+            if (all)
+              for (int64_t l = 0; l < L; ++l) {
+                if (l < K) add(gyl, grad_lower[n(l)] = random_values(n(B * T * H), -1, 1, dtype, rng));
+                add(ghf, grad_hf[n(l)] = random_values(n(B * H), -1, 1, sdt, rng));
+                if (lstm) add(gcf, grad_cf[n(l)] = random_values(n(B * H), -1, 1, sdt, rng));
+              }
+            const Owned d_gy = input(grad_y, dtype, {B, T, H}), d_gyl = input(gyl, dtype, {K, B, T, H}),
+                        d_ghf = input(ghf, sdt, {L, B, H}), d_gcf = input(gcf, sdt, {L, B, H}),
+                        g_wx = output(true, dtype, {B, T, GH}), g_R = output(all, wdt, {L, H, GH}),
+                        g_W = output(true, wdt, {K, H, GH}), g_bias = output(all, wdt, {L, GH}),
+                        g_W_bias = output(all, wdt, {K, GH}), g_h0 = output(all, sdt, {L, B, H}),
+                        g_c0 = output(all && lstm, sdt, {L, B, H});
+            device_synchronize();
+            const exphil_status bst =
+                lstm ? exphil_lstm_stack_backward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(y), ptr(y_lower), ptr(d_gy),
+                                                  ptr(d_bias), ptr(d_W_bias), ptr(d_h0), ptr(d_c0), ptr(d_gyl),
+                                                  ptr(d_ghf), ptr(d_gcf), ptr(g_wx), ptr(g_R), ptr(g_W),
+                                                  ptr(g_bias), ptr(g_W_bias), ptr(g_h0), ptr(g_c0), stream)
+                     : exphil_gru_stack_backward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(y), ptr(y_lower), ptr(d_gy),
+                                                 ptr(d_bias), ptr(d_W_bias), ptr(d_h0), ptr(d_gyl), ptr(d_ghf),
+                                                 ptr(g_wx), ptr(g_R), ptr(g_W), ptr(g_bias), ptr(g_W_bias),
+                                                 ptr(g_h0), stream);
+            INFO("the backward: " << exphil_last_error());
+            REQUIRE(bst == EXPHIL_OK);
+            synchronize();
+            ++calls;
+            const auto g = exphil::reference::gated_rnn_stack_backward(p, grad_y, grad_lower, grad_hf, grad_cf);
+            const Tolerance wtol = gated_rnn_tolerance(wdt == DType::f32 ? dtype : wdt);
+            double gscale = max_abs(g.wx);
+            for (int64_t l = 0; l < L; ++l) gscale = std::max({gscale, max_abs(g.h0[n(l)]), max_abs(g.c0[n(l)])});
+            const auto judge = [&](const Owned& t, int64_t l, int64_t size, const std::vector<double>& want,
+                                   Tolerance tl, double scale, const char* what) {
+              if (!t) return;
+              const Comparison cmp = compare(part(t, l, size), want, tl, scale);
+              INFO("layer " << l << "\n" << cmp.describe(what));
+              CHECK(cmp.ok);
+              CHECK(t->guards_intact());
+              worst = std::max(worst, cmp.worst_ratio);
+            };
+            judge(g_wx, 0, B * T * GH, g.wx, tol, gscale, "grad_wx");
+            for (int64_t l = 0; l < L; ++l) {
+              const std::size_t i_l = n(l);
+              judge(g_R, l, H * GH, g.R[i_l], wtol, std::max(gscale, max_abs(g.R_terms[i_l])), "grad_R");
+              judge(g_bias, l, GH, g.bias[i_l], wtol, std::max(gscale, max_abs(g.bias_terms[i_l])), "grad_bias");
+              judge(g_h0, l, B * H, g.h0[i_l], stol, gscale, "grad_h0");
+              judge(g_c0, l, B * H, g.c0[i_l], stol, gscale, "grad_c0");
+              if (l == 0) continue;
+              judge(g_W, l - 1, H * GH, g.W[i_l - 1], wtol, std::max(gscale, max_abs(g.W_terms[i_l - 1])), "grad_W");
+              judge(g_W_bias, l - 1, GH, g.W_bias[i_l - 1], wtol,
+                    std::max(gscale, max_abs(g.W_bias_terms[i_l - 1])), "grad_W_bias");
+            }
           }
-  std::printf("GRU and LSTM stacks through the C ABI: %llu calls, worst error/allowed %.3g "
-              "(EXPHIL_TEST_SEED=%llu)\n",
-              static_cast<unsigned long long>(i), worst, static_cast<unsigned long long>(seed));
+  std::printf("GRU and LSTM stacks through the C ABI: %llu forward and %llu backward calls, worst "
+              "error/allowed %.3g (EXPHIL_TEST_SEED=%llu)\n",
+              static_cast<unsigned long long>(i), static_cast<unsigned long long>(calls), worst,
+              static_cast<unsigned long long>(seed));
   CHECK(cudaStreamDestroy(caller) == cudaSuccess);
 }
 

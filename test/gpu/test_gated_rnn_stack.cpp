@@ -1,6 +1,7 @@
 // Stacked GRU and LSTM layers (cuda/gated_rnn/gated_rnn_forward_stack.cuh:
-// the wavefront at B = 1, layer by layer elsewhere) against the double
-// reference, run layer by layer: layer 0 on the given wx, layer l > 0 on
+// the wavefront at B = 1, layer by layer elsewhere; the backward layer by
+// layer from the top, gated_rnn_backward_stack.cuh, its cases at the end)
+// against the double reference, run layer by layer: layer 0 on the given wx, layer l > 0 on
 // wx_l = y_{l-1} W_l + b_l formed in double from the reference's own
 // y_{l-1} (the wavefront multiplies the f32 h it exchanges; layer by layer
 // the layers above see their input rounded to the dtype, as two calls would,
@@ -66,6 +67,9 @@ struct StackCase {
   // the lower layers' y.
   bool bias = false, input_bias = false, h0 = false, c0 = false, finals = false,
        lower_y = false;
+  // The backward: the gradients of the lower layers' y and of the final
+  // states given; which gradients are asked for (every one, or a subset).
+  bool grad_lower = false, grad_finals = false, all_grads = true;
   exphil::kernels::GatedRnnLaunchOptions options{};
 
   // Every optional input and output, R in the sequence dtype.
@@ -75,19 +79,21 @@ struct StackCase {
     c.dtype = c.weight_dtype = dtype;
     c.layers = layers, c.B = B, c.T = T, c.H = H;
     c.bias = c.input_bias = c.h0 = c.c0 = c.finals = c.lower_y = true;
+    c.grad_lower = c.grad_finals = true;
     return c;
   }
 
   std::string describe() const {
-    char buf[320];
+    char buf[400];
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) L%d B%lld T%lld H%lld bias=%d input_bias=%d h0=%d "
-                  "c0=%d finals=%d lower_y=%d units=%d k_split=%d",
+                  "c0=%d finals=%d lower_y=%d units=%d k_split=%d tensor_cores=%d | backward: "
+                  "grad_lower=%d grad_finals=%d all_grads=%d",
                   kind == GatedRnnKind::gru ? "GRU" : "LSTM", dtype_name(dtype),
                   dtype_name(weight_dtype), dtype_name(state_dtype), layers,
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
                   bias, input_bias, h0, c0, finals, lower_y, options.units_per_block,
-                  options.k_split);
+                  options.k_split, options.tensor_cores, grad_lower, grad_finals, all_grads);
     return buf;
   }
 };
@@ -225,36 +231,19 @@ class StackRun {
   // its own workspace; `info` receives its layout.
   void run_api(cudaStream_t stream, exphil::GatedRnnLaunchInfo* info) const {
     poison();
-    exphil::GatedRnnLaunchOptions o;
-    o.units_per_block = c_.options.units_per_block;
-    o.k_split = c_.options.k_split;
-    o.chosen = info;
-    const Status s = exphil::gated_rnn_stack_forward(api_args(), stream, &o);
-    if (!s.ok()) throw std::runtime_error(s.message());
-    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stack API)");
+    const exphil::GatedRnnLaunchOptions o = api_options(info);
+    finish_api(exphil::gated_rnn_stack_forward(api_args(), stream, &o), stream);
   }
 
-  std::vector<std::vector<unsigned char>> bytes() const {
-    std::vector<std::vector<unsigned char>> v;
-    for (DeviceTensor* t : outputs()) v.push_back(t->raw());
-    return v;
-  }
+  std::vector<std::vector<unsigned char>> bytes() const { return raw(outputs()); }
 
   // Every output against the reference, layer by layer; the worst
   // error / allowed (<= 1 passes).
   double check_against_reference() const {
-    const Tolerance tol = gated_rnn_tolerance(c_.dtype);
-    const Tolerance stol =
-        gated_rnn_tolerance(c_.state_dtype == DType::f32 ? c_.dtype : c_.state_dtype);
+    const Tolerance tol = gated_rnn_tolerance(c_.dtype), stol = group_tolerance(c_.state_dtype);
     const auto ref = exphil::reference::gated_rnn_stack_forward(p_);
     const std::size_t seq = static_cast<std::size_t>(c_.B * c_.T * c_.H);
     const std::size_t state = static_cast<std::size_t>(c_.B * c_.H);
-    // Layer l's part of a stacked output's values.
-    const auto part = [](const Owned& t, std::size_t l, std::size_t size) {
-      const std::vector<double> all = t->values();
-      return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(l * size),
-                                 all.begin() + static_cast<std::ptrdiff_t>((l + 1) * size));
-    };
     double worst = 0;
     for (std::size_t l = 0; l < ref.size(); ++l) {
       const auto& f = ref[l];
@@ -277,11 +266,202 @@ class StackRun {
     return worst;
   }
 
+  // ---- The backward (after run(): it reads y and y_lower, which the case
+  // must keep). Random gradients of the outputs, the gradients asked for
+  // (all, or a subset that leaves out grad_wx, grad_R and grad_W_bias and
+  // keeps grad_W: its product then starts at row 0 without row H), and
+  // the backward's own plan and workspace.
+  void prepare_backward(uint64_t seed) {
+    if (!y_lower_) throw std::runtime_error("prepare_backward: the case must keep y_lower");
+    std::mt19937_64 rng(seed);
+    const int64_t L = c_.layers, K = L - 1, GH = gates() * c_.H, B = c_.B, T = c_.T, H = c_.H;
+    const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
+    grad_y_ = random_values(n(B * T * H), -1, 1, c_.dtype, rng);
+    gy_ = std::make_unique<DeviceTensor>(grad_y_, c_.dtype, std::vector<int64_t>{B, T, H});
+    grad_y_lower_.assign(n(K), {});
+    grad_hf_.assign(n(L), {});
+    grad_cf_.assign(n(L), {});
+    std::vector<double> all;
+    if (c_.grad_lower) {
+      for (auto& v : grad_y_lower_) {
+        v = random_values(n(B * T * H), -1, 1, c_.dtype, rng);
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      gyl_ = std::make_unique<DeviceTensor>(all, c_.dtype, std::vector<int64_t>{K, B, T, H});
+    }
+    if (c_.grad_finals) {
+      const auto states = [&](std::vector<std::vector<double>>& parts) {
+        std::vector<double> flat;
+        for (auto& v : parts) {
+          v = random_values(n(B * H), -1, 1, c_.state_dtype, rng);
+          flat.insert(flat.end(), v.begin(), v.end());
+        }
+        return std::make_unique<DeviceTensor>(flat, c_.state_dtype, std::vector<int64_t>{L, B, H});
+      };
+      ghf_ = states(grad_hf_);
+      if (c_.kind == GatedRnnKind::lstm) gcf_ = states(grad_cf_);
+    }
+    const bool all_grads = c_.all_grads;
+    if (all_grads) gwx_ = std::make_unique<DeviceTensor>(c_.dtype, std::vector<int64_t>{B, T, GH});
+    if (all_grads) gR_ = std::make_unique<DeviceTensor>(c_.weight_dtype, std::vector<int64_t>{L, H, GH});
+    gW_ = std::make_unique<DeviceTensor>(c_.weight_dtype, std::vector<int64_t>{K, H, GH});
+    gb_ = std::make_unique<DeviceTensor>(c_.weight_dtype, std::vector<int64_t>{L, GH});
+    if (all_grads) gWb_ = std::make_unique<DeviceTensor>(c_.weight_dtype, std::vector<int64_t>{K, GH});
+    gh0_ = std::make_unique<DeviceTensor>(c_.state_dtype, std::vector<int64_t>{L, B, H});
+    if (c_.kind == GatedRnnKind::lstm && all_grads)
+      gc0_ = std::make_unique<DeviceTensor>(c_.state_dtype, std::vector<int64_t>{L, B, H});
+    const GatedRnnShape shape{B, T, H};
+    const GatedRnnDevice dev = gated_rnn_device();
+    bplan_ = exphil::kernels::plan_gated_rnn_stack_backward(cell(), shape, c_.layers, dev, c_.options,
+                                                            {c_.dtype, c_.weight_dtype});
+    if (const char* why = exphil::kernels::gated_rnn_stack_unsupported(bplan_, cell(), shape, c_.layers, dev))
+      throw std::runtime_error(std::string("backward unsupported: ") + why + " (" + c_.describe() + ")");
+    bws_ = std::make_unique<DeviceScratch>(exphil::kernels::gated_rnn_workspace_bytes(bplan_));
+  }
+
+  const GatedRnnPlan& backward_plan() const { return bplan_; }
+  float* backward_workspace() const { return static_cast<float*>(bws_->p); }
+
+  exphil::kernels::GatedRnnStackBackwardParams backward_params() const {
+    exphil::kernels::GatedRnnStackBackwardParams p;
+    const GatedRnnStackParams f = params();
+    p.layers = c_.layers;
+    const int64_t B = c_.B, T = c_.T, H = c_.H, GH = gates() * H;
+    for (int l = 0; l < c_.layers; ++l) {
+      exphil::kernels::GatedRnnBackwardParams& b = p.layer[l];
+      b.fwd = f.layer[l];
+      b.fwd.d_h_final = b.fwd.d_c_final = nullptr;
+      const bool top = l + 1 == c_.layers;
+      b.d_grad_y = top ? gy_->desc().data : slice(gyl_, c_.dtype, l * B * T * H);
+      b.d_grad_h_final = slice(ghf_, c_.state_dtype, l * B * H);
+      b.d_grad_c_final = slice(gcf_, c_.state_dtype, l * B * H);
+      b.d_grad_wx = l == 0 ? slice(gwx_, c_.dtype, 0) : nullptr;
+      b.d_grad_R = slice(gR_, c_.weight_dtype, l * H * GH);
+      b.d_grad_bias = slice(gb_, c_.weight_dtype, l * GH);
+      b.d_grad_h0 = slice(gh0_, c_.state_dtype, l * B * H);
+      b.d_grad_c0 = slice(gc0_, c_.state_dtype, l * B * H);
+      if (l > 0) {
+        p.d_W[l] = f.d_W[l];
+        p.d_W_bias[l] = f.d_W_bias[l];
+        p.d_grad_W[l] = slice(gW_, c_.weight_dtype, (l - 1) * H * GH);
+        p.d_grad_W_bias[l] = slice(gWb_, c_.weight_dtype, (l - 1) * GH);
+      }
+    }
+    return p;
+  }
+
+  exphil::GatedRnnStackBackwardArgs backward_api_args() const {
+    const exphil::GatedRnnStackForwardArgs f = api_args();
+    exphil::GatedRnnStackBackwardArgs a;
+    const auto at = [](const Owned& t) { return t ? &t->desc() : nullptr; };
+    a.cell = f.cell;
+    a.wx = f.wx, a.R = f.R, a.W = f.W, a.y = f.y, a.y_lower = f.y_lower, a.grad_y = at(gy_);
+    a.bias = f.bias, a.W_bias = f.W_bias, a.h0 = f.h0, a.c0 = f.c0;
+    a.grad_y_lower = at(gyl_), a.grad_h_final = at(ghf_), a.grad_c_final = at(gcf_);
+    a.grad_wx = at(gwx_), a.grad_R = at(gR_), a.grad_W = at(gW_), a.grad_bias = at(gb_);
+    a.grad_W_bias = at(gWb_), a.grad_h0 = at(gh0_), a.grad_c0 = at(gc0_);
+    return a;
+  }
+
+  std::vector<DeviceTensor*> backward_outputs() const {
+    std::vector<DeviceTensor*> v;
+    for (const Owned* t : {&gwx_, &gR_, &gW_, &gb_, &gWb_, &gh0_, &gc0_})
+      if (*t) v.push_back(t->get());
+    return v;
+  }
+
+  void poison_backward() const {
+    for (DeviceTensor* t : backward_outputs()) t->poison();
+    bws_->poison();
+  }
+
+  void run_backward(cudaStream_t stream) const {
+    poison_backward();
+    launch_or_throw(exphil::kernels::launch_gated_rnn_stack_backward(backward_params(), bplan_,
+                                                                      backward_workspace(), stream));
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stack backward)");
+  }
+
+  void run_backward_api(cudaStream_t stream, exphil::GatedRnnLaunchInfo* info) const {
+    poison_backward();
+    const exphil::GatedRnnLaunchOptions o = api_options(info);
+    finish_api(exphil::gated_rnn_stack_backward(backward_api_args(), stream, &o), stream);
+  }
+
+  std::vector<std::vector<unsigned char>> backward_bytes() const { return raw(backward_outputs()); }
+
+  // Every gradient against the reference's (gated_rnn_stack_backward), at
+  // the one-layer backward's scales: the sequence's and the initial
+  // states' gradients at the largest of them, grad_R, grad_bias, grad_W
+  // and grad_W_bias also at the largest sum of their terms.
+  double check_backward_against_reference() const {
+    const Tolerance tol = gated_rnn_tolerance(c_.dtype), wtol = group_tolerance(c_.weight_dtype),
+                    stol = group_tolerance(c_.state_dtype);
+    const auto g = exphil::reference::gated_rnn_stack_backward(p_, grad_y_, grad_y_lower_, grad_hf_, grad_cf_);
+    const int64_t L = c_.layers, B = c_.B, H = c_.H, GH = gates() * H;
+    const auto n = [](int64_t v) { return static_cast<std::size_t>(v); };
+    double gscale = max_abs(g.wx);
+    for (int64_t l = 0; l < L; ++l) gscale = std::max({gscale, max_abs(g.h0[n(l)]), max_abs(g.c0[n(l)])});
+    double worst = 0;
+    const auto judge = [&](const std::vector<double>& got, const std::vector<double>& want, Tolerance tl,
+                           double scale, const char* name, int64_t l) {
+      const Comparison cmp = compare(got, want, tl, scale);
+      INFO(c_.describe() << " layer " << l << "\n" << cmp.describe(name));
+      CHECK(cmp.ok);
+      worst = std::max(worst, cmp.worst_ratio);
+    };
+    if (gwx_) judge(gwx_->values(), g.wx, tol, gscale, "grad_wx", 0);
+    for (int64_t l = 0; l < L; ++l) {
+      const std::size_t i = n(l);
+      if (gR_) judge(part(gR_, i, n(H * GH)), g.R[i], wtol, std::max(gscale, max_abs(g.R_terms[i])), "grad_R", l);
+      judge(part(gb_, i, n(GH)), g.bias[i], wtol, std::max(gscale, max_abs(g.bias_terms[i])), "grad_bias", l);
+      judge(part(gh0_, i, n(B * H)), g.h0[i], stol, gscale, "grad_h0", l);
+      if (gc0_) judge(part(gc0_, i, n(B * H)), g.c0[i], stol, gscale, "grad_c0", l);
+      if (l == 0) continue;
+      judge(part(gW_, i - 1, n(H * GH)), g.W[i - 1], wtol, std::max(gscale, max_abs(g.W_terms[i - 1])),
+            "grad_W", l);
+      if (gWb_)
+        judge(part(gWb_, i - 1, n(GH)), g.W_bias[i - 1], wtol,
+              std::max(gscale, max_abs(g.W_bias_terms[i - 1])), "grad_W_bias", l);
+    }
+    for (DeviceTensor* t : backward_outputs()) CHECK(t->guards_intact());
+    return worst;
+  }
+
  private:
   int64_t gates() const { return c_.kind == GatedRnnKind::gru ? 3 : 4; }
   exphil::kernels::GatedRnnCell cell() const {
     return c_.kind == GatedRnnKind::gru ? exphil::kernels::GatedRnnCell::gru
                                         : exphil::kernels::GatedRnnCell::lstm;
+  }
+  // The tolerance of a tensor of the weights' or the states' dtype (f32 or
+  // the sequence's): its own where that is 16-bit, else the sequence's.
+  Tolerance group_tolerance(DType group) const {
+    return gated_rnn_tolerance(group == DType::f32 ? c_.dtype : group);
+  }
+  // Layer l's part (of `size` elements) of a stacked output's values.
+  static std::vector<double> part(const Owned& t, std::size_t l, std::size_t size) {
+    const std::vector<double> all = t->values();
+    return std::vector<double>(all.begin() + static_cast<std::ptrdiff_t>(l * size),
+                               all.begin() + static_cast<std::ptrdiff_t>((l + 1) * size));
+  }
+  static std::vector<std::vector<unsigned char>> raw(const std::vector<DeviceTensor*>& tensors) {
+    std::vector<std::vector<unsigned char>> v;
+    for (DeviceTensor* t : tensors) v.push_back(t->raw());
+    return v;
+  }
+  // The public API's options for this case; `info` receives the layout.
+  exphil::GatedRnnLaunchOptions api_options(exphil::GatedRnnLaunchInfo* info) const {
+    exphil::GatedRnnLaunchOptions o;
+    o.units_per_block = c_.options.units_per_block;
+    o.k_split = c_.options.k_split;
+    o.tensor_cores = c_.options.tensor_cores;
+    o.chosen = info;
+    return o;
+  }
+  static void finish_api(const Status& s, cudaStream_t stream) {
+    if (!s.ok()) throw std::runtime_error(s.message());
+    check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stack API)");
   }
   // Element `index` of a stacked tensor, or null where it is absent.
   static void* slice(const Owned& t, DType dtype, int64_t index) {
@@ -294,6 +474,12 @@ class StackRun {
   Owned wx_, R_, W_, bias_, W_bias_, h0_, c0_, y_, y_lower_, hf_, cf_;
   GatedRnnPlan plan_{};
   std::unique_ptr<DeviceScratch> ws_;
+  // The backward's.
+  std::vector<double> grad_y_;
+  std::vector<std::vector<double>> grad_y_lower_, grad_hf_, grad_cf_;
+  Owned gy_, gyl_, ghf_, gcf_, gwx_, gR_, gW_, gb_, gWb_, gh0_, gc0_;
+  GatedRnnPlan bplan_{};
+  std::unique_ptr<DeviceScratch> bws_;
 };
 
 }  // namespace
@@ -394,12 +580,23 @@ TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_r
       CHECK(run.check_against_reference() <= 1.0);
     }
     // Layer by layer (B = 3), the lower layers' y in the workspace.
-    c.B = 3, c.T = 5, c.lower_y = false;
+    {
+      StackCase d = c;
+      d.B = 3, d.T = 5, d.lower_y = false;
+      StackRun run(d, test_seed());
+      INFO(d.describe());
+      CHECK(run.plan().stack_depth == 0);
+      run.run(stream.s);
+      CHECK(run.check_against_reference() <= 1.0);
+    }
+    // The backward, a subset of the gradients asked for.
+    c.B = 2, c.T = 6, c.all_grads = kind == GatedRnnKind::lstm;
     StackRun run(c, test_seed());
     INFO(c.describe());
-    CHECK(run.plan().stack_depth == 0);
     run.run(stream.s);
-    CHECK(run.check_against_reference() <= 1.0);
+    run.prepare_backward(test_seed() + 1);
+    run.run_backward(stream.s);
+    CHECK(run.check_backward_against_reference() <= 1.0);
   }
 }
 
@@ -424,4 +621,118 @@ TEST_CASE("gated RNN stack: the C++ API gives the kernel layer's results, bitwis
         CHECK(info.blocks == run.plan().blocks);
         CHECK(run.check_against_reference() <= 1.0);
       }
+}
+
+// The stack's backward (run_gated_rnn_stack_backward) after the forward,
+// against the reference's gated_rnn_stack_backward: L 2 to 4, B 1 (the
+// forward in the wavefront, so the backward's recomputed inputs differ from
+// what the forward fed the layers above by the dtype's rounding of y), 3
+// and 33, T 1 to 300, H 1 to 257; with and without every optional input,
+// the gradients of the lower layers' y and of the final states; every
+// gradient asked for or a subset; f32, bf16 and f16 with the forward's
+// weight and state dtypes; the products on CUDA cores and tensor cores.
+TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference", "[gpu][gated_rnn]") {
+  const uint64_t seed = test_seed();
+  INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
+  RnnStream stream;
+  struct Shape {
+    int layers;
+    int64_t B, T, H;
+  };
+  const Shape shapes[] = {{2, 1, 1, 1},   {2, 1, 32, 256}, {3, 1, 5, 37},  {2, 1, 300, 64},
+                          {4, 1, 33, 64}, {2, 3, 20, 64},  {3, 33, 7, 100}, {4, 2, 6, 37},
+                          {2, 1, 5, 257}, {2, 5, 9, 130}};
+  struct DTypes {
+    DType dtype, weight, state;
+  };
+  const DTypes dtypes[] = {{DType::f32, DType::f32, DType::f32},
+                           {DType::bf16, DType::bf16, DType::f32},
+                           {DType::f16, DType::f32, DType::f16}};
+  double worst = 0;
+  int cases = 0, i = 0;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (const DTypes& d : dtypes)
+      for (const Shape& s : shapes) {
+        StackCase c;
+        c.kind = kind;
+        c.dtype = d.dtype, c.weight_dtype = d.weight, c.state_dtype = d.state;
+        c.layers = s.layers, c.B = s.B, c.T = s.T, c.H = s.H;
+        const unsigned bits = i == 0 ? 255u : i == 1 ? 0u : (13u * static_cast<unsigned>(i) + 7u) & 255u;
+        c.bias = bits & 1, c.input_bias = bits & 2, c.h0 = bits & 4, c.c0 = bits & 8;
+        c.grad_lower = bits & 16, c.grad_finals = bits & 32, c.all_grads = (bits & 64) || i == 1;
+        c.options.tensor_cores = (bits & 128) ? 0 : -1;
+        c.finals = true, c.lower_y = true;
+        StackRun run(c, seed + static_cast<uint64_t>(i));
+        ++i;
+        run.run(stream.s);
+        REQUIRE(run.check_against_reference() <= 1.0);
+        run.prepare_backward(seed + 1000 + static_cast<uint64_t>(i));
+        INFO(c.describe() << " | backward plan: " << run.backward_plan().blocks << " blocks, products on "
+                          << (run.backward_plan().gemm_tensor_cores ? "tensor cores" : "CUDA cores"));
+        CHECK(run.backward_plan().gemm_tensor_cores ==
+              (d.dtype != DType::f32 && c.options.tensor_cores != 0));
+        run.run_backward(stream.s);
+        worst = std::max(worst, run.check_backward_against_reference());
+        ++cases;
+      }
+  std::printf("gated RNN stack backward: %d cases, worst error/allowed %.3g\n", cases, worst);
+}
+
+// Two runs, a graph replay and the C++ API give the same bytes; the API
+// reports its kernels.
+TEST_CASE("gated RNN stack backward: bitwise deterministic, captured, and through the C++ API",
+          "[gpu][gated_rnn]") {
+  RnnStream stream;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (int64_t B : {1, 9}) {
+        const StackCase c = StackCase::everything(kind, dtype, 3, B, 40, 100);
+        StackRun run(c, test_seed());
+        INFO(c.describe());
+        run.run(stream.s);
+        run.prepare_backward(test_seed() + 1);
+        run.run_backward(stream.s);
+        const auto first = run.backward_bytes();
+        CHECK(run.check_backward_against_reference() <= 1.0);
+        run.run_backward(stream.s);
+        CHECK(run.backward_bytes() == first);
+
+        run.poison_backward();
+        cudaGraphExec_t exec = capture(stream.s, [&] {
+          launch_or_throw(exphil::kernels::launch_gated_rnn_stack_backward(
+              run.backward_params(), run.backward_plan(), run.backward_workspace(), stream.s));
+        });
+        for (int k = 0; k < 2; ++k) check_cuda(cudaGraphLaunch(exec, stream.s), "cudaGraphLaunch");
+        check_cuda(cudaStreamSynchronize(stream.s), "cudaStreamSynchronize");
+        cudaGraphExecDestroy(exec);
+        CHECK(run.backward_bytes() == first);
+
+        exphil::GatedRnnLaunchInfo info;
+        run.run_backward_api(stream.s, &info);
+        CHECK(run.backward_bytes() == first);
+        CHECK_FALSE(info.stacked);
+        CHECK(info.kernels == exphil::kernels::gated_rnn_stack_backward_kernel_count(run.backward_params(),
+                                                                                     run.backward_plan()));
+        CHECK(info.kernels >= 3 * c.layers + 4 * (c.layers - 1));
+      }
+}
+
+// A 16-bit stack layer by layer with tensor_cores = 0: the projections on
+// CUDA cores, forward and backward.
+TEST_CASE("gated RNN stack: 16-bit layers with the products on CUDA cores", "[gpu][gated_rnn]") {
+  RnnStream stream;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
+    StackCase c = StackCase::everything(kind, DType::bf16, 2, 3, 17, 64);
+    c.options.tensor_cores = 0;
+    StackRun run(c, test_seed());
+    INFO(c.describe());
+    REQUIRE(run.plan().stack_depth == 0);
+    CHECK_FALSE(run.plan().gemm_tensor_cores);
+    run.run(stream.s);
+    CHECK(run.check_against_reference() <= 1.0);
+    run.prepare_backward(test_seed() + 1);
+    CHECK_FALSE(run.backward_plan().gemm_tensor_cores);
+    run.run_backward(stream.s);
+    CHECK(run.check_backward_against_reference() <= 1.0);
+  }
 }

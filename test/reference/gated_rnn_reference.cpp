@@ -321,6 +321,8 @@ GatedRnnStackBackwardResult gated_rnn_stack_backward(
   GatedRnnStackBackwardResult out;
   out.R.resize(L), out.bias.resize(L), out.h0.resize(L), out.c0.resize(L);
   out.W.resize(L - 1), out.W_bias.resize(L - 1);
+  out.R_terms.resize(L), out.bias_terms.resize(L);
+  out.W_terms.resize(L - 1), out.W_bias_terms.resize(L - 1);
   const int64_t H = p.hidden, rows = p.batch * p.steps;
   std::vector<double> gy = grad_y;  // the gradient of this layer's y
   for (std::size_t l = L; l-- > 0;) {
@@ -328,6 +330,7 @@ GatedRnnStackBackwardResult gated_rnn_stack_backward(
     const GatedRnnBackwardResult g =
         gated_rnn_backward(q, gy, nth(grad_h_final, l), nth(grad_c_final, l));
     out.R[l] = g.R, out.bias[l] = g.bias, out.h0[l] = g.h0, out.c0[l] = g.c0;
+    out.R_terms[l] = g.R_terms, out.bias_terms[l] = g.bias_terms;
     if (l == 0) {
       out.wx = g.wx;
       break;
@@ -340,14 +343,20 @@ GatedRnnStackBackwardResult gated_rnn_stack_backward(
     std::vector<double>& gb = out.W_bias[l - 1];
     gW.assign(at(H * GH), 0.0);
     gb.assign(at(GH), 0.0);
+    std::vector<double>& gWt = out.W_terms[l - 1];
+    std::vector<double>& gbt = out.W_bias_terms[l - 1];
+    gWt.assign(at(H * GH), 0.0);
+    gbt.assign(at(GH), 0.0);
     gy = nth(grad_y_lower, l - 1);
     gy.resize(at(rows * H), 0.0);
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t j = 0; j < GH; ++j) {
         const double d = g.wx[at(m * GH + j)];
         gb[at(j)] += d;
+        gbt[at(j)] += std::abs(d);
         for (int64_t k = 0; k < H; ++k) {
           gW[at(k * GH + j)] += below[at(m * H + k)] * d;
+          gWt[at(k * GH + j)] += std::abs(below[at(m * H + k)] * d);
           gy[at(m * H + k)] += d * W[at(k * GH + j)];
         }
       }

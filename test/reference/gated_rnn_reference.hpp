@@ -92,6 +92,8 @@ struct GatedRnnStackBackwardResult {
   std::vector<double> wx;                            // [B, T, G*H]
   std::vector<std::vector<double>> R, bias, h0, c0;  // per layer
   std::vector<std::vector<double>> W, W_bias;        // per layer above the first
+  // The sums of their terms' magnitudes (as GatedRnnBackwardResult's).
+  std::vector<std::vector<double>> R_terms, bias_terms, W_terms, W_bias_terms;
 };
 GatedRnnStackBackwardResult gated_rnn_stack_backward(
     const GatedRnnStackProblem& p, const std::vector<double>& grad_y,

@@ -636,3 +636,78 @@ TEST_CASE("gated RNN stack: the launcher refuses what its kernel would read wron
     CHECK(std::string(r.call).find(b.why) != std::string::npos);
   }
 }
+
+TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's workspace",
+          "[gated_rnn][plan]") {
+  for (const GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm})
+    for (const GatedRnnShape shape : {GatedRnnShape{1, 32, 256}, GatedRnnShape{64, 256, 512}, GatedRnnShape{3, 7, 37}}) {
+      INFO("cell " << static_cast<int>(cell) << " B" << shape.batch << " T" << shape.steps << " H" << shape.hidden);
+      const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
+      const GatedRnnPlan p = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, {}, bf16);
+      const GatedRnnPlan one = plan_gated_rnn(GatedRnnDirection::backward, cell, shape, kH100, {}, bf16);
+      CHECK(gated_rnn_stack_unsupported(p, cell, shape, 3, kH100) == nullptr);
+      CHECK(p.stack_depth == 0);
+      CHECK(p.blocks == one.blocks);
+      CHECK(p.recompute_splits == one.recompute_splits);
+      CHECK(p.weight_grad_splits == one.weight_grad_splits);
+      CHECK(p.gemm_tensor_cores);
+      // The regions after the one-layer backward's, in order, each whole.
+      const int64_t BT = shape.batch * shape.steps, H = shape.hidden, GH = gated_rnn_gates(cell) * H;
+      CHECK(p.ws_stack_wx >= one.ws_floats);
+      CHECK(p.ws_stack_grad_wx >= p.ws_stack_wx + BT * GH);
+      CHECK(p.ws_stack_y >= p.ws_stack_grad_wx + BT * GH);
+      CHECK(p.ws_stack_wt >= p.ws_stack_y + BT * H);
+      CHECK(p.ws_floats >= p.ws_stack_wt + GH * H);
+      check_workspace(p);
+      GatedRnnLaunchOptions cuda_cores;
+      cuda_cores.tensor_cores = 0;
+      CHECK_FALSE(plan_gated_rnn_stack_backward(cell, shape, 3, kH100, cuda_cores, bf16).gemm_tensor_cores);
+      // Without the stack's own regions: refused.
+      GatedRnnPlan bad = p;
+      bad.ws_stack_wt = -1;
+      const char* why = gated_rnn_stack_unsupported(bad, cell, shape, 3, kH100);
+      REQUIRE(why != nullptr);
+      CHECK(std::string(why).find("without its workspace") != std::string::npos);
+    }
+}
+
+TEST_CASE("gated RNN stack backward: the launcher refuses what it would read wrongly", "[gated_rnn][plan]") {
+  // Checked before any CUDA call: no GPU needed. Pointers are never read.
+  const GatedRnnShape shape{2, 8, 64};
+  const GatedRnnPlan plan = plan_gated_rnn_stack_backward(GatedRnnCell::gru, shape, 2, kH100);
+  int dummy = 0;
+  GatedRnnStackBackwardParams good;
+  good.layers = 2;
+  for (int l = 0; l < 2; ++l) {
+    good.layer[l].fwd.shape = shape;
+    good.layer[l].fwd.d_R = &dummy;
+    good.layer[l].fwd.d_y = &dummy;
+  }
+  good.layer[0].fwd.d_wx = &dummy;
+  good.layer[1].d_grad_y = &dummy;
+  good.d_W[1] = &dummy;
+  struct Bad {
+    const char* why;
+    void (*spoil)(GatedRnnStackBackwardParams&);
+  };
+  for (const Bad& b :
+       {Bad{"layers outside", [](GatedRnnStackBackwardParams& p) { p.layers = 5; }},
+        Bad{"wx is null", [](GatedRnnStackBackwardParams& p) { p.layer[0].fwd.d_wx = nullptr; }},
+        Bad{"differ from layer 0", [](GatedRnnStackBackwardParams& p) { p.layer[1].fwd.shape.batch = 3; }},
+        Bad{"R or y is null", [](GatedRnnStackBackwardParams& p) { p.layer[0].fwd.d_y = nullptr; }},
+        Bad{"without W", [](GatedRnnStackBackwardParams& p) { p.d_W[1] = nullptr; }},
+        Bad{"its own wx", [](GatedRnnStackBackwardParams& p) { p.layer[1].d_grad_wx = p.layer[0].fwd.d_y; }},
+        Bad{"grad_y is null", [](GatedRnnStackBackwardParams& p) { p.layer[1].d_grad_y = nullptr; }}}) {
+    GatedRnnStackBackwardParams p = good;
+    b.spoil(p);
+    const LaunchResult r = launch_gated_rnn_stack_backward(p, plan, nullptr, nullptr);
+    INFO(b.why << ": " << r.call);
+    CHECK(r.error == cudaErrorInvalidValue);
+    CHECK(std::string(r.call).find(b.why) != std::string::npos);
+  }
+  // A forward plan is not the backward's.
+  const LaunchResult r =
+      launch_gated_rnn_stack_backward(good, plan_gated_rnn_stack(GatedRnnCell::gru, shape, 2, kH100), nullptr, nullptr);
+  CHECK(r.error == cudaErrorInvalidValue);
+  CHECK(std::string(r.call).find("plan_gated_rnn_stack_backward") != std::string::npos);
+}
