@@ -1,14 +1,15 @@
-// gru_forward, gru_backward, lstm_forward, lstm_backward, slstm_forward and
-// slstm_backward: decode the arguments and plan the outputs from the op's
+// gru_forward, gru_backward, lstm_forward, lstm_backward, slstm_forward,
+// slstm_backward and the stacks' gru_stack_forward, gru_stack_backward,
+// lstm_stack_forward and lstm_stack_backward: decode the arguments and plan the outputs from the op's
 // description (op_inputs.hpp, op_outputs.hpp), run through
 // exphil::gated_rnn_forward / _backward on the managed stream (or the
 // caller's), then wait (sync: true, the default) or return an Event (sync:
 // false). Tensor arguments, outputs:, stream:, sync: and errors are those of
 // the other ops. What differs:
 //
-//   * Elixir spells the recurrent weights R as r (its variables and option
-//     keys are lowercase): the NIF's own messages say 'r', the library's
-//     'R', as exphil.h does.
+//   * Elixir spells the recurrent weights R as r, and the stacks' W and
+//     W_bias as w and w_bias (its variables and option keys are lowercase):
+//     the NIF's own messages say 'r', the library's 'R', as exphil.h does.
 //   * The op has no options of its own. The optional inputs (bias, h0, the
 //     LSTM's and sLSTM's c0, the sLSTM's n0 and m0; backward also the final
 //     states' gradients, grad_h_final, ...) are options of those names.
@@ -35,12 +36,13 @@ namespace {
 
 const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
-// Both directions and cells: Args picks the library call.
+// Both directions, cells and the stacks: Args picks the library call, `op`
+// the description.
 template <class Args>
-ERL_NIF_TERM gated_rnn_nif(ErlNifEnv* env, GatedRnnCell cell, const char* direction, int argc,
+ERL_NIF_TERM gated_rnn_nif(ErlNifEnv* env, GatedRnnCell cell, const char* op, const char* direction, int argc,
                            const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    OpCall call(env, gated_rnn_cell_name(cell), direction, argv, {}, kCallOptions);
+    OpCall call(env, op, direction, argv, {}, kCallOptions);
     call.plan_outputs(call.in().arg("wx")->dtype, DType::f32);
     Args args;
     args.cell = cell;
@@ -51,11 +53,21 @@ ERL_NIF_TERM gated_rnn_nif(ErlNifEnv* env, GatedRnnCell cell, const char* direct
 }  // namespace
 
 ERL_NIF_TERM gated_rnn_forward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]) {
-  return gated_rnn_nif<GatedRnnForwardArgs>(env, cell, "forward", argc, argv);
+  return gated_rnn_nif<GatedRnnForwardArgs>(env, cell, gated_rnn_cell_name(cell), "forward", argc, argv);
 }
 
 ERL_NIF_TERM gated_rnn_backward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]) {
-  return gated_rnn_nif<GatedRnnBackwardArgs>(env, cell, "backward", argc, argv);
+  return gated_rnn_nif<GatedRnnBackwardArgs>(env, cell, gated_rnn_cell_name(cell), "backward", argc, argv);
+}
+
+ERL_NIF_TERM gated_rnn_stack_forward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]) {
+  const char* op = cell == GatedRnnCell::gru ? "gru_stack" : "lstm_stack";
+  return gated_rnn_nif<GatedRnnStackForwardArgs>(env, cell, op, "forward", argc, argv);
+}
+
+ERL_NIF_TERM gated_rnn_stack_backward_nif(ErlNifEnv* env, GatedRnnCell cell, int argc, const ERL_NIF_TERM argv[]) {
+  const char* op = cell == GatedRnnCell::gru ? "gru_stack" : "lstm_stack";
+  return gated_rnn_nif<GatedRnnStackBackwardArgs>(env, cell, op, "backward", argc, argv);
 }
 
 }  // namespace exphil::nif

@@ -38,6 +38,16 @@ ERL_NIF_TERM gated_rnn_backward(ErlNifEnv* env, int argc, const ERL_NIF_TERM arg
   return gated_rnn_backward_nif(env, Cell, argc, argv);
 }
 
+template <GatedRnnCell Cell>
+ERL_NIF_TERM gated_rnn_stack_forward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return gated_rnn_stack_forward_nif(env, Cell, argc, argv);
+}
+
+template <GatedRnnCell Cell>
+ERL_NIF_TERM gated_rnn_stack_backward(ErlNifEnv* env, int argc, const ERL_NIF_TERM argv[]) {
+  return gated_rnn_stack_backward_nif(env, Cell, argc, argv);
+}
+
 int on_load(ErlNifEnv* env, void**, ERL_NIF_TERM) {
   try {
     make_atoms(env);
@@ -101,6 +111,10 @@ ErlNifFunc nif_functions[] = {
     {"nif_lstm_backward", 5, gated_rnn_backward<GatedRnnCell::lstm>, kDirty},
     {"nif_slstm_forward", 3, gated_rnn_forward<GatedRnnCell::slstm>, kDirty},
     {"nif_slstm_backward", 5, gated_rnn_backward<GatedRnnCell::slstm>, kDirty},
+    {"nif_gru_stack_forward", 4, gated_rnn_stack_forward<GatedRnnCell::gru>, kDirty},
+    {"nif_gru_stack_backward", 7, gated_rnn_stack_backward<GatedRnnCell::gru>, kDirty},
+    {"nif_lstm_stack_forward", 4, gated_rnn_stack_forward<GatedRnnCell::lstm>, kDirty},
+    {"nif_lstm_stack_backward", 7, gated_rnn_stack_backward<GatedRnnCell::lstm>, kDirty},
 };
 
 }  // namespace

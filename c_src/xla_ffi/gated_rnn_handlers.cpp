@@ -10,7 +10,10 @@
 // exphil_slstm_fwd/_bwd, with the states n and m besides h and c, and
 // Edifice's :fused_slstm_scan, exphil_slstm_y_fwd (wx, R, h0, c0 -> y; n0
 // and m0 absent, the library's ones and zeros, as Edifice's fallback starts
-// them; Edifice has no backward op for it). Their buffers are bound by name
+// them; Edifice has no backward op for it). The stacks' full form,
+// exphil_gru_stack_fwd/_bwd and exphil_lstm_stack_fwd/_bwd (ops gru_stack
+// and lstm_stack): the forward's results y, y_lower (which its backward
+// reads) and the final states. Their buffers are bound by name
 // (described_call.hpp): a tensor a row leaves out is NULL in the args, the
 // library's "absent" (bias) or "not computed" (grad_R, grad_bias).
 #include "described_call.hpp"
@@ -37,6 +40,8 @@ namespace xf = exphil::xla_ffi;
 using exphil::GatedRnnBackwardArgs;
 using exphil::GatedRnnCell;
 using exphil::GatedRnnForwardArgs;
+using exphil::GatedRnnStackBackwardArgs;
+using exphil::GatedRnnStackForwardArgs;
 
 extern "C" {
 
@@ -93,6 +98,26 @@ XLA_FFI_Error* exphil_slstm_bwd(XLA_FFI_CallFrame* call_frame) {
 XLA_FFI_Error* exphil_slstm_y_fwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_slstm_y_fwd"),
                                &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::slstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_gru_stack_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_gru_stack_fwd"),
+                               &xf::gated_rnn_args<GatedRnnStackForwardArgs, GatedRnnCell::gru>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_gru_stack_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_gru_stack_bwd"),
+                               &xf::gated_rnn_args<GatedRnnStackBackwardArgs, GatedRnnCell::gru>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_lstm_stack_fwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_lstm_stack_fwd"),
+                               &xf::gated_rnn_args<GatedRnnStackForwardArgs, GatedRnnCell::lstm>>(call_frame);
+}
+
+XLA_FFI_Error* exphil_lstm_stack_bwd(XLA_FFI_CallFrame* call_frame) {
+  return xf::described_handler<xf::target_index("exphil_lstm_stack_bwd"),
+                               &xf::gated_rnn_args<GatedRnnStackBackwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 
 }  // extern "C"

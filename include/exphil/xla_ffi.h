@@ -179,6 +179,22 @@
  *                                   recomputed), grad_y
  *                         results:  grad_wx [B, T, 4H], grad_h0, grad_c0
  *
+ * Stacked GRU and LSTM layers (exphil/gated_rnn.hpp, ops "gru_stack" and
+ * "lstm_stack"): L = 2 to 4 layers, K = L - 1; attributes the has_* flags
+ * of the optional operands; dtypes as above, W and W_bias with R.
+ *   exphil_gru_stack_fwd  operands: wx [B, T, 3H], R [L, H, 3H], W [K, H, 3H],
+ *                                   bias? [L, 3H], W_bias? [K, 3H], h0? [L, B, H]
+ *                         results:  y [B, T, H] (the last layer's), y_lower
+ *                                   [K, B, T, H] (the others', which the
+ *                                   backward reads), h_final [L, B, H]
+ *   exphil_gru_stack_bwd  operands: wx, R, W, y, y_lower, grad_y, bias?,
+ *                                   W_bias?, h0?, grad_y_lower?, grad_h_final?
+ *                         results:  grad_wx, grad_R, grad_W, grad_bias,
+ *                                   grad_W_bias, grad_h0 (all written)
+ *   exphil_lstm_stack_fwd / _bwd   the same with 4H, c0? [L, B, H] after h0,
+ *                                   c_final after h_final, grad_c_final?
+ *                                   after grad_h_final, grad_c0 last
+ *
  * sLSTM sequences (exphil/gated_rnn.hpp, op "slstm": xLSTM's scalar LSTM,
  * exactly as Edifice's slstm_scan; gates i, f, z, o of wx + h R + bias,
  * exponential input and forget gates stabilized by the state m, the
@@ -274,6 +290,10 @@ EXPHIL_API struct XLA_FFI_Error* exphil_lstm_y_bwd(struct XLA_FFI_CallFrame* cal
 EXPHIL_API struct XLA_FFI_Error* exphil_slstm_fwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_slstm_bwd(struct XLA_FFI_CallFrame* call_frame);
 EXPHIL_API struct XLA_FFI_Error* exphil_slstm_y_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_stack_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_gru_stack_bwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_stack_fwd(struct XLA_FFI_CallFrame* call_frame);
+EXPHIL_API struct XLA_FFI_Error* exphil_lstm_stack_bwd(struct XLA_FFI_CallFrame* call_frame);
 
 /* One custom-call target: its name (equal to the handler's symbol) and its
  * execute-stage handler. */

@@ -73,7 +73,11 @@
   EXPHIL_XLA_FFI_TARGET(exphil_lstm_y_bwd, "wx R h0 c0 y grad_y", "grad_wx grad_h0 grad_c0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_slstm_fwd, "wx R bias? h0? c0? n0? m0?", "y h_final c_final n_final m_final", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_n0?:i1 has_m0?:i1") \
   EXPHIL_XLA_FFI_TARGET(exphil_slstm_bwd, "wx R y grad_y bias? h0? c0? n0? m0? grad_h_final? grad_c_final? grad_n_final? grad_m_final?", "grad_wx grad_R grad_bias grad_h0 grad_c0 grad_n0 grad_m0 grad_rh", "has_bias?:i1 has_h0?:i1 has_c0?:i1 has_n0?:i1 has_m0?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1 has_grad_n_final?:i1 has_grad_m_final?:i1") \
-  EXPHIL_XLA_FFI_TARGET(exphil_slstm_y_fwd, "wx R h0 c0", "y", "")
+  EXPHIL_XLA_FFI_TARGET(exphil_slstm_y_fwd, "wx R h0 c0", "y", "") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_stack_fwd, "wx R W bias? W_bias? h0?", "y y_lower h_final", "has_bias?:i1 has_W_bias?:i1 has_h0?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_gru_stack_bwd, "wx R W y y_lower grad_y bias? W_bias? h0? grad_y_lower? grad_h_final?", "grad_wx grad_R grad_W grad_bias grad_W_bias grad_h0", "has_bias?:i1 has_W_bias?:i1 has_h0?:i1 has_grad_y_lower?:i1 has_grad_h_final?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_stack_fwd, "wx R W bias? W_bias? h0? c0?", "y y_lower h_final c_final", "has_bias?:i1 has_W_bias?:i1 has_h0?:i1 has_c0?:i1") \
+  EXPHIL_XLA_FFI_TARGET(exphil_lstm_stack_bwd, "wx R W y y_lower grad_y bias? W_bias? h0? c0? grad_y_lower? grad_h_final? grad_c_final?", "grad_wx grad_R grad_W grad_bias grad_W_bias grad_h0 grad_c0", "has_bias?:i1 has_W_bias?:i1 has_h0?:i1 has_c0?:i1 has_grad_y_lower?:i1 has_grad_h_final?:i1 has_grad_c_final?:i1")
 /* clang-format on */
 
 #endif /* EXPHIL_XLA_FFI_TARGETS_H */

@@ -27,7 +27,10 @@ first so that both sides see identical values. Sections, each independent
              plus edge cases (T = 1, S = 1, T > S under causal so that rows
              see no key, window 1, window > S); cotangent of o only (lse
              unused) or of both o and lse (the wrapper's extra pass).
-  gated      the GRU, LSTM and sLSTM targets, exphil_{gru,lstm,slstm}_fwd and _bwd
+  gated      the GRU, LSTM and sLSTM targets, exphil_{gru,lstm,slstm}_fwd and _bwd,
+             and the stacks', exphil_{gru,lstm}_stack_fwd and _bwd (2 to 4
+             layers, every optional operand or none, against the stack of
+             the float64 layers and its jax.vjp)
              (registered here by pointer, as exphil_jax does the others), f32/
              bf16/f16, R and the states in f32 or the sequence dtype: the
              forward, then the backward on its y, in one jit, against jax.vjp
@@ -955,6 +958,118 @@ GATED_PRESENT = [
 ]
 
 
+STACK_TARGETS = ("exphil_gru_stack_fwd", "exphil_gru_stack_bwd", "exphil_lstm_stack_fwd",
+                 "exphil_lstm_stack_bwd")
+
+
+def stack_ref(cell, wx, R, W, bias, W_bias, h0, c0):
+    """The stack of gated_ref layers (ops gru_stack, lstm_stack): layer 0 on
+    wx, layer l > 0 on y_{l-1} W[l-1] + W_bias[l-1]. Returns y, y_lower
+    [K, B, T, H], h_final [L, B, H] and c_final (None for the GRU)."""
+    L = R.shape[0]
+    ys, hs, cs = [], [], []
+    inp = wx
+    for l in range(L):
+        e = jnp.zeros_like(inp)
+        y, hf, cf = gated_ref(cell, inp, R[l], bias[l], h0[l], None if c0 is None else c0[l], e)
+        ys.append(y), hs.append(hf), cs.append(cf)
+        if l + 1 < L:
+            inp = jnp.einsum("bth,hg->btg", y, W[l]) + W_bias[l]
+    return ys[-1], jnp.stack(ys[:-1]), jnp.stack(hs), (jnp.stack(cs) if cell == "lstm" else None)
+
+
+def check_stack_case(cell, dtype, shape, placeholders, seed, tol_scale):
+    """exphil_<cell>_stack_fwd, then exphil_<cell>_stack_bwd on its y and
+    y_lower, in one jit, with every optional operand present and has_* true
+    (placeholders "all"), or none, as zero-element buffers without has_*
+    ("empty", JAX's way) or as scalars with has_* false ("scalar", Nx's
+    way), against
+    stack_ref and its jax.vjp in float64. Weights and states in f32; the
+    tolerances of the one-layer cases, the gradients of W and R at the scale
+    of the largest sequence gradient or their own largest value."""
+    L, b, t, h = shape
+    K, lstm = L - 1, cell == "lstm"
+    gh = GATES[cell] * h
+    rng = np.random.default_rng(seed)
+    u = rng.uniform
+    r = 1.5 / math.sqrt(h)
+    f32 = jnp.float32
+    present = placeholders == "all"
+    wx = dev(u(-1.5, 1.5, (b, t, gh)), dtype)
+    R = dev(u(-r, r, (L, h, gh)), f32)
+    W = dev(u(-r, r, (K, h, gh)), f32)
+    gy = dev(u(-1.0, 1.0, (b, t, h)), dtype)
+    opt = lambda values, dt: dev(values, dt) if present else None  # noqa: E731
+    bias, W_bias = opt(u(-0.5, 0.5, (L, gh)), f32), opt(u(-0.5, 0.5, (K, gh)), f32)
+    h0 = opt(u(-1.0, 1.0, (L, b, h)), f32)
+    c0 = opt(u(-1.0, 1.0, (L, b, h)), f32) if lstm else None
+    gyl = opt(u(-1.0, 1.0, (K, b, t, h)), dtype)
+    ghf = opt(u(-1.0, 1.0, (L, b, h)), f32)
+    gcf = opt(u(-1.0, 1.0, (L, b, h)), f32) if lstm else None
+
+    fwd_optional = [("bias", bias), ("W_bias", W_bias), ("h0", h0)] + ([("c0", c0)] if lstm else [])
+    bwd_extra = [("grad_y_lower", gyl), ("grad_h_final", ghf)] + ([("grad_c_final", gcf)] if lstm else [])
+    S = jax.ShapeDtypeStruct
+    state = S((L, b, h), f32)
+    fwd_results = (S((b, t, h), dtype), S((K, b, t, h), dtype), state) + ((state,) if lstm else ())
+    bwd_results = ((S((b, t, gh), dtype), S((L, h, gh), f32), S((K, h, gh), f32), S((L, gh), f32),
+                    S((K, gh), f32), state) + ((state,) if lstm else ()))
+    placeholder = jnp.zeros((0,) if placeholders == "empty" else (), f32)
+    with_has = placeholders != "empty"
+
+    def attrs(optional):
+        return {f"has_{n}": np.bool_(v is not None) for n, v in optional} if with_has else {}
+
+    @jax.jit
+    def ours(wx, R, W, gy, fwd_opt, extra):
+        fwd_opt = [placeholder if v is None else v for v in fwd_opt]
+        extra = [placeholder if v is None else v for v in extra]
+        outs = jax.ffi.ffi_call(f"exphil_{cell}_stack_fwd", fwd_results)(
+            wx, R, W, *fwd_opt, **attrs(fwd_optional))
+        grads = jax.ffi.ffi_call(f"exphil_{cell}_stack_bwd", bwd_results)(
+            wx, R, W, outs[0], outs[1], gy, *fwd_opt, *extra, **attrs(fwd_optional + bwd_extra))
+        return outs, grads
+
+    outs, grads = jax.block_until_ready(
+        ours(wx, R, W, gy, [v for _, v in fwd_optional], [v for _, v in bwd_extra]))
+
+    def up_or_zeros(x, shp):
+        return up(x) if x is not None else jnp.zeros(shp, F64)
+
+    a = dict(wx=up(wx), R=up(R), W=up(W), bias=up_or_zeros(bias, (L, gh)),
+             W_bias=up_or_zeros(W_bias, (K, gh)), h0=up_or_zeros(h0, (L, b, h)),
+             c0=up_or_zeros(c0, (L, b, h)) if lstm else None)
+    names = ["wx", "R", "W", "bias", "W_bias", "h0"] + (["c0"] if lstm else [])
+
+    def fwd(*xs):
+        kw = dict(zip(names, xs))
+        return stack_ref(cell, kw["wx"], kw["R"], kw["W"], kw["bias"], kw["W_bias"], kw["h0"],
+                         kw.get("c0"))[: 4 if lstm else 3]
+
+    ref_out, vjp = jax.vjp(fwd, *[a[n] for n in names])
+    cts = (up(gy), up_or_zeros(gyl, (K, b, t, h)), up_or_zeros(ghf, (L, b, h)))
+    if lstm:
+        cts = cts + (up_or_zeros(gcf, (L, b, h)),)
+    ref_grads = vjp(cts)
+
+    k = key_of(dtype)
+    hscale = max(amax(ref_out[0]), amax(ref_out[1]), amax(ref_out[2]), amax(a["h0"]))
+    m = [compare("y", outs[0], ref_out[0], GATED_TOL[k], dtype, hscale, tol_scale),
+         compare("y_lower", outs[1], ref_out[1], GATED_TOL[k], dtype, hscale, tol_scale),
+         compare("h_final", outs[2], ref_out[2], GATED_TOL[k], f32, hscale, tol_scale)]
+    if lstm:
+        m.append(compare("c_final", outs[3], ref_out[3], GATED_TOL[k], f32,
+                         max(amax(ref_out[3]), amax(a["c0"])), tol_scale))
+    gscale = max(amax(ref_grads[0]), amax(ref_grads[5]), amax(ref_grads[6]) if lstm else 0.0)
+    for name, got, want in zip(names, grads, ref_grads):
+        dt = dtype if name == "wx" else f32
+        scale = gscale if name in ("wx", "h0", "c0") else max(gscale, amax(want))
+        m.append(compare(f"grad_{name}", got, want, GATED_TOL[k], dt, scale, tol_scale))
+    if bad := result_dtypes_metric(fwd_results, bwd_results, outs, grads):
+        m.append(bad)
+    return summarize(m)
+
+
 def gated_shapes(quick):
     """The fixed [B, T, H] of the gated cases (a random one joins them per
     dtype): T = 1, H = 1, H not a multiple of 32, B above 32, long T."""
@@ -992,6 +1107,23 @@ def section_gated(runner, args):
                 runner.case("gated", name,
                             (lambda common=common: check_slstm_case(*common)) if slstm else
                             (lambda cell=cell, common=common: check_gated_case(cell, *common)))
+
+    # The stacks (L, B, T, H): B1 (the forward's one launch), B > 1 (layer by
+    # layer), 2 to 4 layers; every optional operand present, or none passed
+    # either way.
+    register_targets(STACK_TARGETS)
+    stack_shapes = [(2, 1, 32, 64), (3, 3, 7, 37)] if args.quick else \
+        [(2, 1, 1, 1), (2, 1, 32, 256), (3, 3, 7, 37), (4, 1, 40, 100), (2, 33, 5, 64)]
+    for cell in GATES:
+        for dn in args.dtypes:
+            for i, shape in enumerate(stack_shapes):
+                placeholders = ("all", "empty", "scalar")[(idx + i) % 3]
+                seed = int(rng.integers(0, 2 ** 31))
+                name = (f"gated {cell}_stack {dn} L{shape[0]} B{shape[1]} T{shape[2]} H{shape[3]} "
+                        f"optional: {placeholders}")
+                runner.case("gated", name, lambda cell=cell, dtype=DTYPES[dn], shape=shape,
+                            placeholders=placeholders, seed=seed:
+                            check_stack_case(cell, dtype, shape, placeholders, seed, args.tol_scale))
 
     # The handler's own check comes back as a Python exception naming R; a
     # good call still runs afterwards.

@@ -42,6 +42,8 @@ const std::set<std::string> kContractTargets = {
     "exphil_gru_y_fwd", "exphil_gru_y_bwd", "exphil_lstm_y_fwd", "exphil_lstm_y_bwd",
     // sLSTM sequences, and Edifice's sLSTM scan (y-only form, no backward op)
     "exphil_slstm_fwd", "exphil_slstm_bwd", "exphil_slstm_y_fwd",
+    // GRU and LSTM stacks
+    "exphil_gru_stack_fwd", "exphil_gru_stack_bwd", "exphil_lstm_stack_fwd", "exphil_lstm_stack_bwd",
 };
 
 bool is_loaded(const char* path) {

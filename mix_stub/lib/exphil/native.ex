@@ -38,7 +38,9 @@ defmodule ExPhil.Native do
   `slstm_forward/3` and `slstm_backward/5`, take the input projection `wx`
   and the recurrent weights `r`, and `:bias`, `:h0` (`:c0`, `:n0`, `:m0`)
   as options (their docs say which); `:outputs`, `:sync` and `:stream` are
-  as below.
+  as below. Stacks of 2 to 4 GRU or LSTM layers, `gru_stack_forward/4`,
+  `gru_stack_backward/7`, `lstm_stack_forward/4` and `lstm_stack_backward/7`,
+  take the input weights `w` of the layers above the first besides.
 
   Options of the linear recurrences (keyword list or map):
 
@@ -697,6 +699,96 @@ defmodule ExPhil.Native do
   @spec slstm_backward(tensor(), tensor(), tensor(), tensor(), gated_rnn_backward_options()) ::
           op_result()
   defnative(slstm_backward(wx, r, y, grad_y, opts \\ []))
+
+  ## Stacked GRU and LSTM layers
+
+  @typedoc """
+  Options of `gru_stack_forward/4` and `lstm_stack_forward/4`, as a keyword
+  list or a map. `nil` stands for an absent tensor.
+  """
+  @type gated_rnn_stack_option ::
+          {:bias, tensor() | nil}
+          | {:w_bias, tensor() | nil}
+          | {:h0, tensor() | nil}
+          | {:c0, tensor() | nil}
+          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
+          | {:sync, boolean()}
+          | {:stream, :managed | :legacy_default | Stream.t()}
+
+  @typedoc "Options of the stacks' backward: the forward's, and the gradients of its other outputs."
+  @type gated_rnn_stack_backward_option ::
+          gated_rnn_stack_option()
+          | {:grad_y_lower, tensor() | nil}
+          | {:grad_h_final, tensor() | nil}
+          | {:grad_c_final, tensor() | nil}
+
+  @doc """
+  L = 2 to 4 stacked GRU layers of one hidden size H, as `torch.nn.GRU(H, H,
+  L)` runs them: layer 0 is `gru_forward/3` on `wx` `[B, T, 3H]`, layer
+  `l > 0` the same on `y_{l-1} w[l-1] + w_bias[l-1]`, the layer below's
+  output projected here. `r` `[L, H, 3H]` stacks the layers' recurrent
+  weights, `w` `[L-1, H, 3H]` the input weights of the layers above the
+  first. At B = 1 and H <= 256 the whole stack is one launch, each layer a
+  step behind the one below it; elsewhere the layers run one after another.
+
+  Types as in `gru_forward/3`, `w` and `:w_bias` of the type of `r`.
+  Options: `:bias` `[L, 3H]`, `:w_bias` `[L-1, 3H]` (none when absent or
+  `nil`), `:h0` `[L, B, H]` (zeros), `:outputs`, `:sync`, `:stream`.
+
+  Outputs: `:y` `[B, T, H]` the last layer's output; `:y_lower` `[L-1, B, T,
+  H]` the other layers' (the backward's input); `:h_final` `[L, B, H]`.
+  """
+  @spec gru_stack_forward(tensor(), tensor(), tensor(), [gated_rnn_stack_option()] | map()) ::
+          op_result()
+  defnative(gru_stack_forward(wx, r, w, opts \\ []))
+
+  @doc """
+  Gradients of `gru_stack_forward/4`, given its `wx`, `r`, `w` and options,
+  its `y` and `y_lower`, and `grad_y` `[B, T, H]`. Options besides the
+  forward's: `:grad_y_lower` `[L-1, B, T, H]` and `:grad_h_final` `[L, B,
+  H]` (none when absent or `nil`); `:outputs` the gradients to write, at
+  least one.
+
+  Outputs: `:grad_wx` `[B, T, 3H]`, `:grad_r` `[L, H, 3H]`, `:grad_w` `[L-1,
+  H, 3H]`, `:grad_bias` `[L, 3H]`, `:grad_w_bias` `[L-1, 3H]` and
+  `:grad_h0` `[L, B, H]`, each layer's backward from the top down; sums in
+  a fixed order (bitwise the same from run to run).
+  """
+  @spec gru_stack_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [gated_rnn_stack_backward_option()] | map()
+        ) :: op_result()
+  defnative(gru_stack_backward(wx, r, w, y, y_lower, grad_y, opts \\ []))
+
+  @doc """
+  Stacked LSTM layers, as `gru_stack_forward/4` stacks GRU layers, each
+  layer `lstm_forward/3` (`torch.nn.LSTM(H, H, L)`): `4H` for `3H`, the
+  option `:c0` `[L, B, H]` and the output `:c_final` `[L, B, H]`.
+  """
+  @spec lstm_stack_forward(tensor(), tensor(), tensor(), [gated_rnn_stack_option()] | map()) ::
+          op_result()
+  defnative(lstm_stack_forward(wx, r, w, opts \\ []))
+
+  @doc """
+  Gradients of `lstm_stack_forward/4`, as `gru_stack_backward/7` gives the
+  GRU stack's, with `:c0` and `:grad_c_final` among the options and
+  `:grad_c0` among the outputs.
+  """
+  @spec lstm_stack_backward(
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          tensor(),
+          [gated_rnn_stack_backward_option()] | map()
+        ) :: op_result()
+  defnative(lstm_stack_backward(wx, r, w, y, y_lower, grad_y, opts \\ []))
 
   ## In-graph (XLA FFI)
 

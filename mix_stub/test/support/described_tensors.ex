@@ -5,7 +5,8 @@ defmodule ExPhil.Native.DescribedTensors do
   # NIF checks them, and fails only where it needs the device.
 
   # Extents for the dimensions the rows name: distinct where they may
-  # differ, and what the kernels take (head width 32, Hq a multiple of Hkv).
+  # differ, and what the kernels take (head width 32, Hq a multiple of Hkv,
+  # K = L - 1).
   @extents %{
     "B" => 2,
     "T" => 5,
@@ -15,7 +16,10 @@ defmodule ExPhil.Native.DescribedTensors do
     "Hq" => 2,
     "Hkv" => 1,
     "S" => 6,
-    "d" => 32
+    "d" => 32,
+    # The stacks' layers, and the layers above the first (L - 1).
+    "L" => 3,
+    "K" => 2
   }
 
   @doc """

@@ -184,6 +184,42 @@ defmodule ExPhil.Native.Ops do
   def lstm(wx, r, opts \\ []), do: Ops.GatedRnn.run(:lstm, wx, r, opts)
 
   @doc """
+  L = 2 to 4 stacked GRU layers of one hidden size, as `torch.nn.GRU(hidden,
+  hidden, L)` runs them: layer 0 is `gru/3` on `wx`, layer `l > 0` is
+  `gru/3` on the layer below's output projected, `y_{l-1} · w[l - 1] +
+  w_bias[l - 1]`. At batch 1 and hidden <= 256 the kernels run the whole
+  stack in one launch, each layer a step behind the one below it (the
+  latency path of a real-time model); elsewhere the layers one after
+  another.
+
+  `wx` is `{batch, steps, 3 * hidden}`, `r` `{L, hidden, 3 * hidden}` (the
+  layers' recurrent weights), `w` `{L - 1, hidden, 3 * hidden}` (the input
+  weights of the layers above the first).
+
+  ## Options
+
+    * `:bias` - the recurrent biases `{L, 3 * hidden}` (default: none)
+    * `:w_bias` - the input biases of the layers above the first `{L - 1, 3
+      * hidden}` (default: none)
+    * `:h0` - the initial states `{L, batch, hidden}` (default: zeros)
+    * `:final_state` - when `true`, returns `{y, h_final}` with `h_final`
+      `{L, batch, hidden}`, instead of `y`
+
+  Returns the last layer's `y`, `{batch, steps, hidden}` in the type of
+  `wx`. Types as in `gru/3` (`r`, `w`, the biases and the states f32);
+  differentiable in `wx`, `r`, `w` and every option given.
+  """
+  def gru_stack(wx, r, w, opts \\ []), do: Ops.GatedRnnStack.run(:gru, wx, r, w, opts)
+
+  @doc """
+  L = 2 to 4 stacked LSTM layers, as `gru_stack/4` stacks GRU layers, each
+  layer `lstm/3` (`torch.nn.LSTM(hidden, hidden, L)`): `4 * hidden` for `3 *
+  hidden`, the option `:c0` `{L, batch, hidden}`, and with `:final_state`
+  `{y, h_final, c_final}`.
+  """
+  def lstm_stack(wx, r, w, opts \\ []), do: Ops.GatedRnnStack.run(:lstm, wx, r, w, opts)
+
+  @doc """
   xLSTM's sLSTM (scalar LSTM with exponential gating) over a whole sequence,
   exactly as Edifice's `slstm_scan`, the recurrent product fused in. With
   `pre = wx_t + h_{t-1} r + bias` and the gates i, f, z, o side by side in

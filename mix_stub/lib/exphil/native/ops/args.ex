@@ -38,6 +38,28 @@ defmodule ExPhil.Native.Ops.Args do
     tensor
   end
 
+  @doc """
+  The options of a sequence op: its optional inputs `keys` (nil by default)
+  and `:final_state` (a boolean, false by default).
+  """
+  def sequence_options!(fun, opts, keys) do
+    opts = options!(fun, opts, Enum.map(keys, &{&1, nil}) ++ [final_state: false])
+
+    unless is_boolean(opts[:final_state]) do
+      raise ArgumentError,
+            "#{fun}: option :final_state expected a boolean, got: #{inspect(opts[:final_state])}"
+    end
+
+    opts
+  end
+
+  @doc "A floating-point tensor of `rank` (`dims` names the axes for the message)."
+  def float_tensor!(fun, name, tensor, rank, dims) do
+    tensor = tensor!(fun, name, tensor)
+    rank!(fun, name, tensor, rank, dims)
+    float!(fun, name, tensor)
+  end
+
   @doc "Raises unless `tensor` has a floating-point type."
   def float!(fun, name, tensor) do
     case Nx.type(tensor) do

@@ -21,12 +21,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
   def run(cell, wx, r, opts) do
     fun = "ExPhil.Native.Ops.#{cell}/3"
     optional_keys = optional(cell)
-    opts = Args.options!(fun, opts, Enum.map(optional_keys, &{&1, nil}) ++ [final_state: false])
-
-    unless is_boolean(opts[:final_state]) do
-      raise ArgumentError,
-            "#{fun}: option :final_state expected a boolean, got: #{inspect(opts[:final_state])}"
-    end
+    opts = Args.sequence_options!(fun, opts, optional_keys)
 
     {wx, r, optional, {batch, steps, hidden}} = check!(fun, cell, wx, r, opts)
     type = Nx.type(wx)
@@ -202,12 +197,8 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     gates = Pure.GatedRnn.gates(cell)
     width = "#{gates} * hidden"
 
-    wx = Args.tensor!(fun, "wx", wx)
-    Args.rank!(fun, "wx", wx, 3, "{batch, steps, #{width}}")
-    Args.float!(fun, "wx", wx)
-    r = Args.tensor!(fun, "r", r)
-    Args.rank!(fun, "r", r, 2, "{hidden, #{width}}")
-    Args.float!(fun, "r", r)
+    wx = Args.float_tensor!(fun, "wx", wx, 3, "{batch, steps, #{width}}")
+    r = Args.float_tensor!(fun, "r", r, 2, "{hidden, #{width}}")
     {hidden, _} = Nx.shape(r)
 
     Args.shape!(
