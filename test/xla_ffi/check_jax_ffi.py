@@ -1114,10 +1114,12 @@ def section_gated(runner, args):
     register_targets(STACK_TARGETS)
     stack_shapes = [(2, 1, 32, 64), (3, 3, 7, 37)] if args.quick else \
         [(2, 1, 1, 1), (2, 1, 32, 256), (3, 3, 7, 37), (4, 1, 40, 100), (2, 33, 5, 64)]
+    turn = 0  # each way of passing the optional operands in turn
     for cell in GATES:
         for dn in args.dtypes:
-            for i, shape in enumerate(stack_shapes):
-                placeholders = ("all", "empty", "scalar")[(idx + i) % 3]
+            for shape in stack_shapes:
+                placeholders = ("all", "empty", "scalar")[turn % 3]
+                turn += 1
                 seed = int(rng.integers(0, 2 ** 31))
                 name = (f"gated {cell}_stack {dn} L{shape[0]} B{shape[1]} T{shape[2]} H{shape[3]} "
                         f"optional: {placeholders}")
