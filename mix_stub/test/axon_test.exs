@@ -658,6 +658,164 @@ defmodule ExPhil.Native.AxonTest do
     end
   end
 
+  # Two (or three) Axon layers chained, each on the sequence of the one
+  # before, from given initial states (Axon's own draw them at random): the
+  # model gru_stack/3 and lstm_stack/3 stand for. `states`: the states'
+  # input nodes per layer ({h} or {c, h}).
+  defp axon_chain(cell, layers) do
+    {sequence, finals} =
+      Enum.reduce(0..(layers - 1), {input(), []}, fn l, {seq, finals} ->
+        state = chain_state(cell, l)
+
+        {seq, carry} =
+          apply(Axon, cell, [
+            seq,
+            state,
+            @units,
+            [name: "rnn_#{l}", bias_initializer: &uniform_bias/3]
+          ])
+
+        {seq, finals ++ [carry]}
+      end)
+
+    Axon.container({sequence, List.to_tuple(finals)})
+  end
+
+  defp chain_state(:gru, l), do: {Axon.input("h#{l}", shape: {nil, @units})}
+
+  defp chain_state(:lstm, l),
+    do: {Axon.input("c#{l}", shape: {nil, @units}), Axon.input("h#{l}", shape: {nil, @units})}
+
+  # The stack's initial states as inputs {layers, batch, units}.
+  defp stack_state(:gru), do: Axon.input("h", shape: {nil, nil, @units})
+
+  defp stack_state(:lstm),
+    do: {Axon.input("c", shape: {nil, nil, @units}), Axon.input("h", shape: {nil, nil, @units})}
+
+  defp stacks_agree_with_axon_chain(cell, layers) do
+    names = if cell == :gru, do: ~w(h), else: ~w(c h)
+
+    per_layer =
+      for n <- names,
+          l <- 0..(layers - 1),
+          into: %{},
+          do: {"#{n}#{l}", random({@batch, @units}, 40 + l * 3 + String.length(n))}
+
+    stacked =
+      Map.new(names, fn n ->
+        {n, Nx.stack(for l <- 0..(layers - 1), do: per_layer["#{n}#{l}"])}
+      end)
+
+    chain_templates = Map.new(per_layer, fn {k, v} -> {k, Nx.template(Nx.shape(v), :f32)} end)
+    stack_templates = Map.new(stacked, fn {k, v} -> {k, Nx.template(Nx.shape(v), :f32)} end)
+
+    {theirs_state, predict_theirs} = init(axon_chain(cell, layers), chain_templates)
+
+    ours =
+      apply(Layer, :"#{cell}_stack", [
+        input(),
+        @units,
+        [layers: layers, name: "stack", initial_state: stack_state(cell), return_state: true]
+      ])
+
+    {ours_state, predict_ours} = init(ours, stack_templates)
+
+    # The documented names and shapes; then Axon's values under them.
+    params =
+      for l <- 0..(layers - 1),
+          {kind, suffix} <- [{"input_kernel", ""}, {"hidden_kernel", ""}, {"bias", ""}],
+          into: %{} do
+        {"#{kind}_#{l}#{suffix}", theirs_state.data["rnn_#{l}"][kind]}
+      end
+
+    assert deep_shapes(ours_state.data["stack"]) == deep_shapes(params)
+    ours_state = put_in(ours_state.data["stack"], params)
+
+    inputs_theirs = Map.put(per_layer, "x", x())
+    inputs_ours = Map.put(stacked, "x", x())
+    assert block_targets(predict_ours, ours_state, inputs_ours) == ["exphil_#{cell}_stack_fwd"]
+
+    {sequence, finals} = predict_theirs.(theirs_state, inputs_theirs)
+    {got_sequence, got_final} = predict_ours.(ours_state, inputs_ours)
+    assert_close(got_sequence, sequence, 5.0e-6)
+
+    # The final states, stacked over the layers ({c, h} for the LSTM).
+    finals = Tuple.to_list(finals)
+
+    case cell do
+      :gru ->
+        assert_close(got_final, Nx.stack(Enum.map(finals, &elem(&1, 0))), 5.0e-6)
+
+      :lstm ->
+        {c, h} = got_final
+        assert_close(c, Nx.stack(Enum.map(finals, &elem(&1, 0))), 5.0e-6)
+        assert_close(h, Nx.stack(Enum.map(finals, &elem(&1, 1))), 5.0e-6)
+    end
+
+    # Gradients in every parameter, through the stack's custom_grad and
+    # through Axon's cells.
+    weights = random(Nx.shape(sequence), 50)
+
+    loss_theirs = fn params ->
+      state =
+        Enum.reduce(0..(layers - 1), theirs_state, fn l, st ->
+          put_in(
+            st.data["rnn_#{l}"],
+            Map.new(["input_kernel", "hidden_kernel", "bias"], &{&1, params["#{&1}_#{l}"]})
+          )
+        end)
+
+      {seq, _} = predict_theirs.(state, inputs_theirs)
+      Nx.sum(Nx.multiply(seq, weights))
+    end
+
+    loss_ours = fn params ->
+      {seq, _} = predict_ours.(put_in(ours_state.data["stack"], params), inputs_ours)
+      Nx.sum(Nx.multiply(seq, weights))
+    end
+
+    expected = Nx.Defn.grad(params, loss_theirs)
+    got = Nx.Defn.grad(params, loss_ours)
+
+    for {group, by_name} <- expected, {name, grad} <- by_name do
+      assert_close(got[group][name], grad, 2.0e-5)
+    end
+  end
+
+  describe "gru_stack/3 and lstm_stack/3: stacked layers in one node" do
+    for cell <- [:gru, :lstm], layers <- [2, 3] do
+      test "#{cell} #{layers} layers: Axon's layers' parameters, renamed, give the chain's output and gradients",
+        do: stacks_agree_with_axon_chain(unquote(cell), unquote(layers))
+    end
+
+    test "trains, and its sequence alone without return_state" do
+      model = Layer.gru_stack(input(), @units, layers: 2)
+      {model_state, predict_fn} = init(model)
+      assert Map.keys(model_state.data) == ["gru_stack_0"]
+      assert Nx.shape(predict_fn.(model_state, %{"x" => x()})) == {@batch, @steps, @units}
+      {before, later} = train(model, @units)
+      assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+
+    test "bad options raise ArgumentError naming them" do
+      for {call, message} <- [
+            {fn -> Layer.gru_stack(input(), @units, layers: 5) end,
+             "ExPhil.Native.Axon.gru_stack/3: option :layers expected 2, 3 or 4, got: 5"},
+            {fn -> Layer.lstm_stack(input(), @units, initial_state: Axon.input("h")) end,
+             "ExPhil.Native.Axon.lstm_stack/3: option :initial_state expected {c, h}, two Axon nodes"},
+            {fn -> Layer.gru_stack(input(), 0) end,
+             "argument 'units' expected a positive integer"},
+            {fn -> Layer.gru_stack(input(), @units, kernel_initializer: :nope) end,
+             "option :kernel_initializer expected one of"},
+            {fn -> Layer.gru_stack(input(), @units, unroll: :static) end,
+             "unknown options [:unroll]"}
+          ] do
+        error = assert_raise ArgumentError, call
+        assert error.message =~ message
+      end
+    end
+  end
+
   describe "bad options raise ArgumentError naming the option" do
     test "common and recurrent options" do
       for builder <- [&Layer.min_gru/3, &Layer.min_lstm/3, &Layer.liquid/3] do

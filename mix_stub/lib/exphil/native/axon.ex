@@ -28,6 +28,10 @@ if Code.ensure_loaded?(Axon) do
     same graph, options, parameters and result, with the recurrent node's
     function swapped for the fused GRU or LSTM (`Ops.gru/3`, `Ops.lstm/3`):
     a model's parameters load unchanged from one built with Axon's layers.
+    `gru_stack/3` and `lstm_stack/3` run 2 to 4 such layers, each on the
+    sequence of the one below, as one node (`Ops.gru_stack/4`,
+    `Ops.lstm_stack/4`: one launch at batch 1), each layer's Axon parameters
+    under its index.
 
     ## Common options
 
@@ -494,6 +498,162 @@ if Code.ensure_loaded?(Axon) do
       end
 
       {swap.(sequence), state |> Tuple.to_list() |> Enum.map(swap) |> List.to_tuple()}
+    end
+
+    @doc """
+    Stacked GRU layers in one node on `Ops.gru_stack/4`: `:layers` (2 to 4)
+    layers of `units`, each with `Axon.gru`'s parameters under the layer's
+    name, suffixed by the layer's index: `"input_kernel_0"` (`"wir"`,
+    `"wiz"`, `"win"`, `{features, units}`; `{units, units}` above layer 0),
+    `"hidden_kernel_0"` (`"whr"`, `"whz"`, `"whn"`), `"bias_0"` (`"br"`,
+    `"bz"`, `"bin"`, `"bhn"`), then `"..._1"`, and so on. The same model
+    built as a chain of `Axon.gru` layers (each on the sequence of the one
+    before) computes the same, its layer `l`'s parameters under these
+    `_l` names. At batch 1 the kernels run every layer in one launch.
+
+        sequence = ExPhil.Native.Axon.gru_stack(input, 256, layers: 2, name: "gru")
+
+    Options: `:layers` (default 2), the common options, and the recurrent
+    ones: `:initial_state` a node `{layers, batch, units}`, `:return_state`
+    (then `{sequence, h_final}`, `h_final` `{layers, batch, units}`). The
+    layer's function is `ExPhil.Native.Axon.Layers.gru_stack/3`.
+    """
+    def gru_stack(input, units, opts \\ []), do: stack_layer(:gru, input, units, opts)
+
+    @doc """
+    Stacked LSTM layers in one node on `Ops.lstm_stack/4`, as `gru_stack/3`
+    stacks GRU layers, each with `Axon.lstm`'s parameters (`"wii"` ... under
+    `"input_kernel_l"`, `"whi"` ... under `"hidden_kernel_l"`, `"bi"` ...
+    under `"bias_l"`). `:initial_state` is `{c, h}`, two nodes `{layers,
+    batch, units}`; with `:return_state` the result is `{sequence, {c_final,
+    h_final}}`, Axon's carry order.
+    """
+    def lstm_stack(input, units, opts \\ []), do: stack_layer(:lstm, input, units, opts)
+
+    @stack_parameters %{
+      gru: [
+        input_kernel: ~w(wir wiz win),
+        hidden_kernel: ~w(whr whz whn),
+        bias: ~w(br bz bin bhn)
+      ],
+      lstm: [
+        input_kernel: ~w(wii wif wig wio),
+        hidden_kernel: ~w(whi whf whg who),
+        bias: ~w(bi bf bg bo)
+      ]
+    }
+
+    defp stack_layer(cell, input, units, opts) do
+      fun = "ExPhil.Native.Axon.#{cell}_stack/3"
+      input!(fun, input)
+      units = positive_integer!(fun, "argument 'units'", units)
+      opts = Args.options!(fun, opts, @recurrent_options ++ [layers: 2])
+      common_options!(fun, opts)
+      boolean!(fun, "option :return_state", opts[:return_state])
+      layers = opts[:layers]
+
+      unless layers in 2..4 do
+        raise ArgumentError, "#{fun}: option :layers expected 2, 3 or 4, got: #{inspect(layers)}"
+      end
+
+      for option <- [:kernel_initializer, :bias_initializer],
+          do: initializer!(fun, option, opts[option])
+
+      initial =
+        case {cell, opts[:initial_state]} do
+          {_, nil} ->
+            []
+
+          {:gru, %Axon{} = h0} ->
+            [h0]
+
+          {:lstm, {%Axon{} = c0, %Axon{} = h0}} ->
+            [c0, h0]
+
+          {_, other} ->
+            shape = if cell == :gru, do: "an Axon node", else: "{c, h}, two Axon nodes"
+
+            raise ArgumentError,
+                  "#{fun}: option :initial_state expected #{shape}, got: #{inspect(other)}"
+        end
+
+      inputs = [input | initial]
+
+      params =
+        for l <- 0..(layers - 1),
+            {kind, names} <- Map.fetch!(@stack_parameters, cell) do
+          initializer =
+            if kind == :bias, do: opts[:bias_initializer], else: opts[:kernel_initializer]
+
+          shape = fn input_shape ->
+            case kind do
+              :input_kernel when l == 0 -> {features(input_shape), units}
+              :bias -> {units}
+              _kernel -> {units, units}
+            end
+          end
+
+          Axon.param("#{kind}_#{l}", shape_of_input(length(inputs), shape),
+            initializer: per_gate(names, initializer)
+          )
+        end
+
+      Axon.layer(
+        stack_function(length(inputs) + length(params), cell, length(inputs)),
+        inputs ++ params,
+        name: opts[:name],
+        op_name: :"#{cell}_stack",
+        return_state: opts[:return_state]
+      )
+    end
+
+    # A parameter's shape function over the layer's inputs: the first's.
+    defp shape_of_input(1, shape), do: shape
+    defp shape_of_input(2, shape), do: fn input, _ -> shape.(input) end
+    defp shape_of_input(3, shape), do: fn input, _, _ -> shape.(input) end
+
+    # Axon's composite initializer: one tensor per gate, each from its own
+    # key, as Axon.gru and Axon.lstm initialise theirs.
+    defp per_gate(names, initializer) do
+      fn shape, type, key ->
+        init =
+          if is_atom(initializer),
+            do: apply(Axon.Initializers, initializer, []),
+            else: initializer
+
+        keys = Nx.Random.split(key, parts: length(names))
+
+        names
+        |> Enum.with_index()
+        |> Map.new(fn {name, i} ->
+          {name,
+           if(is_function(init, 2), do: init.(shape, type), else: init.(shape, type, keys[i]))}
+        end)
+      end
+    end
+
+    # Axon calls a layer's function with its inputs and parameters
+    # positionally, then its options: the stack's takes the input, the
+    # initial states and its layers' parameters in threes.
+    for count <- 7..15 do
+      args = Macro.generate_arguments(count, __MODULE__)
+
+      defp stack_function(unquote(count), cell, inputs) do
+        fn unquote_splicing(args), opts ->
+          {[input | initial], params} = Enum.split(unquote(args), inputs)
+          layer_params = params |> Enum.chunk_every(3) |> Enum.map(&List.to_tuple/1)
+
+          states =
+            case {cell, initial} do
+              {_, []} -> []
+              {:gru, [h0]} -> [h0: h0]
+              {:lstm, [c0, h0]} -> [c0: c0, h0: h0]
+            end
+
+          opts = Keyword.take(opts, [:return_state, :mode]) ++ states
+          apply(Layers, :"#{cell}_stack", [input, layer_params, opts])
+        end
+      end
     end
 
     # MinGRU, MinLSTM and liquid: a kernel and a bias per projection, then the scan.

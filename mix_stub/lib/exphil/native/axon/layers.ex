@@ -407,6 +407,107 @@ if Code.ensure_loaded?(Axon) do
       gated_rnn(:lstm, input, hidden_state, mask, input_kernel, hidden_kernel, bias, opts)
     end
 
+    @doc """
+    Stacked GRU layers on `Ops.gru_stack/4`: layer `l` has Axon's GRU
+    parameters (`layer_params`, a list of `{input_kernel, hidden_kernel,
+    bias}` per layer, each Axon's map, as `gru/7` takes them), layer 0 on
+    `input`, layer `l > 0` on layer `l - 1`'s sequence. They map onto the op
+    as `gru/7`'s do, layer by layer: layer 0's `wx = input · [wir wiz win] +
+    [br bz bin]`; `r[l] = [whr whz whn]`, `bias[l] = [0 0 bhn]`; for `l > 0`,
+    `w[l - 1] = [wir wiz win]` and `w_bias[l - 1] = [br bz bin]`.
+
+    ## Parameter shapes
+
+      * `input` - `{batch, steps, features}`
+      * layer 0's input kernels `{features, units}`, the others' `{units,
+        units}`; hidden kernels `{units, units}`; biases `{units}`
+
+    ## Options
+
+      * `:h0` - the initial states `{layers, batch, units}` (default: zeros)
+      * `:return_state` - when `true`, return `{sequence, h_final}`,
+        `h_final` `{layers, batch, units}`
+
+    Returns the last layer's sequence `{batch, steps, units}`.
+    """
+    deftransform gru_stack(input, layer_params, opts \\ []) do
+      opts = options!("gru_stack/3", opts, h0: nil, return_state: false, mode: :inference)
+      {wx, r, w, bias, w_bias} = stack_operands(:gru, input, layer_params)
+
+      Ops.gru_stack(wx, r, w,
+        bias: bias,
+        w_bias: w_bias,
+        h0: opts[:h0],
+        final_state: opts[:return_state]
+      )
+    end
+
+    @doc """
+    Stacked LSTM layers on `Ops.lstm_stack/4`, as `gru_stack/3` stacks GRU
+    layers, each with Axon's LSTM parameters (`lstm/7`'s maps): `r[l] = [whi
+    whf whg who]`, layer 0's `wx = input · [wii wif wig wio] + [bi bf bg
+    bo]`, and for `l > 0` `w[l - 1] = [wii wif wig wio]`, `w_bias[l - 1] =
+    [bi bf bg bo]`.
+
+    ## Options
+
+      * `:h0`, `:c0` - the initial states and cells `{layers, batch, units}`
+        (default: zeros)
+      * `:return_state` - when `true`, return `{sequence, {c_final,
+        h_final}}` (Axon's carry order), each `{layers, batch, units}`
+    """
+    deftransform lstm_stack(input, layer_params, opts \\ []) do
+      opts =
+        options!("lstm_stack/3", opts, h0: nil, c0: nil, return_state: false, mode: :inference)
+
+      {wx, r, w, _bias, w_bias} = stack_operands(:lstm, input, layer_params)
+
+      out =
+        Ops.lstm_stack(wx, r, w,
+          w_bias: w_bias,
+          h0: opts[:h0],
+          c0: opts[:c0],
+          final_state: opts[:return_state]
+        )
+
+      case out do
+        {y, h, c} -> {y, {c, h}}
+        y -> y
+      end
+    end
+
+    @stack_gates %{
+      gru: {~w(wir wiz win), ~w(whr whz whn), ~w(br bz bin)},
+      lstm: {~w(wii wif wig wio), ~w(whi whf whg who), ~w(bi bf bg bo)}
+    }
+
+    # The stack's operands from Axon's per-layer maps: layer 0's input
+    # projection, and R, W, the recurrent biases (the GRU's [0 0 bhn]) and
+    # W_bias stacked.
+    defp stack_operands(cell, input, [{ik0, _, b0} | _] = layer_params) do
+      {inputs, hiddens, biases} = Map.fetch!(@stack_gates, cell)
+      concat = fn map, names -> Nx.concatenate(Enum.map(names, &map[&1])) end
+      kernel = fn map, names -> Nx.concatenate(Enum.map(names, &map[&1]), axis: 1) end
+
+      wx = input_projection(input, Enum.map(inputs, &ik0[&1]), b0, biases)
+      r = layer_params |> Enum.map(fn {_, hk, _} -> kernel.(hk, hiddens) end) |> Nx.stack()
+      above = tl(layer_params)
+      w = above |> Enum.map(fn {ik, _, _} -> kernel.(ik, inputs) end) |> Nx.stack()
+      w_bias = above |> Enum.map(fn {_, _, b} -> concat.(b, biases) end) |> Nx.stack()
+
+      bias =
+        if cell == :gru do
+          layer_params
+          |> Enum.map(fn {_, _, b} ->
+            zeros = Nx.broadcast(Nx.tensor(0, type: Nx.type(b["bhn"])), Nx.shape(b["bhn"]))
+            Nx.concatenate([zeros, zeros, b["bhn"]])
+          end)
+          |> Nx.stack()
+        end
+
+      {wx, r, w, bias, w_bias}
+    end
+
     # Axon's calling conventions: a bias map, or the options in its place
     # (no bias).
     defp gated_rnn(cell, input, hidden_state, mask, input_kernel, hidden_kernel, bias, opts) do
