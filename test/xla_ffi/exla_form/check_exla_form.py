@@ -62,6 +62,11 @@ backward an exact hand-written reverse loop over the forward's own states
 (gated_forward64, gated_backward64; grad_rh the gradient of h_{t-1} R +
 bias). Their backward writes every result, grad_bias, grad_h0 and grad_c0
 also for inputs not given (the gradient at zero): none is a placeholder.
+The stacks' cases (ops "gru_stack", "lstm_stack": exphil_{gru,lstm}_stack_
+{fwd,bwd}, bias, W_bias, h0 and c0 all given, none, or W_bias alone) take
+the same ranges and tolerances and the stack of those references
+(stack_reference); y_lower's cotangent is always absent (the Nx op keeps
+y_lower to itself).
 The targets are registered by pointer as check_jax_ffi.py does.
 
 Edifice's cases (op "edifice": a forward and a backward block of a pair of
@@ -658,6 +663,8 @@ def compared(case, direction, outs, refs, data):
         return edifice_compared(case, direction, outs, refs, data, results)
     if case["op"] in GATED_CELLS:
         return gated_compared(case, direction, outs, refs, data, results)
+    if case["op"] in STACK_CELLS:
+        return stack_compared(case, direction, outs, refs, data, results)
     if case["op"] == "attention":
         tol = cj.ATTN_TOL[dt]
         if direction == "forward":
@@ -883,6 +890,109 @@ def gated_compared(case, direction, outs, refs, data, results):
 
 
 # ---------------------------------------------------------------------------
+# The stacks (ops gru_stack, lstm_stack; targets exphil_{gru,lstm}_stack_
+# {fwd,bwd})
+# ---------------------------------------------------------------------------
+STACK_CELLS = {"gru_stack": "gru", "lstm_stack": "lstm"}
+# The optional operands (the targets' spelling) and the options that give them.
+STACK_OPTIONAL = {"gru_stack": (("bias", "bias"), ("W_bias", "w_bias"), ("h0", "h0")),
+                  "lstm_stack": (("bias", "bias"), ("W_bias", "w_bias"), ("h0", "h0"), ("c0", "c0"))}
+
+
+def stack_generate(case, rng):
+    """gated_generate's distributions for the stack's operands: wx, R [L,
+    H, G*H], W [K, H, G*H], the biases, the initial states [L, B, H] and the
+    cotangents; each rounded to its operand's dtype."""
+    op, s, o = case["op"], case["shape"], case["options"]
+    L, b, t, h = s["layers"], s["batch"], s["steps"], s["hidden"]
+    gh = GATED_CELLS[STACK_CELLS[op]] * h
+    u = rng.uniform
+    r = 1.5 / math.sqrt(h)
+    data = {"wx": u(-1.5, 1.5, (b, t, gh)), "R": u(-r, r, (L, h, gh)), "W": u(-r, r, (L - 1, h, gh)),
+            "grad_y": u(-1.0, 1.0, (b, t, h))}
+    shapes = {"bias": (L, gh), "W_bias": (L - 1, gh), "h0": (L, b, h), "c0": (L, b, h)}
+    for name, option in STACK_OPTIONAL[op]:
+        if o[option]:
+            data[name] = u(-0.5 if "bias" in name else -1.0, 0.5 if "bias" in name else 1.0, shapes[name])
+    for name in GATED_FINALS[STACK_CELLS[op]]:
+        if needs(case["backward"], f"grad_{name}"):
+            data[f"grad_{name}"] = u(-1.0, 1.0, (L, b, h))
+    types = operand_dtypes(case)
+    return {k: rounded(v, types[k]) for k, v in data.items()}
+
+
+def stack_reference(case, data):
+    """The stack of gated_backward64's layers in float64: layer 0 on wx,
+    layer l > 0 on y_{l-1} W[l-1] + W_bias[l-1]; the backward from the top,
+    grad_W = y_{l-1}^T grad_wx_l, grad_W_bias its sum, the layer below's
+    cotangent grad_wx_l W^T. The forward's results, and the backward's with
+    the sums of their terms' magnitudes (grad_R, grad_bias, grad_W,
+    grad_W_bias)."""
+    cell = STACK_CELLS[case["op"]]
+    d = {k: v.astype(np.float64) for k, v in data.items()}
+    R, W = d["R"], d["W"]
+    L = R.shape[0]
+
+    def at(name, l):
+        return d[name][l] if name in d else None
+
+    inputs, fwds = [d["wx"]], []
+    for l in range(L):
+        fwd, _ = gated_forward64(cell, inputs[l], R[l], at("bias", l), at("h0", l), at("c0", l))
+        fwds.append(fwd)
+        if l + 1 < L:
+            wb = at("W_bias", l)
+            inputs.append(fwds[l]["y"] @ W[l] + (0.0 if wb is None else wb))
+    out = {"y": fwds[-1]["y"], "y_lower": np.stack([f["y"] for f in fwds[:-1]]),
+           "h_final": np.stack([f["h_final"] for f in fwds])}
+    if cell == "lstm":
+        out["c_final"] = np.stack([f["c_final"] for f in fwds])
+    per = [None] * L
+    gy = d["grad_y"]
+    grads = {"W": [None] * (L - 1), "W_bias": [None] * (L - 1), "W_terms": [None] * (L - 1),
+             "W_bias_terms": [None] * (L - 1)}
+    for l in range(L - 1, -1, -1):
+        finals = {f"grad_{n}": at(f"grad_{n}", l) for n in GATED_FINALS[cell]}
+        _, g = gated_backward64(cell, inputs[l], R[l], gy, at("bias", l), at("h0", l), at("c0", l), **finals)
+        per[l] = g
+        if l > 0:
+            below, gwx = fwds[l - 1]["y"], g["grad_wx"]
+            grads["W"][l - 1] = np.einsum("bti,btj->ij", below, gwx)
+            grads["W_bias"][l - 1] = gwx.sum(axis=(0, 1))
+            grads["W_terms"][l - 1] = np.einsum("bti,btj->ij", np.abs(below), np.abs(gwx))
+            grads["W_bias_terms"][l - 1] = np.abs(gwx).sum(axis=(0, 1))
+            gy = gwx @ W[l - 1].T
+    bwd = {"grad_wx": per[0]["grad_wx"], "grad_W": np.stack(grads["W"]),
+           "grad_W_bias": np.stack(grads["W_bias"]), "grad_W_terms": np.stack(grads["W_terms"]),
+           "grad_W_bias_terms": np.stack(grads["W_bias_terms"])}
+    for name in ("R", "bias", "h0", "R_terms", "bias_terms") + (("c0",) if cell == "lstm" else ()):
+        bwd[f"grad_{name}"] = np.stack([g[f"grad_{name}"] for g in per])
+    return out, bwd
+
+
+def stack_compared(case, direction, outs, refs, data, results):
+    """gated_compared's rule for the stacks: the outputs against one scale
+    (c_final its own), the gradients against the largest of grad_wx and
+    the initial states', the sums over batch and time at least their
+    terms'."""
+    dt = cj.DTYPES[case["dtype"]]
+    if direction == "forward":
+        h = max(cj.amax(refs["y"]), cj.amax(refs["y_lower"]), cj.amax(refs["h_final"]),
+                cj.amax(data["h0"]) if "h0" in data else 0.0)
+        scales = {"y": h, "y_lower": h, "h_final": h}
+        if "c_final" in refs:
+            scales["c_final"] = max(cj.amax(refs["c_final"]), cj.amax(data["c0"]) if "c0" in data else 0.0)
+    else:
+        g = max(cj.amax(refs[n]) for n in ("grad_wx", "grad_h0", "grad_c0") if n in refs)
+        scales = {r["name"]: g for r in results}
+        for n in ("grad_R", "grad_bias", "grad_W", "grad_W_bias"):
+            scales[n] = max(g, cj.amax(refs[n + "_terms"]))
+    return [cj.compare(r["name"], outs[r["name"]], refs[r["name"]],
+                       cj.GATED_TOL[cj.gated_tol_key(dt, cj.DTYPES[r["dtype"]])], cj.DTYPES[r["dtype"]],
+                       scales[r["name"]]) for r in results]
+
+
+# ---------------------------------------------------------------------------
 # Edifice's fused ops (check_edifice_ffi.py's inputs and references)
 # ---------------------------------------------------------------------------
 def edifice_kind(case):
@@ -1058,6 +1168,8 @@ FAMILIES = {
     "gru": (gated_generate, gated_reference),
     "lstm": (gated_generate, gated_reference),
     "slstm": (gated_generate, slstm_reference),
+    "gru_stack": (stack_generate, stack_reference),
+    "lstm_stack": (stack_generate, stack_reference),
     "edifice": (edifice_generate, edifice_reference, edifice_finish),
 }
 
@@ -1100,6 +1212,13 @@ def expected_attributes(case, direction):
                 "scale": float(np.float32(o["scale"] or 0.0)),
                 "precision": codes["precision"][o["precision"]]}
     want = {}
+    if op in STACK_CELLS:
+        want = {f"has_{name}": o[option] for name, option in STACK_OPTIONAL[op]}
+        if bwd:
+            # The Nx op keeps y_lower to itself: its cotangent is always absent.
+            want["has_grad_y_lower"] = False
+            want.update({f"has_grad_{name}": o["final_state"] for name in GATED_FINALS[STACK_CELLS[op]]})
+        return want
     if op in GATED_CELLS:
         want = {f"has_{name}": o[name] for name in GATED_OPTIONAL[op]}
         if bwd:
@@ -1137,7 +1256,7 @@ def contract_problems(case):
             # The gated RNNs' backward writes every result (grad_bias and
             # the initial states' at their defaults too): none is a placeholder.
             absent = (r["name"].startswith("grad_") and has.get(r["name"][5:]) is False
-                      and case["op"] not in GATED_CELLS)
+                      and case["op"] not in GATED_CELLS and case["op"] not in STACK_CELLS)
             if r["placeholder"] != absent:
                 problems.append(f"{direction} result {r['name']}: placeholder {r['placeholder']}")
         for t in call["operands"] + call["results"]:
@@ -1433,8 +1552,9 @@ def main(argv=None):
     lib = cj.ex.load(args.lib)
     if any(c["op"] == "edifice" for c in cases):
         ce.register(lib)  # the targets of Edifice's ops, by pointer
-    if any(c["op"] in GATED_CELLS for c in cases):
-        cj.register_targets(cj.GATED_TARGETS)  # exphil_jax registers no gated-RNN target
+    if any(c["op"] in GATED_CELLS or c["op"] in STACK_CELLS for c in cases):
+        # exphil_jax registers no gated-RNN target
+        cj.register_targets(cj.GATED_TARGETS + cj.STACK_TARGETS)
     print(f"check_exla_form: jax {jax.__version__}, python {platform.python_version()}, "
           f"device {xla.device.device_kind}; {len(cases)} cases from {args.cases} "
           f"(from {args.start}, only {args.only!r}); seed {args.seed}; "

@@ -27,6 +27,10 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
   states used or not (`final_state`), at H 37, T 1 and H 130; their
   backward's results are all written (no placeholders), given or not.
 
+  The stacks (`op` "gru_stack", "lstm_stack") likewise with `bias`,
+  `w_bias`, `h0` (and `c0`) all given or none, or `w_bias` alone, the final
+  states used or not, 2 and 3 layers at B 1 and 2.
+
   Where Edifice is present, also one case per pair of Edifice fused ops
   that are both native (`ExPhil.Native.Edifice`, EDIFICE.md): the forward
   and the backward block as `ExPhil.Native.Edifice.native_block/3` makes
@@ -66,7 +70,8 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
     cases =
       Enum.map(
         scan_cases() ++
-          selective_cases() ++ attention_cases() ++ gated_rnn_cases() ++ slstm_cases(),
+          selective_cases() ++
+          attention_cases() ++ gated_rnn_cases() ++ slstm_cases() ++ gated_rnn_stack_cases(),
         &trace(&1, blocks)
       ) ++ edifice_cases(blocks)
 
@@ -314,6 +319,55 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
           ),
         fun: fn inputs ->
           Ops.slstm(inputs.wx, inputs.r, Enum.map(optional, &{&1, inputs[&1]}))
+        end
+      }
+    end
+  end
+
+  # The stacks' ({layers, batch, steps, hidden}, optional inputs, final
+  # states, dtypes): B1 (the forward's one launch) and B2 (layer by layer),
+  # every optional input or none or w_bias alone, 2 and 3 layers.
+  @gated_rnn_stack [
+    {{2, 1, 17, 37}, [], false, ["f32", "bf16"]},
+    {{3, 2, 9, 37}, [:bias, :w_bias, :h0, :c0], true, ["f32", "bf16", "f16"]},
+    {{2, 1, 5, 64}, [:w_bias], false, ["f32"]}
+  ]
+
+  defp gated_rnn_stack_cases do
+    for cell <- [:gru, :lstm],
+        {{l, b, t, h}, optional, final?, dtypes} <- @gated_rnn_stack,
+        optional = if(cell == :gru, do: optional -- [:c0], else: optional),
+        {dtype, type} <- @types,
+        dtype in dtypes do
+      gh = ExPhil.Native.Pure.GatedRnn.gates(cell) * h
+
+      inputs = %{
+        wx: zeros({b, t, gh}, type),
+        r: zeros({l, h, gh}, :f32),
+        w: zeros({l - 1, h, gh}, :f32),
+        bias: zeros({l, gh}, :f32),
+        w_bias: zeros({l - 1, gh}, :f32),
+        h0: zeros({l, b, h}, :f32),
+        c0: zeros({l, b, h}, :f32)
+      }
+
+      keys = if cell == :gru, do: [:bias, :w_bias, :h0], else: [:bias, :w_bias, :h0, :c0]
+      on = Enum.map_join(optional, ",", &Atom.to_string/1)
+
+      %{
+        name:
+          "#{cell}_stack #{dtype} L#{l} B#{b} T#{t} H#{h} [#{if on == "", do: "none", else: on}] " <>
+            "final_state=#{final?}",
+        op: :"#{cell}_stack",
+        dtype: dtype,
+        shape: %{"layers" => l, "batch" => b, "steps" => t, "hidden" => h},
+        options:
+          Map.new(keys, &{Atom.to_string(&1), &1 in optional})
+          |> Map.put("final_state", final?),
+        inputs: Map.take(inputs, [:wx, :r, :w | optional]),
+        fun: fn inputs ->
+          opts = Enum.map(optional, &{&1, inputs[&1]}) ++ [final_state: final?]
+          apply(Ops, :"#{cell}_stack", [inputs.wx, inputs.r, inputs.w, opts])
         end
       }
     end
