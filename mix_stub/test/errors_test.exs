@@ -694,4 +694,59 @@ defmodule ExPhil.Native.ErrorsTest do
       assert_reaches_device(call, "wx")
     end
   end
+
+  # The same for the stacks' blocks (ExPhil.Native.Ops.gru_stack/4,
+  # lstm_stack/4): L = 3 layers, the stacked shapes; every result of the
+  # target an output.
+  test "gru_stack and lstm_stack: the call Eager makes for a block is well-formed" do
+    for cell <- [:gru, :lstm],
+        direction <- [:forward, :backward],
+        given? <- [false, true] do
+      states = ExPhil.Native.Pure.GatedRnn.states(cell)
+      g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+      {l, b, t, h} = {3, 2, 5, 4}
+      fake = fn shape -> tensor(:erlang.unique_integer([:positive, :monotonic]) <<< 20, shape) end
+      maybe = fn shape -> if given?, do: fake.(shape) end
+      backward? = direction == :backward
+      each_state = fn name -> for s <- states, do: {:"#{name.(s)}", maybe.({l, b, h})} end
+
+      named =
+        [wx: fake.({b, t, g * h}), r: fake.({l, h, g * h}), w: fake.({l - 1, h, g * h})] ++
+          if(backward?,
+            do: [y: fake.({b, t, h}), y_lower: fake.({l - 1, b, t, h}), grad_y: fake.({b, t, h})],
+            else: []
+          ) ++
+          [bias: maybe.({l, g * h}), w_bias: maybe.({l - 1, g * h})] ++
+          each_state.(&"#{&1}0") ++
+          if(backward?,
+            do: [grad_y_lower: maybe.({l - 1, b, t, h})] ++ each_state.(&"grad_#{&1}_final"),
+            else: []
+          )
+
+      carries = for _ <- states, do: fake.({l, b, h})
+
+      outputs =
+        case direction do
+          :forward ->
+            [fake.({b, t, h}), fake.({l - 1, b, t, h}) | carries]
+
+          :backward ->
+            [
+              fake.({b, t, g * h}),
+              fake.({l, h, g * h}),
+              fake.({l - 1, h, g * h}),
+              fake.({l, g * h}),
+              fake.({l - 1, g * h})
+            ] ++ carries
+        end
+
+      {fun, args} =
+        ExPhil.Native.Eager.gated_rnn_call(:"#{cell}_stack", direction, named, outputs)
+
+      assert fun == :"#{cell}_stack_#{direction}"
+      call = fn -> apply(Native, fun, args) end
+
+      assert_reaches_device(call, "wx")
+    end
+  end
 end

@@ -54,10 +54,11 @@ first so that both sides see identical values. Sections, each independent
   graphs     (with --graphs) where XLA put each target: for every op
              family, forward and backward jitted at shapes that need the
              library's temporary memory (T = 2049 scans, the selective-scan
-             backward, the attention backward), every exphil custom call
-             must be a command of one of XLA's command buffers (read from
-             XLA's dump of the thunk sequence), and the results must match
-             the reference.
+             backward, the attention backward, the GRU and the GRU stack at
+             B1 T32, cooperative launches), every exphil custom call must be
+             a command of one of XLA's command buffers (read from XLA's
+             dump of the thunk sequence), and the results must match the
+             reference (the LSTM and the stacks among them).
   stack      jax.grad of a scalar loss through the two-layer MinGRU stack of
              bench/peers/stack_jax.py with the FFI scan against the same
              stack with lax.scan (jax_reference.scan_ref), f32 and bf16:
@@ -1328,6 +1329,48 @@ def section_graphs(runner, args):
         return check_in_command_buffers("attention", f, (q, k, v, go),
                                         ["exphil_attention_fwd", "exphil_attention_bwd"])
 
+    def gated_placement(cell, stack):
+        """The GRU's (or the GRU stack's) targets, forward then backward on
+        its y (and y_lower), at B1 T32 H64 (the stack: 2 layers; the
+        forward in one launch at B1), with every optional operand absent."""
+        register_targets(GATED_TARGETS + STACK_TARGETS)
+        b, t, h, L = 1, 32, 64, 2
+        gh = GATES[cell] * h
+        S = jax.ShapeDtypeStruct
+        empty = jnp.zeros((0,), f32)
+        wx = dev(rng.uniform(-1, 1, (b, t, gh)), f32)
+        gy = dev(rng.uniform(-1, 1, (b, t, h)), f32)
+        r = 1.5 / math.sqrt(h)
+        if stack:
+            R, W = dev(rng.uniform(-r, r, (L, h, gh)), f32), dev(rng.uniform(-r, r, (L - 1, h, gh)), f32)
+            fwd = f"exphil_{cell}_stack_fwd"
+            bwd = f"exphil_{cell}_stack_bwd"
+            fwd_results = (S((b, t, h), f32), S((L - 1, b, t, h), f32), S((L, b, h), f32))
+            bwd_results = (S((b, t, gh), f32), S((L, h, gh), f32), S((L - 1, h, gh), f32),
+                           S((L, gh), f32), S((L - 1, gh), f32), S((L, b, h), f32))
+
+            def f(wx, R, W, gy):
+                y, y_lower, _ = jax.ffi.ffi_call(fwd, fwd_results)(wx, R, W, empty, empty, empty)
+                return jax.ffi.ffi_call(bwd, bwd_results)(wx, R, W, y, y_lower, gy, empty, empty, empty,
+                                                          empty, empty)
+            args_ = (wx, R, W, gy)
+        else:
+            R = dev(rng.uniform(-r, r, (h, gh)), f32)
+            fwd, bwd = f"exphil_{cell}_fwd", f"exphil_{cell}_bwd"
+            fwd_results = (S((b, t, h), f32), S((b, h), f32))
+            bwd_results = (S((b, t, gh), f32), S((h, gh), f32), S((gh,), f32), S((b, h), f32),
+                           S((b, t, gh), f32))
+
+            def f(wx, R, gy):
+                y, _ = jax.ffi.ffi_call(fwd, fwd_results)(wx, R, empty, empty)
+                return jax.ffi.ffi_call(bwd, bwd_results)(wx, R, y, gy, empty, empty, empty)
+            args_ = (wx, R, gy)
+        return check_in_command_buffers(f"{cell}{'_stack' if stack else ''}", f, args_, [fwd, bwd])
+
+    runner.case("graphs", "graphs: gru f32 B1 T32 H64 fwd+bwd in XLA command buffers",
+                lambda: gated_placement("gru", False))
+    runner.case("graphs", "graphs: gru_stack f32 L2 B1 T32 H64 fwd+bwd in XLA command buffers",
+                lambda: gated_placement("gru", True))
     runner.case("graphs", "graphs: min_gru f32 B1 T2049 H64 fwd+bwd in XLA command buffers", scan_placement)
     runner.case("graphs", "graphs: selective_scan f32 B2 T600 D64 N16 fwd+bwd in XLA command buffers",
                 selective_placement)
@@ -1349,6 +1392,19 @@ def section_graphs(runner, args):
                     scale=None, lse_ct=False)
         runner.case("graphs", f"graphs: attention {dn} B1 H4/2 T300 d64 causal against the reference",
                     lambda dn=dn, seed=seed, spec=spec: check_attention_case(DTYPES[dn], spec, seed, args.tol_scale))
+        # The gated RNNs: one layer and the stacks (B1, the wavefront; B3,
+        # layer by layer) replayed from the graphs.
+        seed = int(rng.integers(0, 2 ** 31))
+        runner.case("graphs", f"graphs: gated lstm {dn} B3 T20 H37 all optional against the reference",
+                    lambda dn=dn, seed=seed: check_gated_case("lstm", DTYPES[dn], DTYPES[dn], jnp.float32,
+                                                              (3, 20, 37), GATED_PRESENT[0], "has", seed,
+                                                              args.tol_scale))
+        for cell, shape in (("gru", (2, 1, 32, 64)), ("lstm", (3, 3, 7, 37))):
+            seed = int(rng.integers(0, 2 ** 31))
+            runner.case("graphs", f"graphs: gated {cell}_stack {dn} L{shape[0]} B{shape[1]} T{shape[2]} "
+                        f"H{shape[3]} against the reference",
+                        lambda cell=cell, dn=dn, shape=shape, seed=seed: check_stack_case(
+                            cell, DTYPES[dn], shape, "all", seed, args.tol_scale))
 
 
 # ---------------------------------------------------------------------------
