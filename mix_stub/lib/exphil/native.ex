@@ -136,6 +136,12 @@ defmodule ExPhil.Native do
 
   @type op_result :: {:ok, outputs()} | {:ok, Event.t()} | {:error, reason()}
 
+  @typedoc "The options every op takes: destination passing, waiting, and the stream (the module doc)."
+  @type call_option ::
+          {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
+          | {:sync, boolean()}
+          | {:stream, :managed | :legacy_default | Stream.t()}
+
   @on_load :load_nif
 
   @doc false
@@ -349,9 +355,7 @@ defmodule ExPhil.Native do
           | {:h0, tensor() | nil}
           | {:softplus, boolean()}
           | {:clamp, {number(), number()} | nil}
-          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
-          | {:sync, boolean()}
-          | {:stream, :managed | :legacy_default | Stream.t()}
+          | call_option()
 
   @typedoc "Options of `selective_scan_backward/7`: the forward's and `:grad_h_final`."
   @type selective_scan_backward_option ::
@@ -460,9 +464,7 @@ defmodule ExPhil.Native do
           | {:layout, :bhtd | :bthd}
           | {:scale, number() | nil}
           | {:precision, :exact | :tf32x3}
-          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
-          | {:sync, boolean()}
-          | {:stream, :managed | :legacy_default | Stream.t()}
+          | call_option()
 
   @doc """
   Scaled dot-product attention with grouped-query heads. For each batch row
@@ -566,9 +568,7 @@ defmodule ExPhil.Native do
           | {:c0, tensor() | nil}
           | {:n0, tensor() | nil}
           | {:m0, tensor() | nil}
-          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
-          | {:sync, boolean()}
-          | {:stream, :managed | :legacy_default | Stream.t()}
+          | call_option()
 
   @typedoc "Options of `gru_backward/5`, `lstm_backward/5` and `slstm_backward/5`: the forward's and the final states' gradients."
   @type gated_rnn_backward_option ::
@@ -711,9 +711,7 @@ defmodule ExPhil.Native do
           | {:w_bias, tensor() | nil}
           | {:h0, tensor() | nil}
           | {:c0, tensor() | nil}
-          | {:outputs, [{atom(), tensor()}] | %{optional(atom()) => tensor()}}
-          | {:sync, boolean()}
-          | {:stream, :managed | :legacy_default | Stream.t()}
+          | call_option()
 
   @typedoc "Options of the stacks' backward: the forward's, and the gradients of its other outputs."
   @type gated_rnn_stack_backward_option ::
