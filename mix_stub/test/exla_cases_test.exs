@@ -39,7 +39,9 @@ defmodule ExPhil.Native.ExlaCasesTest do
              "attention" => 24,
              "gru" => 13,
              "lstm" => 15,
-             "slstm" => 16
+             "slstm" => 16,
+             "gru_stack" => 6,
+             "lstm_stack" => 6
            }
   end
 
@@ -134,6 +136,72 @@ defmodule ExPhil.Native.ExlaCasesTest do
       if cell == "slstm",
         do: assert(sets.("bf16") -- sets.("f32") == []),
         else: assert(sets.("f32") == sets.("bf16"))
+    end
+  end
+
+  # The stacks' optional inputs as the options name them and as the
+  # targets spell them.
+  @stack_optional %{
+    "gru_stack" => [{"bias", "bias"}, {"w_bias", "W_bias"}, {"h0", "h0"}],
+    "lstm_stack" => [{"bias", "bias"}, {"w_bias", "W_bias"}, {"h0", "h0"}, {"c0", "c0"}]
+  }
+
+  test "the stacks: targets, attributes from the options, placeholders, shapes", %{spec: spec} do
+    for c <- of(spec, ["gru_stack", "lstm_stack"]) do
+      op = c["op"]
+      o = c["options"]
+      optional = @stack_optional[op]
+      finals = if op == "gru_stack", do: ["h_final"], else: ["h_final", "c_final"]
+
+      assert Map.keys(o) |> Enum.sort() ==
+               Enum.sort(["final_state" | Enum.map(optional, &elem(&1, 0))])
+
+      has = for {option, name} <- optional, do: ["has_#{name}", to_string(o[option])]
+
+      # y_lower stays inside the op: its cotangent is never given.
+      has_grads =
+        [["has_grad_y_lower", "false"]] ++
+          for name <- finals, do: ["has_grad_#{name}", to_string(o["final_state"])]
+
+      %{"forward" => fwd, "backward" => bwd} = c
+      assert fwd["target"] == "exphil_#{op}_fwd"
+      assert bwd["target"] == "exphil_#{op}_bwd"
+      assert fwd["attributes"] == has, c["name"]
+      assert bwd["attributes"] == has ++ has_grads, c["name"]
+
+      given =
+        Map.new(optional, fn {option, name} -> {name, o[option]} end)
+        |> Map.merge(Map.new(finals, &{"grad_#{&1}", o["final_state"]}))
+        |> Map.put("grad_y_lower", false)
+
+      for call <- [fwd, bwd], operand <- call["operands"] do
+        assert operand["placeholder"] == (Map.get(given, operand["name"], true) == false),
+               "#{c["name"]}: #{operand["name"]}"
+      end
+
+      refute Enum.any?(fwd["results"] ++ bwd["results"], & &1["placeholder"]), c["name"]
+
+      %{"layers" => l, "batch" => b, "steps" => t, "hidden" => h} = c["shape"]
+      gh = if(op == "gru_stack", do: 3, else: 4) * h
+      dtype = c["dtype"]
+
+      shapes =
+        Map.new(
+          fwd["results"] ++ bwd["operands"] ++ bwd["results"],
+          &{&1["name"], {&1["shape"], &1["dtype"]}}
+        )
+
+      assert shapes["wx"] == {[b, t, gh], dtype}
+      assert shapes["R"] == {[l, h, gh], "f32"}
+      assert shapes["W"] == {[l - 1, h, gh], "f32"}
+      assert shapes["y"] == {[b, t, h], dtype}
+      assert shapes["y_lower"] == {[l - 1, b, t, h], dtype}
+      assert shapes["h_final"] == {[l, b, h], "f32"}
+      assert shapes["grad_wx"] == {[b, t, gh], dtype}
+      assert shapes["grad_R"] == {[l, h, gh], "f32"}
+      assert shapes["grad_W"] == {[l - 1, h, gh], "f32"}
+      assert shapes["grad_W_bias"] == {[l - 1, gh], "f32"}
+      assert shapes["grad_h0"] == {[l, b, h], "f32"}
     end
   end
 end
