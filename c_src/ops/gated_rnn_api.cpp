@@ -45,18 +45,41 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
   return o;
 }
 
-template <GatedRnnDirection Direction>
-struct GatedRnnOpDirection {
-  static constexpr bool kForward = Direction == GatedRnnDirection::forward;
-  using Args = std::conditional_t<kForward, GatedRnnForwardArgs, GatedRnnBackwardArgs>;
-  using Params =
-      std::conditional_t<kForward, kernels::GatedRnnForwardParams, kernels::GatedRnnBackwardParams>;
+// The device's numbers as the launch context read them once.
+kernels::GatedRnnDevice planner_device(const runtime::LaunchContext& context) {
+  const runtime::DeviceArchitecture& a = context.architecture();
+  return {a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
+}
+
+// A plan the kernels cannot run, with the call's shape and `what` more
+// (the stack's layers) in the message.
+Status refused(const runtime::GatedRnnCall& call, const std::string& what, const char* why) {
+  const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
+  return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + what + " cannot run: " + why};
+}
+
+// What every gated-RNN op direction shares: its call, options, plan and
+// workspace.
+struct GatedRnnOpBase {
   using Call = runtime::GatedRnnCall;
   using LaunchOptions = GatedRnnLaunchOptions;
   // The kernels' plan, with the device numbers it was made for.
   using Plan = kernels::GatedRnnPlan;
-  static constexpr const char* kWhere = kForward ? "gated_rnn_forward" : "gated_rnn_backward";
   static constexpr const char* kWorkspace = "gated RNN workspace";
+
+  template <class Params>
+  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
+    return kernels::gated_rnn_workspace_bytes(p);
+  }
+};
+
+template <GatedRnnDirection Direction>
+struct GatedRnnOpDirection : GatedRnnOpBase {
+  static constexpr bool kForward = Direction == GatedRnnDirection::forward;
+  using Args = std::conditional_t<kForward, GatedRnnForwardArgs, GatedRnnBackwardArgs>;
+  using Params =
+      std::conditional_t<kForward, kernels::GatedRnnForwardParams, kernels::GatedRnnBackwardParams>;
+  static constexpr const char* kWhere = kForward ? "gated_rnn_forward" : "gated_rnn_backward";
 
   static std::string context(const Args& args) {
     return std::string(gated_rnn_cell_name(args.cell)) + (kForward ? " forward" : " backward");
@@ -80,25 +103,16 @@ struct GatedRnnOpDirection {
   static Plan plan(const Args& args, const Call& call, const Params& params,
                    const runtime::LaunchContext& context,
                    const LaunchOptions* options) {
-    // The device's numbers as the launch context read them once.
-    const runtime::DeviceArchitecture& a = context.architecture();
-    const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
     const kernels::GatedRnnForwardParams& f = forward_params(params);
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   device, kernel_options(options), {f.dtype, f.weight_dtype});
+                                   planner_device(context), kernel_options(options), {f.dtype, f.weight_dtype});
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
     const kernels::GatedRnnCell cell = forward_params(params).cell;
-    if (const char* why = kernels::gated_rnn_unsupported(p, cell, call.shape, p.device)) {
-      const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
-      return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " cannot run: " + why};
-    }
+    if (const char* why = kernels::gated_rnn_unsupported(p, cell, call.shape, p.device))
+      return refused(call, "", why);
     return {};
-  }
-
-  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
-    return kernels::gated_rnn_workspace_bytes(p);
   }
 
   static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
@@ -128,16 +142,12 @@ using GatedRnnBackwardOp = GatedRnnOpDirection<GatedRnnDirection::backward>;
 // kernels::plan_gated_rnn_stack) and the backward (the layers' backwards
 // from the top down: kernels::plan_gated_rnn_stack_backward).
 template <GatedRnnDirection Direction>
-struct GatedRnnStackOpDirection {
+struct GatedRnnStackOpDirection : GatedRnnOpBase {
   static constexpr bool kForward = Direction == GatedRnnDirection::forward;
   using Args = std::conditional_t<kForward, GatedRnnStackForwardArgs, GatedRnnStackBackwardArgs>;
   using Params =
       std::conditional_t<kForward, kernels::GatedRnnStackParams, kernels::GatedRnnStackBackwardParams>;
-  using Call = runtime::GatedRnnCall;
-  using LaunchOptions = GatedRnnLaunchOptions;
-  using Plan = kernels::GatedRnnPlan;
   static constexpr const char* kWhere = kForward ? "gated_rnn_stack_forward" : "gated_rnn_stack_backward";
-  static constexpr const char* kWorkspace = "gated RNN workspace";
 
   static std::string context(const Args& args) {
     return std::string(gated_rnn_cell_name(args.cell)) + (kForward ? "_stack forward" : "_stack backward");
@@ -160,8 +170,7 @@ struct GatedRnnStackOpDirection {
 
   static Plan plan(const Args& args, const Call& call, const Params& params,
                    const runtime::LaunchContext& context, const LaunchOptions* options) {
-    const runtime::DeviceArchitecture& a = context.architecture();
-    const kernels::GatedRnnDevice device{a.sm_count, a.max_shared_per_block, a.max_shared_per_sm};
+    const kernels::GatedRnnDevice device = planner_device(context);
     const kernels::GatedRnnForwardParams& f = first_layer(params);
     const auto cell = static_cast<kernels::GatedRnnCell>(args.cell);
     const kernels::GatedRnnDTypes dtypes{f.dtype, f.weight_dtype};
@@ -174,16 +183,9 @@ struct GatedRnnStackOpDirection {
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
     if (const char* why = kernels::gated_rnn_stack_unsupported(p, first_layer(params).cell, call.shape,
-                                                               params.layers, p.device)) {
-      const int64_t dims[3] = {call.shape.batch, call.shape.steps, call.shape.hidden};
-      return {StatusCode::not_supported, "[B, T, H] = " + runtime::shape_string(dims, 3) + " with " +
-                                             std::to_string(params.layers) + " layers cannot run: " + why};
-    }
+                                                               params.layers, p.device))
+      return refused(call, " with " + std::to_string(params.layers) + " layers", why);
     return {};
-  }
-
-  static std::size_t workspace_bytes(const Plan& p, const Call&, const Params&) {
-    return kernels::gated_rnn_workspace_bytes(p);
   }
 
   static kernels::LaunchResult launch(const Args&, Params& params, const Plan& p, float* d_workspace,
