@@ -1,6 +1,6 @@
 // GRU and LSTM sequences (issue 30): exphil::gated_rnn_forward / _backward
 // at issue 30's shapes (B1 T32 H256, B1 T1 H256, B32 T64 H256, B64 T256
-// H512), f32 and bf16, against the floor and a one-launch-per-step
+// H512) and B4 T32 H256 (a small batch's stack), f32 and bf16, against the floor and a one-launch-per-step
 // baseline in the same run. Its cuDNN peer (torch.nn.GRU / LSTM) runs in
 // bench/peers/cudnn_rnn.py; bench/run_gated_rnn.sh runs both and prints the
 // ratios against issue 30's targets.
@@ -31,9 +31,11 @@
 //   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
 //   = 0: the forward's product and the backward's two): the layouts side
-//   by side (compare_gated_rnn.py skips them). For B = 1, GRU and LSTM, two
-//   rows proj "stk": the two-layer forward of "proj yes" as one call of the
-//   stacked op, one launch (layer 2 trailing layer 1 by a step), and
+//   by side (compare_gated_rnn.py skips them). For GRU and LSTM, where the
+//   stack's forward is one launch (the k-split wavefront at B = 1, the
+//   block layout's elsewhere), two rows proj "stk": the two-layer forward
+//   of "proj yes" as one call of the stacked op (layer 2 trailing layer 1
+//   by a step), and
 //   forward + backward with the stacked backward (stacked_row says what
 //   each includes), which compare_gated_rnn.py pairs with cuDNN's "yes".
 // Columns: events_us, CUDA events around one call from the host (our
@@ -106,7 +108,7 @@ constexpr CellSpec kCells[] = {
 struct Shape {
   int64_t batch, steps, hidden;
 };
-constexpr Shape kShapes[] = {{1, 32, 256}, {1, 1, 256}, {32, 64, 256}, {64, 256, 512}};
+constexpr Shape kShapes[] = {{1, 32, 256}, {1, 1, 256}, {4, 32, 256}, {32, 64, 256}, {64, 256, 512}};
 
 std::string shape_name(const Shape& s) {
   return "B" + std::to_string(s.batch) + " T" + std::to_string(s.steps) + " H" +
@@ -749,7 +751,8 @@ std::string validate_stack_backward(const Problem& p, const CallSet& set, const 
 template <class Run>
 std::string validate_stack(const Problem& p, const CallSet& set, const StackedSet& st, const Run& run,
                            cudaStream_t stream) {
-  const int64_t T = p.s.steps, H = p.s.hidden, GH = p.gh();
+  const int64_t B = p.s.batch, T = p.s.steps, H = p.s.hidden, GH = p.gh();
+  const int64_t BT = B * T;
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
   std::vector<const Tensor*> outputs = {&set.layer[0].y, &set.layer[1].y, &st.h_final};
   if (p.has_c) outputs.push_back(&st.c_final);
@@ -763,14 +766,14 @@ std::string validate_stack(const Problem& p, const CallSet& set, const StackedSe
   if (!reference_kind(p.cell.cell, &kind)) return "validation FAILED: no reference for this cell";
   reference::GatedRnnStackProblem rp;
   rp.kind = kind;
-  rp.batch = 1, rp.steps = T, rp.hidden = H;
+  rp.batch = B, rp.steps = T, rp.hidden = H;
   // Layer 1's wx = x W_1, in double (the call's own came from cuBLAS).
-  const std::vector<double> x = download(set.layer[0].x, 0, sz(T * H));
+  const std::vector<double> x = download(set.layer[0].x, 0, sz(BT * H));
   const std::vector<double> W1 = download(set.layer[0].W, 0, sz(H * GH));
-  rp.wx.assign(sz(T * GH), 0.0);
-  for (int64_t t = 0; t < T; ++t)
+  rp.wx.assign(sz(BT * GH), 0.0);
+  for (int64_t m = 0; m < BT; ++m)
     for (int64_t kk = 0; kk < H; ++kk)
-      for (int64_t j = 0; j < GH; ++j) rp.wx[sz(t * GH + j)] += x[sz(t * H + kk)] * W1[sz(kk * GH + j)];
+      for (int64_t j = 0; j < GH; ++j) rp.wx[sz(m * GH + j)] += x[sz(m * H + kk)] * W1[sz(kk * GH + j)];
   for (const Layer& ly : set.layer) {
     rp.R.push_back(download(ly.R, 0, sz(H * GH)));
     rp.bias.push_back(download(ly.bias, 0, sz(GH)));
@@ -782,9 +785,10 @@ std::string validate_stack(const Problem& p, const CallSet& set, const StackedSe
   const auto ref = reference::gated_rnn_stack_forward(rp);
   double err = 0;
   for (std::size_t l = 0; l < 2; ++l) {
-    err = std::max({err, normwise(download(set.layer[l].y, 0, sz(T * H)), ref[l].y),
-                    normwise(download(st.h_final, l * sz(H), sz(H)), ref[l].h_final)});
-    if (p.has_c) err = std::max(err, normwise(download(st.c_final, l * sz(H), sz(H)), ref[l].c_final));
+    err = std::max({err, normwise(download(set.layer[l].y, 0, sz(BT * H)), ref[l].y),
+                    normwise(download(st.h_final, l * sz(B * H), sz(B * H)), ref[l].h_final)});
+    if (p.has_c)
+      err = std::max(err, normwise(download(st.c_final, l * sz(B * H), sz(B * H)), ref[l].c_final));
   }
   const double limit = p.dtype == DType::f32 ? 5e-3 : 2e-2;
   const bool ok = unwritten == 0 && err <= limit;
@@ -798,8 +802,9 @@ std::string validate_stack(const Problem& p, const CallSet& set, const StackedSe
   return line;
 }
 
-// Two layers at B = 1 as one launch (exphil::gated_rnn_stack_forward, the
-// op gru_stack / lstm_stack; cuda/gated_rnn/gated_rnn_forward_stack.cuh),
+// Two layers as one launch (exphil::gated_rnn_stack_forward, the op
+// gru_stack / lstm_stack; cuda/gated_rnn/gated_rnn_forward_stack.cuh at B =
+// 1, gated_rnn_forward_stack_blocks.cuh elsewhere),
 // proj "stk": layer 1's projection x W through bench_gemm.h, then the
 // stacked call, layer 2's projection y_1 W_2 inside the kernel; the tensors
 // of the "yes" rows, R and bias stacked. Checked first (validate_stack).
@@ -962,7 +967,7 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
     other_layout("cc", "(CUDA cores)", o, false);
     other_layout("cc", "(CUDA cores)", o, true);
   }
-  if (p.s.batch == 1 && p.cell.cell != GatedRnnCell::slstm) stacked_row(c, rates, gemm, p, sets, budget);
+  if (p.cell.cell != GatedRnnCell::slstm) stacked_row(c, rates, gemm, p, sets, budget);
   std::printf("%-5s %-5s %-14s validation %s: %s; %zu input sets\n", gated_rnn_cell_name(p.cell.cell),
               dtype_name(p.dtype), name.c_str(), valid ? "pass" : "FAILED", validation.c_str(),
               sets.size());
@@ -1109,8 +1114,8 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
               "TFLOP/s; handoff between SMs %.3f us (%s)\n",
               rates.fma_flops / 1e12, gemm.engine(), rates.gemm_flops[0] / 1e12,
               rates.gemm_flops[1] / 1e12, rates.handoff_us, rates.handoff_note.c_str());
-  std::printf("L: layers (2 = two calls back to back; proj stk: both as one launch of the stacked "
-              "kernel, B1, layer 1's projection included). proj yes: each layer's x W before its call and "
+  std::printf("L: layers (2 = two calls back to back; proj stk: both as one launch of a stacked "
+              "kernel, B <= 4, layer 1's projection included). proj yes: each layer's x W before its call and "
               "grad_W, grad_x after its backward (no input bias), as torch.nn.GRU/LSTM(H, H, L); "
               "no: the kernels alone on a given wx.\n"
               "graph_us: replay of 20 calls back to back where B*T*H <= 65536, of 1 call above. "

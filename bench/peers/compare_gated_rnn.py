@@ -8,9 +8,9 @@ Pairs (same cell, dtype, shape, layers and direction):
   ours "proj yes"  with cuDNN "yes"  (both include every layer's input projection)
   ours "proj no"   with cuDNN "in1"  (1 layer: the kernels alone against cuDNN
                                       with input size 1, its projection negligible)
-  ours "proj stk"  with cuDNN "yes"  (B1, 2 layers: the stacked ops, the
-                                      forward's layers in one launch, then
-                                      the stacked backward)
+  ours "proj stk"  with cuDNN "yes"  (2 layers at B <= 4: the stacked ops,
+                                      the forward's layers in one launch,
+                                      then the stacked backward)
 and prints, like for like, eager against eager (events around one call, host
 work included) and graph against graph (graph replay, device work alone):
 x = cuDNN's time / ours (above 1: ours is faster).

@@ -6,7 +6,7 @@ the same job on the same GPU (bench/run_gated_rnn.sh runs both and compares).
 What
 ----
 For each cell (GRU, LSTM), dtype (f32, bf16), shape (B1 T32 H256, B1 T1 H256,
-B32 T64 H256, B64 T256 H512) and stack:
+B4 T32 H256, B32 T64 H256, B64 T256 H512) and stack:
 
   L 1 and 2, proj yes   torch.nn.GRU/LSTM(H, H, num_layers=L): input size =
                         hidden size, so cuDNN's time includes every layer's
@@ -56,7 +56,7 @@ import time
 
 import torch
 
-SHAPES = [(1, 32, 256), (1, 1, 256), (32, 64, 256), (64, 256, 512)]
+SHAPES = [(1, 32, 256), (1, 1, 256), (4, 32, 256), (32, 64, 256), (64, 256, 512)]
 # (layers, proj): proj "yes" = input size H, "in1" = input size 1.
 STACKS = [(1, "in1"), (1, "yes"), (2, "yes")]
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}

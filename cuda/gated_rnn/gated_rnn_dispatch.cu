@@ -69,7 +69,7 @@ LaunchResult stack_backward_for(const GatedRnnStackBackwardParams& p, const Gate
 // the operands it needs present, and a plan for this many layers.
 const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPlan& plan) {
   if (p.layers < 2 || p.layers > kGatedRnnMaxStackLayers) return "gated RNN stack (layers outside 2 to 4)";
-  if (plan.stack_depth > 0 && plan.blocks != p.layers * plan.unit_slices)
+  if (plan.stack_depth > 0 && plan.blocks != p.layers * plan.unit_slices * plan.batch_blocks)
     return "gated RNN stack (a plan for another number of layers)";
   const GatedRnnForwardParams& f0 = p.layer[0];
   if (!f0.d_wx) return "gated RNN stack (layer 0's wx is null)";

@@ -54,8 +54,10 @@
  * (the launch checks), one dtype for every layer's sequence, weights and
  * states. The planner (plan_gated_rnn_stack) gives the layout.
  *
- * Elsewhere (B > 1, H > 256, or the k split turned off) the stack runs
- * layer by layer (run_gated_rnn_layers_forward, gated_rnn_launch.cuh): each
+ * Elsewhere (B > 1, H > 256, or the k split turned off) the wavefront runs
+ * in the block layout (gated_rnn_forward_stack_blocks.cuh) where it fits
+ * (B <= 4), else the stack runs layer by layer (run_gated_rnn_layers_forward,
+ * gated_rnn_launch.cuh): each
  * layer's forward in the one-layer plan, and before each layer above the
  * first its input projection y_{l-1} W_l + b_l as one product
  * (gated_rnn_gemm.cuh, on tensor cores for 16-bit sequences) into the

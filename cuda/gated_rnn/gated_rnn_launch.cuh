@@ -17,6 +17,7 @@
 #include "gated_rnn/gated_rnn_forward.cuh"
 #include "gated_rnn/gated_rnn_forward_k_split.cuh"
 #include "gated_rnn/gated_rnn_forward_stack.cuh"
+#include "gated_rnn/gated_rnn_forward_stack_blocks.cuh"
 #include "gated_rnn/gated_rnn_forward_unit_warps.cuh"
 #include "gated_rnn/gated_rnn_instances.h"
 
@@ -237,6 +238,12 @@ LaunchResult run_gated_rnn_stack_forward(const GatedRnnStackParams& params,
   clear_stale_launch_error();
   if constexpr (kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm) {
     if (plan.stack_depth == 0) return run_gated_rnn_layers_forward<Elem, kCell>(params, plan, d_workspace, stream);
+    if (!plan.k_split) {
+      static gated_rnn_launch::PersistentKernelCache blocks;
+      return gated_rnn_launch::launch_persistent(
+          gated_rnn_forward_stack_blocks_kernel<Elem, kCell>, blocks, params, plan, d_workspace,
+          stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_stack_blocks_kernel)");
+    }
     static gated_rnn_launch::PersistentKernelCache caches[2];
     return gated_rnn_launch::launch_k_split(
         gated_rnn_forward_stack_kernel<Elem, kCell, 8>,

@@ -73,6 +73,15 @@ constexpr int gated_rnn_k_split_columns(int64_t columns, int64_t hidden) noexcep
 // the blocks a multiprocessor holds (its __launch_bounds__).
 inline constexpr int kGatedRnnStackDepth = 32;
 inline constexpr int kGatedRnnStackBlocksPerSm = 2;
+// The stacked forward's wavefront in the block layout
+// (gated_rnn_forward_stack_blocks.cuh): its rings' slots (a layer above
+// trails by about two steps; the rest absorbs the steps' jitter), and the
+// most columns of R a block takes by default. At 64 blocks one B32 T64
+// H256 f32 layer took 262 us in 16 slices of 16 units (GRU, 48 columns)
+// and 303 us (LSTM, 64), against 278 and 336 in 8 slices of 32
+// (bench/RESULTS.md, issue 30 run AT).
+inline constexpr int kGatedRnnStackBlocksDepth = 8;
+inline constexpr int64_t kGatedRnnStackPreferredColumns = 64;
 
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh).
 // A warp holds at most kGatedRnnTcWarpTiles 16-column tiles of its block's
@@ -149,13 +158,18 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                             const GatedRnnLaunchOptions& options = {},
                             GatedRnnDTypes dtypes = {}) noexcept;
 
-// The stacked forward's layout (gated_rnn_forward_stack.cuh). At B = 1,
-// unless options.k_split = 0 or options.streamed_weights: the wavefront,
-// the k-split layout per layer with U units a block, U the smallest power
+// The stacked forward's layout. Unless options.stack_wavefront = 0 or
+// options.streamed_weights, the wavefront (stack_depth > 0): at B = 1,
+// unless options.k_split = 0, the k-split layout per layer
+// (gated_rnn_forward_stack.cuh) with U units a block, U the smallest power
 // of two that fits all `layers` x ceil(H / U) blocks at two a
 // multiprocessor (options.units_per_block overrides it), where that fits
-// (H <= 256, G*U <= 16). Elsewhere the layers one after another, each in
-// plan_gated_rnn's forward plan (stack_depth 0). gated_rnn_stack_unsupported
+// (H <= 256, G*U <= 16); elsewhere the block layout per layer
+// (gated_rnn_forward_stack_blocks.cuh) at B <= 4, each layer the one a
+// lone forward takes on 1 / layers of the multiprocessors, where the
+// slices of R and W fit in shared memory. Else
+// the layers one after another, each in plan_gated_rnn's forward plan
+// (stack_depth 0). gated_rnn_stack_unsupported
 // says why a stack cannot run (layers outside 2 to kGatedRnnMaxStackLayers,
 // an sLSTM, or what gated_rnn_unsupported says of the layers' plan), else
 // nullptr.

@@ -80,8 +80,9 @@ struct GatedRnnBackwardParams {
   void* d_grad_rh = nullptr;
 };
 
-// Stacked GRU or LSTM layers, forward (gated_rnn_forward_stack.cuh): at
-// B = 1 in one launch, elsewhere layer by layer. layer[l] is layer l's call
+// Stacked GRU or LSTM layers, forward (gated_rnn_forward_stack.cuh and
+// gated_rnn_forward_stack_blocks.cuh): in one launch where it fits, else
+// layer by layer. layer[l] is layer l's call
 // as GatedRnnForwardParams: every layer has the same shape, cell and
 // dtypes; layer 0 takes its wx, the layers above take W and W_bias instead
 // (their wx is the layer below's y times W_l plus W_bias_l, formed by the
@@ -141,6 +142,9 @@ struct GatedRnnLaunchOptions {
   // 1 at any B, 0 never. Backward: its two products (gated_rnn_gemm.cuh) on
   // tensor cores where the sequence is bf16 or f16; -1 and 1 there, 0 never.
   int tensor_cores = -1;
+  // The stacked forward: -1 (automatic) and 1 run the layers in one launch
+  // (the wavefront) where it fits, 0 one after another.
+  int stack_wavefront = -1;
 };
 
 // How one call is laid out (gated_rnn_plan.cpp).
@@ -192,10 +196,12 @@ struct GatedRnnPlan {
   // Workspace layout: offsets in floats from its start, -1 when not used.
   int64_t ws_weights = -1;  // [blocks, columns, k] the R slices (streamed path)
   int64_t ws_state = -1;    // forward: the exchange [2, B, H] of 64-bit {h, step} words
-                            // (the stack: [L, stack_depth, H]);
+                            // (the stack: [L, stack_depth, B, H]);
                             // backward: [B, H] the dh carry
   int64_t ws_exchange = -1; // backward: the exchange [2, Su, B, H] of 64-bit words, each
-                            // slice's part of grad_rh_t R^T with its step
+                            // slice's part of grad_rh_t R^T with its step; the stack's
+                            // block-layout wavefront: [L-1, stack_depth, B, G*H] the
+                            // inputs handed to the layers above
   int64_t ws_cell = -1;     // forward: LSTM [B, H] c; sLSTM [3, B, H] c, n, m.
                             // backward: the carries, LSTM [B, H] dc; sLSTM [3, B, H] dc, dn, dm
   int64_t ws_rh = -1;       // backward [B, T, G*H]: h_{t-1} R + bias, then grad_rh

@@ -57,13 +57,14 @@ struct Layout {
 // With the tensor-core product (tensor_cores) a slice must fit in its
 // block's registers as fragments rather than in shared memory.
 Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
-                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores) {
+                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores,
+                     int64_t max_columns = kGatedRnnPreferredColumns) {
   const auto units_for = [&](int64_t groups) {
     return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
   };
   const auto fits = [&](int64_t units, int64_t groups) {
     const int64_t tile = std::min<int64_t>(next_pow2(ceil_div(B, groups)), kGatedRnnMaxBatchTile);
-    if (G * units > kGatedRnnPreferredColumns) return false;
+    if (G * units > max_columns) return false;
     if (tensor_cores) {
       const int parts = gated_rnn_tc_k_parts(G * units, H);
       return parts > 0 && gated_rnn_tc_shared_floats(H, G * units, tile, parts) <= limit;
@@ -93,6 +94,53 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
       l.units = std::max<int64_t>(kGatedRnnThreads / G, 1);
   }
   return l;
+}
+
+// The stack's wavefront in the block layout
+// (gated_rnn_forward_stack_blocks.cuh) at B <= kGatedRnnLatencyRows, or a
+// plan with stack_depth 0 where it does not fit or B is larger (measured:
+// no faster than the layers one after another at B32, as the kernel's
+// comment says). Every layer takes the block layout a lone forward would
+// on its share of the multiprocessors, one block each, at most
+// kGatedRnnStackPreferredColumns columns a block, with twice its shared
+// memory (the slices of R and W, two buffers of h, the two products), its
+// CUDA-core product.
+GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t L,
+                               const GatedRnnDevice& device, const GatedRnnLaunchOptions& options) {
+  GatedRnnPlan plan;
+  plan.device = device;
+  const int64_t G = gated_rnn_gates(cell);
+  const int64_t sms = std::max(device.sm_count, 1) / L;
+  const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
+  if (sms < 1 || B > kGatedRnnLatencyRows) return plan;
+  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false,
+                                 kGatedRnnStackPreferredColumns);
+  const int64_t units = l.units, slices = ceil_div(H, units);
+  const int64_t rows = ceil_div(B, l.groups), groups = ceil_div(B, rows);
+  const int64_t tile = next_pow2(rows);
+  const int64_t padded = gated_rnn_padded_columns(G * units);
+  const int64_t floats = 2 * shared_floats(true, true, H, padded, slices, units, tile);
+  if (slices * groups > sms || tile > kGatedRnnMaxBatchTile || G * units > kGatedRnnThreads ||
+      floats > limit)
+    return plan;
+  plan.units_per_block = static_cast<int>(units);
+  plan.unit_slices = static_cast<int>(slices);
+  plan.batch_blocks = static_cast<int>(groups);
+  plan.batch_rows = static_cast<int>(rows);
+  plan.blocks = static_cast<int>(L * slices * groups);
+  plan.batch_tile = static_cast<int>(tile);
+  plan.resident_weights = true;
+  plan.k = static_cast<int>(H);
+  plan.columns = static_cast<int>(G * units);
+  plan.stored_columns = static_cast<int>(padded);
+  plan.shared_bytes = static_cast<int>(floats * static_cast<int64_t>(sizeof(float)));
+  plan.stack_depth = kGatedRnnStackBlocksDepth;
+  int64_t total = 0;
+  plan.ws_state = take(total, 2 * L * plan.stack_depth * B * H);  // 64-bit words
+  plan.ws_exchange = take(total, 2 * (L - 1) * plan.stack_depth * B * G * H);
+  if (cell == GatedRnnCell::lstm) plan.ws_cell = take(total, L * B * H);
+  plan.ws_floats = total;
+  return plan;
 }
 
 }  // namespace
@@ -351,7 +399,7 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
   // T32 H256 on an H200 (bench/RESULTS.md, issue 30 run AJ), two layers: 2
   // units a block, 256 blocks, 84.6 us a call; 4 units, 128 blocks, 95.6;
   // 3 units, 172 blocks, 106.9 (GRU f32, graph replay).
-  if (B == 1 && options.k_split != 0 && !options.streamed_weights) {
+  if (B == 1 && options.k_split != 0 && options.stack_wavefront != 0 && !options.streamed_weights) {
     const int64_t room =
         static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * std::max(device.sm_count, 1);
     int64_t units = 1;
@@ -380,6 +428,9 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
       return plan;
     }
   }
+  if (options.stack_wavefront != 0 && !options.streamed_weights)
+    if (GatedRnnPlan plan = stack_blocks_plan(cell, B, H, L, device, options); plan.stack_depth > 0)
+      return plan;
   // Elsewhere layer by layer: each layer's forward in its own plan, the
   // layers above the first on their input projection y_{l-1} W_l + b_l,
   // formed by gated_rnn_gemm.cuh's product into the workspace, and the
@@ -434,9 +485,38 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
       return "gated RNN stack plan: layer by layer without its workspace";
     return gated_rnn_unsupported(plan, cell, shape, device);
   }
-  if (shape.batch != 1) return "gated RNN stack: the wavefront takes one batch row (B = 1)";
-  if (shape.steps < 1 || shape.hidden < 1) return "gated RNN stack: T and H must be at least 1";
+  if (shape.batch < 1 || shape.steps < 1 || shape.hidden < 1)
+    return "gated RNN stack: B, T and H must be at least 1";
   if (shape.steps > INT32_MAX - 1) return "gated RNN stack: T above 2^31 - 2";
+  if (plan.stack_depth < 2 || (plan.stack_depth & (plan.stack_depth - 1)) != 0)
+    return "gated RNN stack plan: its exchange rings' depth is not a power of two >= 2";
+  if (!plan.k_split) {
+    // The block layout's wavefront.
+    if (shape.hidden > (int64_t{1} << 24)) return "gated RNN: H above 2^24";
+    if (plan.units_per_block < 1 || plan.unit_slices < 1 || plan.batch_blocks < 1 ||
+        plan.batch_rows < 1 ||
+        static_cast<int64_t>(plan.unit_slices) * plan.units_per_block < shape.hidden ||
+        static_cast<int64_t>(plan.batch_blocks) * plan.batch_rows < shape.batch ||
+        static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks * layers != plan.blocks ||
+        plan.threads != kGatedRnnThreads)
+      return "gated RNN stack plan: the blocks do not cover B and H in every layer";
+    if (plan.batch_tile < plan.batch_rows || plan.batch_tile > kGatedRnnMaxBatchTile ||
+        (plan.batch_tile & (plan.batch_tile - 1)) != 0)
+      return "gated RNN stack plan: a batch group's rows not within one batch tile (a power of "
+             "two up to 32)";
+    if (plan.columns > kGatedRnnThreads || plan.stored_columns != gated_rnn_padded_columns(plan.columns) ||
+        !plan.resident_weights || plan.tensor_cores || plan.unit_warps)
+      return "gated RNN stack plan: the wavefront's blocks hold their slices of R and W in "
+             "shared memory, at most 256 columns";
+    if (plan.blocks > device.sm_count)
+      return "gated RNN stack: more blocks (layers x batch groups x slices) than multiprocessors";
+    if (plan.ws_state < 0 || plan.ws_exchange < 0 || (cell == GatedRnnCell::lstm && plan.ws_cell < 0))
+      return "gated RNN stack plan: the wavefront without its workspace";
+    if (plan.shared_bytes > device.max_shared_per_block)
+      return "gated RNN stack plan: its slices do not fit in shared memory";
+    return nullptr;
+  }
+  if (shape.batch != 1) return "gated RNN stack: the k-split wavefront takes one batch row (B = 1)";
   if (plan.units_per_block < 1 || plan.unit_slices < 1 ||
       static_cast<int64_t>(plan.unit_slices) * plan.units_per_block < shape.hidden ||
       static_cast<int64_t>(plan.unit_slices) * layers != plan.blocks || !plan.k_split ||
@@ -445,8 +525,6 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
   if (plan.stored_columns == 0 ||
       plan.stored_columns != gated_rnn_k_split_columns(plan.columns, shape.hidden))
     return "gated RNN stack: the wavefront takes H <= 256 and a block's G*U columns within 16";
-  if (plan.stack_depth < 2 || (plan.stack_depth & (plan.stack_depth - 1)) != 0)
-    return "gated RNN stack plan: its exchange rings' depth is not a power of two >= 2";
   if (plan.blocks > static_cast<int64_t>(kGatedRnnStackBlocksPerSm) * device.sm_count)
     return "gated RNN stack: more blocks (layers x ceil(H / U)) than two a multiprocessor";
   if (plan.shared_bytes > device.max_shared_per_block)

@@ -183,8 +183,9 @@ struct GatedRnnLaunchInfo {
   // Backward: its products of h and R and of h and grad_rh on tensor cores.
   // A stack layer by layer: also its input projections.
   bool tensor_cores = false;
-  // A stack: its layers in one launch (the wavefront), else one after
-  // another, each in the layout the other fields give.
+  // A stack: its layers in one launch (the wavefront; k_split says which
+  // layout), else one after another, each in the layout the other fields
+  // give.
   bool stacked = false;
   int kernels = 0;                // kernel launches of the call
 };
@@ -213,6 +214,9 @@ struct GatedRnnLaunchOptions {
   // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
   // bf16 halves, about 16 bits of it, each sum in f32.
   int tensor_cores = -1;
+  // The stack's forward: -1 (automatic) and 1 run its layers in one launch
+  // (the wavefront) where it fits, 0 one after another.
+  int stack_wavefront = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 
@@ -222,9 +226,11 @@ Status gated_rnn_forward(const GatedRnnForwardArgs& args, Stream stream = nullpt
 Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream = nullptr,
                           const GatedRnnLaunchOptions* options = nullptr) noexcept;
 
-// The stack. options.k_split = 0 runs it layer by layer at B = 1 too;
-// units_per_block sets the wavefront's units a block (and, layer by layer,
-// the layers').
+// The stack. Its forward runs the layers in one launch where it fits (at
+// B = 1 and H <= 256 in the k-split layout unless options.k_split = 0,
+// elsewhere up to B = 4 in the block layout), else one after another;
+// options.stack_wavefront = 0 asks for the latter. units_per_block and
+// batch_blocks set the layout's (the wavefront's, or each layer's).
 Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream = nullptr,
                                const GatedRnnLaunchOptions* options = nullptr) noexcept;
 // Its backward: the layers' backwards in the one-layer plan (the options

@@ -345,8 +345,8 @@ TEST_CASE("sLSTM through the C ABI matches the reference", "[gpu][abi]") {
 // exphil_gru_stack_forward and exphil_lstm_stack_forward against the double
 // reference of their layers (gated_rnn_stack_forward), then
 // exphil_{gru,lstm}_stack_backward on the forward's y and y_lower against
-// gated_rnn_stack_backward: at B1 (a forward of one launch) and B3 (layer
-// by layer), every dtype, with every optional tensor and with none (the
+// gated_rnn_stack_backward: at B1 and B3 (the two wavefronts, each one
+// launch forward), every dtype, with every optional tensor and with none (the
 // backward then asked for grad_wx and grad_W only), on the managed stream
 // and on a caller's.
 TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][abi]") {

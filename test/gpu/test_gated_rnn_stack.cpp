@@ -1,6 +1,8 @@
 // Stacked GRU and LSTM layers (cuda/gated_rnn/gated_rnn_forward_stack.cuh:
-// the wavefront at B = 1, layer by layer elsewhere; the backward layer by
-// layer from the top, gated_rnn_backward_stack.cuh, its cases at the end)
+// the wavefront at B = 1 in the k-split layout, gated_rnn_forward_stack_blocks.cuh:
+// in the block layout elsewhere, and layer by layer where neither fits; the
+// backward layer by layer from the top, gated_rnn_backward_stack.cuh, its
+// cases at the end)
 // against the double reference, run layer by layer: layer 0 on the given wx, layer l > 0 on
 // wx_l = y_{l-1} W_l + b_l formed in double from the reference's own
 // y_{l-1} (the wavefront multiplies the f32 h it exchanges; layer by layer
@@ -16,11 +18,14 @@
 // so a stack adds no rounding to the dtype's beyond the outputs'; layer by
 // layer it adds one, of the input, well inside them.
 //
-// Sizes: L 2 to 4; B 1, 2, 3, 33; T 1, 2, 5, 33, 300 (the exchange rings,
-// 32 slots, wrap at 33 and many times at 300); H 1, 37, 64, 100, 130, 255,
-// 256, 257; forced units per block (1, 2 and 4) and the k split turned off;
-// rings of 2 slots (a layer waiting for the one above it) and of the
-// planner's 32; with and without every optional input and output; f32, bf16
+// Sizes: L 2 to 4; B 1, 2, 3, 4, 33, 40, 64; T 1, 2, 5, 33, 70, 300
+// (the k-split rings, 32 slots, wrap at 33 and many times at 300; the block
+// layout's, 8 slots, at every eighth step); H 1, 17, 37, 64, 70, 100, 130,
+// 255, 256, 257; forced units per block (1, 2, 4 and 65: a group's rows beyond
+// a pass of the threads), one batch group forced at B40 (layer by layer),
+// the k split and the wavefront turned off; rings of
+// 2 slots (a layer waiting for the one above it) and of the planner's
+// depth; with and without every optional input and output; f32, bf16
 // and f16, R in f32 or the dtype, states in f32 or the dtype. Also: two runs
 // bitwise equal, graph capture bitwise as a direct call, and the planner's
 // refusals.
@@ -87,13 +92,15 @@ struct StackCase {
     char buf[400];
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) L%d B%lld T%lld H%lld bias=%d input_bias=%d h0=%d "
-                  "c0=%d finals=%d lower_y=%d units=%d k_split=%d tensor_cores=%d | backward: "
+                  "c0=%d finals=%d lower_y=%d units=%d groups=%d k_split=%d wavefront=%d "
+                  "tensor_cores=%d | backward: "
                   "grad_lower=%d grad_finals=%d all_grads=%d",
                   kind == GatedRnnKind::gru ? "GRU" : "LSTM", dtype_name(dtype),
                   dtype_name(weight_dtype), dtype_name(state_dtype), layers,
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
                   bias, input_bias, h0, c0, finals, lower_y, options.units_per_block,
-                  options.k_split, options.tensor_cores, grad_lower, grad_finals, all_grads);
+                  options.batch_blocks, options.k_split, options.stack_wavefront,
+                  options.tensor_cores, grad_lower, grad_finals, all_grads);
     return buf;
   }
 };
@@ -454,7 +461,9 @@ class StackRun {
   exphil::GatedRnnLaunchOptions api_options(exphil::GatedRnnLaunchInfo* info) const {
     exphil::GatedRnnLaunchOptions o;
     o.units_per_block = c_.options.units_per_block;
+    o.batch_blocks = c_.options.batch_blocks;
     o.k_split = c_.options.k_split;
+    o.stack_wavefront = c_.options.stack_wavefront;
     o.tensor_cores = c_.options.tensor_cores;
     o.chosen = info;
     return o;
@@ -491,16 +500,39 @@ TEST_CASE("gated RNN stack: GRU and LSTM layers against the reference", "[gpu][g
   struct Shape {
     int layers;
     int64_t B, T, H;
-    int units, k_split;
+    int units, k_split, wavefront, groups;
+    // The layout the planner gives: the k-split wavefront, the block
+    // layout's, or layer by layer.
+    enum class Want { k_split, blocks, layered } want;
+    bool gru_units_only = false;  // the LSTM's units chosen by the planner
   };
-  // B = 1 in the wavefront (forced units among them; where they need more
-  // blocks than the device holds, layer by layer), then layer by layer: B
-  // above 1, H above 256, the k split turned off.
-  const Shape shapes[] = {{2, 1, 1, 1, 0, -1},    {2, 1, 32, 256, 0, -1}, {3, 1, 5, 37, 0, -1},
-                          {2, 1, 300, 64, 0, -1}, {4, 1, 33, 64, 0, -1},  {2, 1, 2, 255, 0, -1},
-                          {3, 1, 20, 100, 4, -1}, {2, 1, 33, 130, 2, -1}, {4, 1, 7, 30, 1, -1},
-                          {3, 1, 300, 100, 0, -1}, {2, 3, 20, 64, 0, -1}, {3, 33, 7, 100, 0, -1},
-                          {4, 2, 6, 37, 0, -1},   {2, 1, 5, 257, 0, -1},  {2, 1, 9, 64, 0, 0}};
+  using W = Shape::Want;
+  // B = 1 in the k-split wavefront (forced units among them), then the
+  // block layout's wavefront (B 2 to 4, H above 256, the k split turned
+  // off; a group's rows beyond one pass of the threads, the GRU's: the
+  // LSTM's 4 x 65 columns would exceed a block's), then layer by layer
+  // (above B = 4, or turned off).
+  const Shape shapes[] = {{2, 1, 1, 1, 0, -1, -1, 0, W::k_split},
+                          {2, 1, 32, 256, 0, -1, -1, 0, W::k_split},
+                          {3, 1, 5, 37, 0, -1, -1, 0, W::k_split},
+                          {2, 1, 300, 64, 0, -1, -1, 0, W::k_split},
+                          {4, 1, 33, 64, 0, -1, -1, 0, W::k_split},
+                          {2, 1, 2, 255, 0, -1, -1, 0, W::k_split},
+                          {3, 1, 20, 100, 4, -1, -1, 0, W::k_split},
+                          {2, 1, 33, 130, 2, -1, -1, 0, W::k_split},
+                          {4, 1, 7, 30, 1, -1, -1, 0, W::k_split},
+                          {3, 1, 300, 100, 0, -1, -1, 0, W::k_split},
+                          {2, 3, 20, 64, 0, -1, -1, 0, W::blocks},
+                          {3, 33, 7, 100, 0, -1, -1, 0, W::layered},
+                          {4, 2, 6, 37, 0, -1, -1, 0, W::blocks},
+                          {2, 1, 5, 257, 0, -1, -1, 0, W::blocks},
+                          {2, 1, 9, 64, 0, 0, -1, 0, W::blocks},
+                          {2, 4, 70, 256, 0, -1, -1, 0, W::blocks},
+                          {2, 4, 20, 70, 65, -1, -1, 0, W::blocks, true},
+                          {3, 64, 33, 17, 0, -1, -1, 0, W::layered},
+                          {2, 3, 20, 64, 0, -1, 0, 0, W::layered},
+                          {3, 33, 7, 100, 0, -1, 0, 0, W::layered},
+                          {2, 40, 9, 64, 0, -1, -1, 1, W::layered}};
   struct DTypes {
     DType dtype, weight, state;
   };
@@ -508,7 +540,7 @@ TEST_CASE("gated RNN stack: GRU and LSTM layers against the reference", "[gpu][g
                            {DType::bf16, DType::bf16, DType::f32},
                            {DType::f16, DType::f32, DType::f16}};
   double worst = 0;
-  int cases = 0, wavefront = 0, i = 0;
+  int cases = 0, wavefront = 0, blocks = 0, i = 0;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (const DTypes& d : dtypes)
       for (const Shape& s : shapes) {
@@ -516,8 +548,10 @@ TEST_CASE("gated RNN stack: GRU and LSTM layers against the reference", "[gpu][g
         c.kind = kind;
         c.dtype = d.dtype, c.weight_dtype = d.weight, c.state_dtype = d.state;
         c.layers = s.layers, c.B = s.B, c.T = s.T, c.H = s.H;
-        c.options.units_per_block = s.units;
+        c.options.units_per_block = kind == GatedRnnKind::lstm && s.gru_units_only ? 0 : s.units;
         c.options.k_split = s.k_split;
+        c.options.stack_wavefront = s.wavefront;
+        c.options.batch_blocks = s.groups;
         // Every optional input and output on in the first case, off in the
         // second, then each in about half.
         const unsigned bits = i == 0 ? 63u : i == 1 ? 0u : (11u * static_cast<unsigned>(i) + 5u) & 63u;
@@ -527,27 +561,35 @@ TEST_CASE("gated RNN stack: GRU and LSTM layers against the reference", "[gpu][g
         // Every third wavefront case with the shallowest rings.
         if (i % 3 == 2 && run.plan().stack_depth > 0) run.set_depth(2);
         ++i;
-        const bool layered = s.B > 1 || s.H > 256 || s.k_split == 0;
-        INFO(c.describe() << " | " << (run.plan().stack_depth > 0 ? "wavefront, " : "layer by layer, ")
-                          << run.plan().blocks << " blocks of " << run.plan().units_per_block
-                          << " units, ring " << run.plan().stack_depth);
-        if (layered) CHECK(run.plan().stack_depth == 0);
-        if (!layered && s.units == 0) CHECK(run.plan().stack_depth > 0);
-        wavefront += run.plan().stack_depth > 0;
+        const GatedRnnPlan& plan = run.plan();
+        INFO(c.describe() << " | "
+                          << (plan.stack_depth == 0 ? "layer by layer, "
+                              : plan.k_split        ? "k-split wavefront, "
+                                                    : "block wavefront, ")
+                          << plan.blocks << " blocks of " << plan.units_per_block << " units, "
+                          << plan.batch_blocks << " groups of " << plan.batch_rows << " rows, ring "
+                          << plan.stack_depth);
+        CHECK((plan.stack_depth > 0 && plan.k_split) == (s.want == W::k_split));
+        CHECK((plan.stack_depth > 0 && !plan.k_split) == (s.want == W::blocks));
+        if (c.options.units_per_block > 64) CHECK(plan.batch_rows * plan.units_per_block > 256);
+        wavefront += plan.stack_depth > 0;
+        blocks += plan.stack_depth > 0 && !plan.k_split;
         run.run(stream.s);
         worst = std::max(worst, run.check_against_reference());
         ++cases;
       }
-  std::printf("gated RNN stack: %d cases (%d in the wavefront), worst error/allowed %.3g\n", cases,
-              wavefront, worst);
+  std::printf("gated RNN stack: %d cases (%d in a wavefront, %d of them in the block layout), worst "
+              "error/allowed %.3g\n",
+              cases, wavefront, blocks, worst);
 }
 
 TEST_CASE("gated RNN stack: two runs and a graph replay are bitwise equal", "[gpu][gated_rnn]") {
   RnnStream stream;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::bf16})
-      for (int64_t B : {1, 9}) {  // the wavefront; layer by layer
-        const StackCase c = StackCase::everything(kind, dtype, 2, B, 40, 255);
+      for (int64_t B : {1, 3, -9}) {  // the two wavefronts; layer by layer (-9)
+        StackCase c = StackCase::everything(kind, dtype, 2, B < 0 ? -B : B, 40, 255);
+        if (B < 0) c.options.stack_wavefront = 0;
         StackRun run(c, test_seed());
         INFO(c.describe());
         run.run(stream.s);
@@ -579,13 +621,17 @@ TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_r
       run.run(stream.s);
       CHECK(run.check_against_reference() <= 1.0);
     }
-    // Layer by layer (B = 3), the lower layers' y in the workspace.
-    {
+    // B = 3: the block layout's wavefront (rings of 2 slots for the GRU),
+    // then layer by layer, the lower layers' y in the workspace.
+    for (int wavefront : {-1, 0}) {
       StackCase d = c;
       d.B = 3, d.T = 5, d.lower_y = false;
+      d.options.stack_wavefront = wavefront;
       StackRun run(d, test_seed());
       INFO(d.describe());
-      CHECK(run.plan().stack_depth == 0);
+      CHECK((run.plan().stack_depth > 0) == (wavefront != 0));
+      CHECK_FALSE(run.plan().k_split);
+      if (wavefront != 0 && kind == GatedRnnKind::gru) run.set_depth(2);
       run.run(stream.s);
       CHECK(run.check_against_reference() <= 1.0);
     }
@@ -602,13 +648,15 @@ TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_r
 
 // exphil::gated_rnn_stack_forward (the stacked tensors whole, as bindings
 // pass them) runs the same kernels as the kernel layer: the same bytes, in
-// the wavefront (B1) and layer by layer (B3), and says which it took.
+// the k-split wavefront (B1), the block layout's (B3) and layer by layer
+// (B3, the wavefront turned off), and says which it took.
 TEST_CASE("gated RNN stack: the C++ API gives the kernel layer's results, bitwise", "[gpu][gated_rnn]") {
   RnnStream stream;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::bf16})
-      for (int64_t B : {1, 3}) {
-        const StackCase c = StackCase::everything(kind, dtype, 3, B, 33, 100);
+      for (int64_t B : {1, 3, -3}) {  // -3: B3 layer by layer
+        StackCase c = StackCase::everything(kind, dtype, 3, B < 0 ? -B : B, 33, 100);
+        if (B < 0) c.options.stack_wavefront = 0;
         StackRun run(c, test_seed());
         INFO(c.describe());
         run.run(stream.s);
@@ -616,8 +664,9 @@ TEST_CASE("gated RNN stack: the C++ API gives the kernel layer's results, bitwis
         exphil::GatedRnnLaunchInfo info;
         run.run_api(stream.s, &info);
         CHECK(run.bytes() == direct);
-        CHECK(info.stacked == (B == 1));
-        CHECK(info.kernels == (B == 1 ? 1 : 2 * c.layers - 1));
+        CHECK(info.stacked == (B > 0));
+        CHECK(info.k_split == (B == 1));
+        CHECK(info.kernels == (B > 0 ? 1 : 2 * c.layers - 1));
         CHECK(info.blocks == run.plan().blocks);
         CHECK(run.check_against_reference() <= 1.0);
       }
@@ -724,6 +773,7 @@ TEST_CASE("gated RNN stack: 16-bit layers with the products on CUDA cores", "[gp
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm}) {
     StackCase c = StackCase::everything(kind, DType::bf16, 2, 3, 17, 64);
     c.options.tensor_cores = 0;
+    c.options.stack_wavefront = 0;
     StackRun run(c, test_seed());
     INFO(c.describe());
     REQUIRE(run.plan().stack_depth == 0);

@@ -518,6 +518,55 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
     check_workspace(p);
   }
 
+  // Elsewhere at B <= 4 the wavefront in the block layout: each layer the
+  // layout a lone forward takes on its share of the multiprocessors, one
+  // block each, twice a lone forward's shared memory.
+  struct Blocks {
+    GatedRnnCell cell;
+    int layers;
+    GatedRnnShape shape;
+    GatedRnnDevice device;
+    int k_split;
+  };
+  for (const Blocks& w : {Blocks{GatedRnnCell::gru, 2, {4, 32, 256}, kH100, -1},
+                          Blocks{GatedRnnCell::lstm, 2, {4, 32, 256}, kH100, -1},
+                          Blocks{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, -1},
+                          Blocks{GatedRnnCell::lstm, 3, {3, 5, 100}, kA100, -1},
+                          Blocks{GatedRnnCell::gru, 2, {1, 8, 257}, kH100, -1},
+                          Blocks{GatedRnnCell::gru, 4, {1, 8, 256}, kA100, -1},
+                          Blocks{GatedRnnCell::lstm, 2, {1, 8, 64}, kH100, 0},
+                          Blocks{GatedRnnCell::lstm, 4, {4, 16, 256}, kA100, -1}}) {
+    INFO("cell " << static_cast<int>(w.cell) << " L" << w.layers << " B" << w.shape.batch << " H"
+                 << w.shape.hidden << " SMs " << w.device.sm_count << " k_split " << w.k_split);
+    GatedRnnLaunchOptions o;
+    o.k_split = w.k_split;
+    const GatedRnnPlan p = plan_gated_rnn_stack(w.cell, w.shape, w.layers, w.device, o);
+    CHECK(gated_rnn_stack_unsupported(p, w.cell, w.shape, w.layers, w.device) == nullptr);
+    CHECK(p.stack_depth == kGatedRnnStackBlocksDepth);
+    CHECK_FALSE(p.k_split);
+    CHECK_FALSE(p.tensor_cores);
+    CHECK(p.resident_weights);
+    const int64_t B = w.shape.batch, H = w.shape.hidden, G = gated_rnn_gates(w.cell);
+    CHECK(p.blocks == w.layers * p.unit_slices * p.batch_blocks);
+    CHECK(p.blocks <= w.device.sm_count);
+    CHECK(p.batch_blocks == 1);
+    CHECK(static_cast<int64_t>(p.unit_slices) * p.units_per_block >= H);
+    CHECK(static_cast<int64_t>(p.batch_blocks) * p.batch_rows >= B);
+    CHECK(p.batch_rows <= p.batch_tile);
+    CHECK(p.batch_tile <= kGatedRnnMaxBatchTile);
+    CHECK(p.stored_columns == gated_rnn_padded_columns(G * p.units_per_block));
+    const int64_t C = p.stored_columns, Bt = p.batch_tile;
+    CHECK(p.shared_bytes == static_cast<int>(2 * (C * H + Bt * H + Bt * C) * sizeof(float)));
+    CHECK(p.shared_bytes <= w.device.max_shared_per_block);
+    // The h rings [L, D, B, H] and the handed inputs [L-1, D, B, G*H], 64-bit
+    // words; the LSTM's c [L, B, H].
+    CHECK(p.ws_exchange >= p.ws_state + 2 * w.layers * p.stack_depth * B * H);
+    CHECK(p.ws_floats >= p.ws_exchange + 2 * (w.layers - 1) * p.stack_depth * B * G * H);
+    if (w.cell == GatedRnnCell::lstm) CHECK(p.ws_cell >= p.ws_exchange + 2 * (w.layers - 1) * p.stack_depth * B * G * H);
+    if (w.cell == GatedRnnCell::lstm) CHECK(p.ws_floats >= p.ws_cell + w.layers * B * H);
+    CHECK(G * p.units_per_block <= kGatedRnnStackPreferredColumns);
+    check_workspace(p);
+  }
   // Layer by layer where the wavefront does not fit or is turned off: the
   // one-layer forward plan, with the projection's and the lower layers' y
   // workspace after its own.
@@ -526,17 +575,24 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
     int layers;
     GatedRnnShape shape;
     GatedRnnDevice device;
-    int k_split;
+    int stack_wavefront, batch_blocks;
   };
-  for (const Layered& w : {Layered{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, -1},
-                           Layered{GatedRnnCell::lstm, 3, {33, 5, 100}, kA100, -1},
-                           Layered{GatedRnnCell::gru, 2, {1, 8, 257}, kH100, -1},
-                           Layered{GatedRnnCell::gru, 4, {1, 8, 256}, kA100, -1},
-                           Layered{GatedRnnCell::lstm, 2, {1, 8, 64}, kH100, 0}}) {
+  for (const Layered& w : {Layered{GatedRnnCell::gru, 2, {2, 8, 64}, kH100, 0, 0},
+                           Layered{GatedRnnCell::lstm, 3, {33, 5, 100}, kA100, 0, 0},
+                           Layered{GatedRnnCell::gru, 2, {1, 8, 64}, kH100, 0, 0},
+                           // Above B = 4.
+                           Layered{GatedRnnCell::gru, 2, {32, 64, 256}, kH100, -1, 0},
+                           Layered{GatedRnnCell::lstm, 2, {32, 64, 256}, kH100, -1, 0},
+                           Layered{GatedRnnCell::gru, 2, {64, 8, 512}, kH100, -1, 0},
+                           Layered{GatedRnnCell::gru, 2, {5, 8, 64}, kH100, -1, 1},
+                           // The slices of R and W not in shared memory.
+                           Layered{GatedRnnCell::lstm, 2, {2, 8, 8192}, kA100, -1, 0}}) {
     INFO("cell " << static_cast<int>(w.cell) << " L" << w.layers << " B" << w.shape.batch << " H"
-                 << w.shape.hidden << " SMs " << w.device.sm_count << " k_split " << w.k_split);
+                 << w.shape.hidden << " SMs " << w.device.sm_count << " stack_wavefront "
+                 << w.stack_wavefront << " batch_blocks " << w.batch_blocks);
     GatedRnnLaunchOptions o;
-    o.k_split = w.k_split;
+    o.stack_wavefront = w.stack_wavefront;
+    o.batch_blocks = w.batch_blocks;
     const GatedRnnPlan p = plan_gated_rnn_stack(w.cell, w.shape, w.layers, w.device, o);
     const GatedRnnPlan one = plan_gated_rnn(GatedRnnDirection::forward, w.cell, w.shape, w.device, o);
     CHECK(gated_rnn_stack_unsupported(p, w.cell, w.shape, w.layers, w.device) == nullptr);
@@ -588,8 +644,32 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
   const char* why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, shape, 2, kH100);
   REQUIRE(why != nullptr);
   CHECK(std::string(why).find("power of two") != std::string::npos);
+  // Block-layout wavefront plans the kernel cannot run.
+  const GatedRnnShape b4{4, 8, 256};
+  const auto refused_blocks = [&](const char* want, void (*spoil)(GatedRnnPlan&)) {
+    GatedRnnPlan q = plan_gated_rnn_stack(GatedRnnCell::lstm, b4, 2, kH100);
+    REQUIRE(q.stack_depth == kGatedRnnStackBlocksDepth);
+    REQUIRE(gated_rnn_stack_unsupported(q, GatedRnnCell::lstm, b4, 2, kH100) == nullptr);
+    spoil(q);
+    const char* r = gated_rnn_stack_unsupported(q, GatedRnnCell::lstm, b4, 2, kH100);
+    INFO(want);
+    REQUIRE(r != nullptr);
+    CHECK(std::string(r).find(want) != std::string::npos);
+  };
+  refused_blocks("one batch tile", [](GatedRnnPlan& q) { q.batch_tile = q.batch_rows / 2; });
+  refused_blocks("do not cover B and H", [](GatedRnnPlan& q) { q.blocks /= 2; });
+  refused_blocks("than multiprocessors", [](GatedRnnPlan& q) {
+    q.batch_blocks *= 2;
+    q.batch_rows /= 2;
+    q.blocks *= 2;
+  });
+  refused_blocks("power of two", [](GatedRnnPlan& q) { q.stack_depth = 6; });
+  refused_blocks("shared memory", [](GatedRnnPlan& q) { q.resident_weights = false; });
+  refused_blocks("without its workspace", [](GatedRnnPlan& q) { q.ws_exchange = -1; });
   // A layer-by-layer plan without its workspace.
-  p = plan_gated_rnn_stack(GatedRnnCell::gru, {2, 8, 64}, 2, kH100);
+  GatedRnnLaunchOptions layered;
+  layered.stack_wavefront = 0;
+  p = plan_gated_rnn_stack(GatedRnnCell::gru, {2, 8, 64}, 2, kH100, layered);
   REQUIRE(p.stack_depth == 0);
   p.ws_stack_y = -1;
   why = gated_rnn_stack_unsupported(p, GatedRnnCell::gru, {2, 8, 64}, 2, kH100);

@@ -30,7 +30,7 @@ if Code.ensure_loaded?(Axon) do
     a model's parameters load unchanged from one built with Axon's layers.
     `gru_stack/3` and `lstm_stack/3` run 2 to 4 such layers, each on the
     sequence of the one below, as one node (`Ops.gru_stack/4`,
-    `Ops.lstm_stack/4`: one launch at batch 1), each layer's Axon parameters
+    `Ops.lstm_stack/4`: one launch up to batch 4), each layer's Axon parameters
     under its index.
 
     ## Common options
@@ -509,7 +509,7 @@ if Code.ensure_loaded?(Axon) do
     `"bz"`, `"bin"`, `"bhn"`), then `"..._1"`, and so on. The same model
     built as a chain of `Axon.gru` layers (each on the sequence of the one
     before) computes the same, its layer `l`'s parameters under these
-    `_l` names. At batch 1 the kernels run every layer in one launch.
+    `_l` names. Up to batch 4 the kernels run every layer in one launch.
 
         sequence = ExPhil.Native.Axon.gru_stack(input, 256, layers: 2, name: "gru")
 
