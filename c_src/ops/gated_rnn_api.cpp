@@ -138,7 +138,7 @@ struct GatedRnnOpDirection : GatedRnnOpBase {
 using GatedRnnForwardOp = GatedRnnOpDirection<GatedRnnDirection::forward>;
 using GatedRnnBackwardOp = GatedRnnOpDirection<GatedRnnDirection::backward>;
 
-// The stack's op directions: the forward (one launch at B = 1 where the
+// The stack's op directions: the forward (one launch up to B = 4 where a
 // wavefront fits, else the layers one after another:
 // kernels::plan_gated_rnn_stack) and the backward (the layers' backwards
 // from the top down: kernels::plan_gated_rnn_stack_backward).

@@ -464,8 +464,8 @@ EXPHIL_API exphil_status exphil_lstm_backward(
  *
  * Dtypes as gru and lstm's, W and W_bias with R. NULL: bias and W_bias
  * (none), h0 and c0 (zeros), y_lower, h_final and c_final (not written).
- * At B = 1 with H <= 256 one launch, the layers overlapping in time;
- * elsewhere the layers one after another.
+ * Up to B = 4 one launch, the layers overlapping in time; above, the
+ * layers one after another.
  * ------------------------------------------------------------------------- */
 
 EXPHIL_API exphil_status exphil_gru_stack_forward(

@@ -1392,14 +1392,15 @@ def section_graphs(runner, args):
                     scale=None, lse_ct=False)
         runner.case("graphs", f"graphs: attention {dn} B1 H4/2 T300 d64 causal against the reference",
                     lambda dn=dn, seed=seed, spec=spec: check_attention_case(DTYPES[dn], spec, seed, args.tol_scale))
-        # The gated RNNs: one layer and the stacks (B1, the wavefront; B3,
-        # layer by layer) replayed from the graphs.
+        # The gated RNNs: one layer and the stacks (B1, the k-split
+        # wavefront; B3, the block layout's; B9, layer by layer) replayed
+        # from the graphs.
         seed = int(rng.integers(0, 2 ** 31))
         runner.case("graphs", f"graphs: gated lstm {dn} B3 T20 H37 all optional against the reference",
                     lambda dn=dn, seed=seed: check_gated_case("lstm", DTYPES[dn], DTYPES[dn], jnp.float32,
                                                               (3, 20, 37), GATED_PRESENT[0], "has", seed,
                                                               args.tol_scale))
-        for cell, shape in (("gru", (2, 1, 32, 64)), ("lstm", (3, 3, 7, 37))):
+        for cell, shape in (("gru", (2, 1, 32, 64)), ("lstm", (3, 3, 7, 37)), ("gru", (2, 9, 7, 37))):
             seed = int(rng.integers(0, 2 ** 31))
             runner.case("graphs", f"graphs: gated {cell}_stack {dn} L{shape[0]} B{shape[1]} T{shape[2]} "
                         f"H{shape[3]} against the reference",

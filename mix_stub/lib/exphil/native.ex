@@ -726,8 +726,8 @@ defmodule ExPhil.Native do
   `l > 0` the same on `y_{l-1} w[l-1] + w_bias[l-1]`, the layer below's
   output projected here. `r` `[L, H, 3H]` stacks the layers' recurrent
   weights, `w` `[L-1, H, 3H]` the input weights of the layers above the
-  first. At B = 1 and H <= 256 the whole stack is one launch, each layer a
-  step behind the one below it; elsewhere the layers run one after another.
+  first. Up to B = 4 the whole stack is one launch, each layer a step or
+  two behind the one below it; above, the layers run one after another.
 
   Types as in `gru_forward/3`, `w` and `:w_bias` of the type of `r`.
   Options: `:bias` `[L, 3H]`, `:w_bias` `[L-1, 3H]` (none when absent or

@@ -325,7 +325,7 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
   end
 
   # The stacks' ({layers, batch, steps, hidden}, optional inputs, final
-  # states, dtypes): B1 (the forward's one launch) and B2 (layer by layer),
+  # states, dtypes): B1 and B2 (the forward's two one-launch layouts),
   # every optional input or none or w_bias alone, 2 and 3 layers.
   @gated_rnn_stack [
     {{2, 1, 17, 37}, [], false, ["f32", "bf16"]},
