@@ -75,13 +75,8 @@ inline constexpr int kGatedRnnStackDepth = 32;
 inline constexpr int kGatedRnnStackBlocksPerSm = 2;
 // The stacked forward's wavefront in the block layout
 // (gated_rnn_forward_stack_blocks.cuh): its rings' slots (a layer above
-// trails by about two steps; the rest absorbs the steps' jitter), and the
-// most columns of R a block takes by default. At 64 blocks one B32 T64
-// H256 f32 layer took 262 us in 16 slices of 16 units (GRU, 48 columns)
-// and 303 us (LSTM, 64), against 278 and 336 in 8 slices of 32
-// (bench/RESULTS.md, issue 30 run AT).
+// trails by about two steps; the rest absorbs the steps' jitter).
 inline constexpr int kGatedRnnStackBlocksDepth = 8;
-inline constexpr int64_t kGatedRnnStackPreferredColumns = 64;
 
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh).
 // A warp holds at most kGatedRnnTcWarpTiles 16-column tiles of its block's

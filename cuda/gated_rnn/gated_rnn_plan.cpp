@@ -57,14 +57,13 @@ struct Layout {
 // With the tensor-core product (tensor_cores) a slice must fit in its
 // block's registers as fragments rather than in shared memory.
 Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
-                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores,
-                     int64_t max_columns = kGatedRnnPreferredColumns) {
+                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores) {
   const auto units_for = [&](int64_t groups) {
     return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
   };
   const auto fits = [&](int64_t units, int64_t groups) {
     const int64_t tile = std::min<int64_t>(next_pow2(ceil_div(B, groups)), kGatedRnnMaxBatchTile);
-    if (G * units > max_columns) return false;
+    if (G * units > kGatedRnnPreferredColumns) return false;
     if (tensor_cores) {
       const int parts = gated_rnn_tc_k_parts(G * units, H);
       return parts > 0 && gated_rnn_tc_shared_floats(H, G * units, tile, parts) <= limit;
@@ -101,10 +100,9 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
 // plan with stack_depth 0 where it does not fit or B is larger (measured:
 // no faster than the layers one after another at B32, as the kernel's
 // comment says). Every layer takes the block layout a lone forward would
-// on its share of the multiprocessors, one block each, at most
-// kGatedRnnStackPreferredColumns columns a block, with twice its shared
-// memory (the slices of R and W, two buffers of h, the two products), its
-// CUDA-core product.
+// on its share of the multiprocessors (at B <= 4 one batch group), one
+// block each, with twice its shared memory (the slices of R and W, two
+// buffers of h, the two products), its CUDA-core product.
 GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t L,
                                const GatedRnnDevice& device, const GatedRnnLaunchOptions& options) {
   GatedRnnPlan plan;
@@ -113,8 +111,7 @@ GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t 
   const int64_t sms = std::max(device.sm_count, 1) / L;
   const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
   if (sms < 1 || B > kGatedRnnLatencyRows) return plan;
-  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false,
-                                 kGatedRnnStackPreferredColumns);
+  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false);
   const int64_t units = l.units, slices = ceil_div(H, units);
   const int64_t rows = ceil_div(B, l.groups), groups = ceil_div(B, rows);
   const int64_t tile = next_pow2(rows);

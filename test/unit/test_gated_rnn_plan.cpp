@@ -564,7 +564,6 @@ TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
     CHECK(p.ws_floats >= p.ws_exchange + 2 * (w.layers - 1) * p.stack_depth * B * G * H);
     if (w.cell == GatedRnnCell::lstm) CHECK(p.ws_cell >= p.ws_exchange + 2 * (w.layers - 1) * p.stack_depth * B * G * H);
     if (w.cell == GatedRnnCell::lstm) CHECK(p.ws_floats >= p.ws_cell + w.layers * B * H);
-    CHECK(G * p.units_per_block <= kGatedRnnStackPreferredColumns);
     check_workspace(p);
   }
   // Layer by layer where the wavefront does not fit or is turned off: the
