@@ -65,6 +65,13 @@ LaunchResult stack_backward_for(const GatedRnnStackBackwardParams& p, const Gate
   return {cudaErrorInvalidValue, "gated RNN stack dispatch (unknown dtype)"};
 }
 
+// A stack's layers share one shape, cell and dtypes.
+bool same_layer(const GatedRnnForwardParams& f, const GatedRnnForwardParams& f0) {
+  return f.shape.batch == f0.shape.batch && f.shape.steps == f0.shape.steps &&
+         f.shape.hidden == f0.shape.hidden && f.cell == f0.cell && f.dtype == f0.dtype &&
+         f.weight_dtype == f0.weight_dtype && f.state_dtype == f0.state_dtype;
+}
+
 // What the stack kernel reads without checking: every layer like layer 0,
 // the operands it needs present, and a plan for this many layers.
 const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPlan& plan) {
@@ -75,9 +82,7 @@ const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPla
   if (!f0.d_wx) return "gated RNN stack (layer 0's wx is null)";
   for (int l = 0; l < p.layers; ++l) {
     const GatedRnnForwardParams& f = p.layer[l];
-    if (f.shape.batch != f0.shape.batch || f.shape.steps != f0.shape.steps ||
-        f.shape.hidden != f0.shape.hidden || f.cell != f0.cell || f.dtype != f0.dtype ||
-        f.weight_dtype != f0.weight_dtype || f.state_dtype != f0.state_dtype)
+    if (!same_layer(f, f0))
       return "gated RNN stack (a layer's shape, cell or dtypes differ from layer 0's)";
     if (!f.d_R) return "gated RNN stack (a layer's R is null)";
     if (l > 0 && !p.d_W[l]) return "gated RNN stack (the input weights W of a layer above 0 are null)";
@@ -100,9 +105,7 @@ const char* stack_backward_params_invalid(const GatedRnnStackBackwardParams& p, 
   for (int l = 0; l < p.layers; ++l) {
     const GatedRnnBackwardParams& b = p.layer[l];
     const GatedRnnForwardParams& f = b.fwd;
-    if (f.shape.batch != f0.shape.batch || f.shape.steps != f0.shape.steps ||
-        f.shape.hidden != f0.shape.hidden || f.cell != f0.cell || f.dtype != f0.dtype ||
-        f.weight_dtype != f0.weight_dtype || f.state_dtype != f0.state_dtype)
+    if (!same_layer(f, f0))
       return "gated RNN stack (a layer's shape, cell or dtypes differ from layer 0's)";
     if (!f.d_R || !f.d_y) return "gated RNN stack (a layer's R or y is null)";
     if (l > 0 && (!p.d_W[l] || f.d_wx || b.d_grad_wx || b.d_grad_rh))

@@ -126,6 +126,22 @@ defmodule ExPhil.Native.Ops.Args do
   def placeholder_template, do: Nx.template({}, {:f, 32})
 
   @doc """
+  The operands of optional inputs `[{key, tensor or nil}]`: each tensor, or
+  the placeholder where it is absent.
+  """
+  def optional_operands(inputs), do: Enum.map(inputs, fn {_key, t} -> t || placeholder() end)
+
+  @doc """
+  A pure backward's gradients (a map keyed by lower-case atoms) as the tuple
+  a block returns, in the order of the description's `names` (strings).
+  """
+  def gradients_tuple(grads, names) do
+    names
+    |> Enum.map(&Map.fetch!(grads, String.to_atom(String.downcase(&1))))
+    |> List.to_tuple()
+  end
+
+  @doc """
   The gradient of a state output as the backward target takes it: `nil`
   (absent) for a traced constant zero, the gradient of an output the loss
   does not use; otherwise in the state type.

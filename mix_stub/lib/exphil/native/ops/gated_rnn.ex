@@ -42,7 +42,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
         | Enum.map(finals(cell), fn _ -> Nx.template({batch, hidden}, state) end)
       ])
 
-    operands = [wx, r | operands(optional)]
+    operands = [wx, r | Args.optional_operands(optional)]
 
     out =
       Nx.block(
@@ -80,7 +80,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     {batch, _steps, _} = Nx.shape(wx)
     {hidden, width} = Nx.shape(r)
     block = block(cell, :backward, has(inputs), false, type, hidden)
-    operands = [wx, r, y, Nx.as_type(grad_y, type) | operands(inputs)]
+    operands = [wx, r, y, Nx.as_type(grad_y, type) | Args.optional_operands(inputs)]
     state = Args.state_type(type)
 
     # The target's results, every one always written: grad_wx, grad_R,
@@ -112,11 +112,8 @@ defmodule ExPhil.Native.Ops.GatedRnn do
           named = [wx: wx, r: r, y: y, grad_y: grad_y] ++ given
 
           Eager.gated_rnn(block, cell, :backward, named, template, fn ->
-            grads = Pure.GatedRnn.backward(cell, wx, r, y, grad_y, given)
-
-            names
-            |> Enum.map(&Map.fetch!(grads, String.to_atom(String.downcase(&1))))
-            |> List.to_tuple()
+            Pure.GatedRnn.backward(cell, wx, r, y, grad_y, given)
+            |> Args.gradients_tuple(names)
           end)
         end)
       )
@@ -128,8 +125,6 @@ defmodule ExPhil.Native.Ops.GatedRnn do
   end
 
   defp template(tensor), do: Nx.template(Nx.shape(tensor), Nx.type(tensor))
-
-  defp operands(inputs), do: Enum.map(inputs, fn {_key, t} -> t || Args.placeholder() end)
 
   defp has(inputs), do: Map.new(inputs, fn {key, t} -> {"has_#{key}", t != nil} end)
 

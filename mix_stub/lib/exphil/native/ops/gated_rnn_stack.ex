@@ -52,7 +52,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
         | Enum.map(finals(cell), fn _ -> Nx.template({layers, batch, hidden}, state) end)
       ])
 
-    operands = [wx, r, w | operands(optional)]
+    operands = [wx, r, w | Args.optional_operands(optional)]
 
     out =
       Nx.block(
@@ -107,7 +107,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
     {layers, hidden, width} = Nx.shape(r)
     {batch, _steps, _} = Nx.shape(wx)
     block = block(cell, :backward, inputs, false, type, hidden)
-    operands = [wx, r, w, y, y_lower, Nx.as_type(grad_y, type) | operands(inputs)]
+    operands = [wx, r, w, y, y_lower, Nx.as_type(grad_y, type) | Args.optional_operands(inputs)]
     carry = Nx.template({layers, batch, hidden}, Args.state_type(type))
 
     templates = %{
@@ -133,11 +133,8 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
           named = [wx: wx, r: r, w: w, y: y, y_lower: y_lower, grad_y: grad_y] ++ given
 
           Eager.gated_rnn(block, :"#{cell}_stack", :backward, named, template, fn ->
-            grads = Pure.GatedRnnStack.backward(cell, wx, r, w, y, y_lower, grad_y, given)
-
-            names
-            |> Enum.map(&Map.fetch!(grads, String.to_atom(String.downcase(&1))))
-            |> List.to_tuple()
+            Pure.GatedRnnStack.backward(cell, wx, r, w, y, y_lower, grad_y, given)
+            |> Args.gradients_tuple(names)
           end)
         end)
       )
@@ -147,8 +144,6 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
     [by_name["grad_wx"], by_name["grad_R"], by_name["grad_W"]] ++
       for {key, t} <- optional, t != nil, do: Map.fetch!(by_name, "grad_" <> @target_names[key])
   end
-
-  defp operands(inputs), do: Enum.map(inputs, fn {_key, t} -> t || Args.placeholder() end)
 
   # The optional inputs `inputs` names, each the operand given or nil (its
   # placeholder, has_<name> false).
