@@ -372,7 +372,7 @@ struct GatedRnnBackwardInputs {
     }
     if (s < 0) return;  // the initial states' gradients need the carries only
     const int64_t m = row * T + s;
-    gy = to_float(static_cast<const Elem*>(p.d_grad_y)[m * H + hu]);
+    gy = p.d_grad_y ? to_float(static_cast<const Elem*>(p.d_grad_y)[m * H + hu]) : 0.0f;
     const float* gt = ws + plan.ws_gates + m * 4 * H + hu;
 #pragma unroll
     for (int g = 0; g < 4; ++g) gate[g] = gt[g * H];
@@ -404,10 +404,28 @@ struct GatedRnnBackwardInputs {
   }
 };
 
-template <class Elem, GatedRnnCell kCell, bool kResident>
-__global__ void __launch_bounds__(kGatedRnnThreads, 1)
-    gated_rnn_backward_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
-                              float* __restrict__ ws) {
+// What a layer of the stack's reverse wavefront (gated_rnn_backward_stack.cuh)
+// adds to its walk: the parts of the gradient of its y that the layer above
+// hands it, and the parts it hands the layer below.
+struct GatedRnnWalkStack {
+  int depth = 0;                        // the rings' slots
+  const uint64_t* from_above = nullptr; // [D, Su, B, H]: layer l+1's parts of grad_wx_{l+1} W_{l+1}^T
+  uint64_t* to_below = nullptr;         // [D, Su, B, H]: this layer's parts of grad_wx_l W_l^T (l > 0)
+  const uint64_t* below_own = nullptr;  // layer l-1's own exchange: has it read a slot?
+  const float* Wi = nullptr;            // shared [C, H]: W_l's slice (l > 0)
+  float* ga = nullptr;                  // shared [C, Bt]: grad_wx_s of the slice (the GRU's)
+  float* parts_above = nullptr;         // shared [Su, Bt, U]: the staged parts from above
+};
+
+// One layer's reverse walk for one block (`block`, its index within the
+// layer's blocks; shared memory from `smem`): the one-layer kernel's body
+// and (kStack) each layer's share of the stack's reverse wavefront.
+template <class Elem, GatedRnnCell kCell, bool kResident, bool kStack>
+__device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
+                                               const GatedRnnPlan& plan, float* __restrict__ ws,
+                                               int block, float* smem,
+                                               const GatedRnnWalkStack& st) {
+  static_assert(!kStack || kResident, "the stack's walk holds its slices in shared memory");
   constexpr int G = kGatedRnnGates<kCell>;
   const GatedRnnForwardParams& f = p.fwd;
   const int64_t B = f.shape.batch, T = f.shape.steps;
@@ -415,28 +433,27 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   const int GH = G * H;
   const int U = plan.units_per_block;
   const int Su = plan.unit_slices;
-  const int slice = static_cast<int>(blockIdx.x) % Su;
+  const int slice = block % Su;
   const int u0 = slice * U;
   const int live = min(U, H - u0);
   // This block's batch group: rows [g0, g1).
-  const int64_t g0 = static_cast<int64_t>(blockIdx.x / Su) * plan.batch_rows;
+  const int64_t g0 = static_cast<int64_t>(block / Su) * plan.batch_rows;
   const int64_t g1 = min(B, g0 + plan.batch_rows);
   const int C = plan.stored_columns;
   const int K = H;
   const int Bt = plan.batch_tile;
   const int tid = static_cast<int>(threadIdx.x);
+  const int D = st.depth;
 
   // Shared memory: [the slice, resident], grad_rh of the slice [C, rows]
   // (16-byte aligned: C is a multiple of 4), the slices' parts [Su, rows, U].
-  extern __shared__ float4 smem4[];
-  float* const smem = reinterpret_cast<float*>(smem4);
   float* W;
   float* gr;
   if constexpr (kResident) {
     W = smem;
     gr = smem + static_cast<int64_t>(C) * K;
   } else {
-    W = ws + plan.ws_weights + static_cast<int64_t>(blockIdx.x) * C * K;
+    W = ws + plan.ws_weights + static_cast<int64_t>(block) * C * K;
     gr = smem;
   }
   float* const parts = gr + C * Bt;
@@ -456,10 +473,11 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   }
   // s = -1 only forms grad_h0 (and hands over the other initial states').
   const int64_t last = (p.d_grad_h0 || p.d_grad_c0 || p.d_grad_n0 || p.d_grad_m0) ? -1 : 0;
-  // The exchange is used when a step follows another: this block's words
-  // (its slice's parts for its rows, both halves) start as "no step", then
-  // one grid-wide barrier.
-  if (T - 1 > last) {
+  // The exchange is used when a step follows another (and in a stack,
+  // always): this block's words (its slice's parts for its rows, both
+  // halves; the stack's slots of its parts for the layer below) start as
+  // "no step", then one grid-wide barrier.
+  if (kStack || T - 1 > last) {
     const int64_t rows = g1 - g0;
     for (int64_t i = tid; i < 2 * rows * K; i += kGatedRnnThreads) {
       const int64_t r = i / K;  // half * rows + row - g0
@@ -467,6 +485,15 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       gated_rnn_publish(xchg + ((half * Su + slice) * B + g0 + r - half * rows) * K + (i - r * K),
                         0.0f, -1);
     }
+    if constexpr (kStack)
+      if (st.to_below)
+        for (int64_t i = tid; i < D * rows * K; i += kGatedRnnThreads) {
+          const int64_t r = i / K;  // slot * rows + row - g0
+          const int64_t slot = r / rows;
+          gated_rnn_publish(st.to_below + ((slot * Su + slice) * B + g0 + r - slot * rows) * K +
+                                (i - r * K),
+                            0.0f, -1);
+        }
     cooperative_groups::this_grid().sync();
   } else {
     __syncthreads();
@@ -487,11 +514,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       const int items = nb * live;
       GatedRnnBackwardInputs<Elem, kCell> first;
       if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
-      if (carried) {
-        // Every slice's part for these rows and units, staged at
-        // parts[(j * nb + b) * live + u]: the threads sharing an item
-        // (row, unit) take its slices j = slot, slot + per_item, ...
-        const uint64_t* src = xchg + ((s + 1) & 1) * Su * B * K;
+      // Every slice's part for these rows and units, staged at
+      // dst[(j * nb + b) * live + u] from src [Su, B, K]: the threads sharing
+      // an item (row, unit) take its slices j = slot, slot + per_item, ...
+      const auto stage = [&](float* dst, const uint64_t* src, int step) {
         const int per_item = kGatedRnnThreads / items;  // 0: more items than threads
         const int stride = per_item > 1 ? per_item : 1;
         for (int it = per_item > 0 ? tid % items : tid;
@@ -499,13 +525,18 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
              it += per_item > 0 ? items : kGatedRnnThreads) {
           const int slot = per_item > 0 ? tid / items : 0;
           const int b = it / live, u = it - (it / live) * live;
-          gated_rnn_stage_strided(parts + (slot * nb + b) * live + u, stride * nb * live,
+          gated_rnn_stage_strided(dst + (slot * nb + b) * live + u, stride * nb * live,
                                   src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
                                   static_cast<int64_t>(stride) * B * K,
-                                  (Su - slot + stride - 1) / stride, static_cast<int>(s + 1));
+                                  (Su - slot + stride - 1) / stride, step);
         }
-        __syncthreads();
-      }
+      };
+      // The layer above's parts of the gradient of this layer's y_s.
+      const bool from_above = kStack && st.from_above && s >= 0;
+      if (carried) stage(parts, xchg + ((s + 1) & 1) * Su * B * K, static_cast<int>(s + 1));
+      if (from_above)
+        stage(st.parts_above, st.from_above + (s & (D - 1)) * Su * B * K, static_cast<int>(s));
+      if (carried || from_above) __syncthreads();
       for (int i = tid; i < items; i += kGatedRnnThreads) {
         const int b = i / live;
         const int u = i - b * live;
@@ -521,10 +552,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
         // grad_rh_{s+1} R^T at (row, unit): the slices' parts summed in a
         // fixed order, four interleaved chains (a quarter of the latency of
         // one at Su = 128).
-        float from_r = 0.0f;
-        if (carried) {
+        const auto sum_parts = [&](const float* staged) {
           float q0 = 0.0f, q1 = 0.0f, q2 = 0.0f, q3 = 0.0f;
-          const float* pj = parts + b * live + u;
+          const float* pj = staged + b * live + u;
           const int stride = nb * live;
           int j = 0;
           for (; j + 4 <= Su; j += 4) {
@@ -534,8 +564,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
             q3 += pj[(j + 3) * stride];
           }
           for (; j < Su; ++j) q0 += pj[j * stride];
-          from_r = (q0 + q1) + (q2 + q3);
-        }
+          return (q0 + q1) + (q2 + q3);
+        };
+        const float from_r = carried ? sum_parts(parts) : 0.0f;
         if (s < 0) {  // past the first step: the initial states' gradients
           if (p.d_grad_h0) store_state(p.d_grad_h0, f.state_dtype, sidx, from_r + in.carry_h);
           if (kCell != GatedRnnCell::gru && p.d_grad_c0)
@@ -547,7 +578,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           continue;
         }
         const int64_t m = row * T + s;
-        const float dh = in.gy + from_r + in.carry_h;
+        // The stack: the gradient of y_s from the layer above joins the
+        // caller's.
+        const float gy = from_above ? in.gy + sum_parts(st.parts_above) : in.gy;
+        const float dh = gy + from_r + in.carry_h;
         float da[G], dr[G];
         if constexpr (kCell == GatedRnnCell::gru) {
           const float r = in.gate[0], z = in.gate[1], n = in.gate[2], rhn = in.gate[3];
@@ -591,26 +625,62 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           const int64_t at = m * GH + g * H + hu;
           grad_rh[at] = dr[g];
           gr[(g * U + u) * rows + b] = dr[g];
+          if constexpr (kStack && kCell == GatedRnnCell::gru)
+            if (st.to_below) st.ga[(g * U + u) * rows + b] = da[g];
           if (gwx) gwx[at] = from_float<Elem>(da[g]);
           if (grh_out) grh_out[at] = from_float<Elem>(dr[g]);
         }
       }
-      if (s > last) {
-        // The rows and columns of gr no unit filled: zeros.
+      // The stack: this slice's part of grad_wx_s W_l^T for the layer below
+      // (the GRU's grad_wx in ga, the LSTM's is its grad_rh).
+      const bool to_below = kStack && st.to_below && s >= 0;
+      float* const ga = kCell == GatedRnnCell::gru ? st.ga : gr;
+      if (s > last || to_below) {
+        // The rows and columns of gr (and ga) no unit filled: zeros.
         for (int i = tid; i < C * rows; i += kGatedRnnThreads) {
           const int c = i / rows, b = i - c * rows;
-          if (b >= nb || c >= G * U || c % U >= live) gr[i] = 0.0f;
+          if (b >= nb || c >= G * U || c % U >= live) {
+            gr[i] = 0.0f;
+            if (to_below) ga[i] = 0.0f;
+          }
+        }
+        // Slot s mod D of the ring below held step s + D: has every block of
+        // the layer below in this group staged it? Such a block publishes
+        // its own part of step s + D only after.
+        if (to_below && s + D <= T - 1 && tid < Su) {
+          const uint64_t* w = st.below_own + ((((s + D) & 1) * Su + tid) * B + g0) * K;
+          for (;;) {
+            const int tag = static_cast<int>(static_cast<uint32_t>(gated_rnn_peek(w) >> 32));
+            if (tag >= 0 && tag <= s + D) break;
+          }
         }
         __syncthreads();
-        // This slice's part of grad_rh_s R^T for the tile's rows, every unit.
-        uint64_t* const dst = xchg + ((s & 1) * Su + slice) * B * K;
-        gated_rnn_part_product_rows(rows, gr, C, W, K, nb, [&](int b, int k, float v) {
-          gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
-        });
+        if (s > last) {
+          // This slice's part of grad_rh_s R^T for the tile's rows, every unit.
+          uint64_t* const dst = xchg + ((s & 1) * Su + slice) * B * K;
+          gated_rnn_part_product_rows(rows, gr, C, W, K, nb, [&](int b, int k, float v) {
+            gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
+          });
+        }
+        if (to_below) {
+          uint64_t* const dst = st.to_below + ((s & (D - 1)) * Su + slice) * B * K;
+          gated_rnn_part_product_rows(rows, ga, C, st.Wi, K, nb, [&](int b, int k, float v) {
+            gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
+          });
+        }
       }
       __syncthreads();
     }
   }
+}
+
+template <class Elem, GatedRnnCell kCell, bool kResident>
+__global__ void __launch_bounds__(kGatedRnnThreads, 1)
+    gated_rnn_backward_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
+                              float* __restrict__ ws) {
+  extern __shared__ float4 smem4[];
+  gated_rnn_walk<Elem, kCell, kResident, false>(p, plan, ws, static_cast<int>(blockIdx.x),
+                                                reinterpret_cast<float*>(smem4), {});
 }
 
 }  // namespace exphil::kernels

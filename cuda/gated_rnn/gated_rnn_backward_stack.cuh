@@ -1,8 +1,10 @@
 /*
  * Stacked GRU and LSTM layers, backward (ops "gru_stack" and "lstm_stack"):
- * the operands of the stack's own products and W's transpose. The launcher,
- * run_gated_rnn_stack_backward (gated_rnn_launch.cuh), runs the layers from
- * the top down:
+ * the operands of the stack's own products, W's transpose, and at B <= 4
+ * the reverse wavefront's kernel (gated_rnn_backward_stack_kernel, below:
+ * every layer's walk in one launch, each layer's products before and after
+ * it). Above B = 4 the launcher, run_gated_rnn_stack_backward
+ * (gated_rnn_launch.cuh), runs the layers from the top down:
  *
  *   for l = L-1 .. 0:
  *     l > 0:  wx_l = y_{l-1} W_l + b_l                    (again, as the forward
@@ -36,6 +38,7 @@
 #include <type_traits>
 
 #include "common/state_io.cuh"
+#include "gated_rnn/gated_rnn_backward.cuh"
 #include "gated_rnn/gated_rnn_forward_stack.cuh"
 
 namespace exphil::kernels {
@@ -84,6 +87,68 @@ struct LowerGradStore {
 };
 
 }  // namespace gated_rnn_stack
+
+// The reverse wavefront (plan.stack_depth > 0, B <= 4): every layer's walk
+// in one launch, blocks [l * Sb * Su, (l + 1) * Sb * Su) for layer l, each
+// layer in its one-layer backward plan (gated_rnn_stack_layer_plan). Block
+// (g, j) of layer l > 0 also multiplies its grad_wx_s by its slice of W_l
+// (the transpose of the forward's hand-over) and publishes that part of
+// grad_y_{l-1,s} for every unit; layer l-1's blocks stage the Su parts
+// beside their own exchange's and add them, in slice order, to the
+// caller's gradient of y_{l-1,s}. Layer l-1 thus trails layer l by a step
+// or two of the reverse walk instead of waiting for all of it. The ring
+// [D, Su, B, H] between two layers: layer l overwrites step s + D's slot
+// with step s only after every block of layer l-1 in its group has
+// published its own part of step s + D, which follows its staging of the
+// parts handed down for s + D. params: each layer's walk as the launcher
+// sets it up (wx and grad_wx of the layers above in the workspace, grad_y
+// of the layers below the caller's or null).
+template <class Elem, GatedRnnCell kCell>
+__global__ void __launch_bounds__(kGatedRnnThreads, 1)
+    gated_rnn_backward_stack_kernel(const GatedRnnStackBackwardParams p, const GatedRnnPlan plan,
+                                    float* __restrict__ ws) {
+  static_assert(kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm,
+                "the stack takes GRU and LSTM layers");
+  constexpr int G = kGatedRnnGates<kCell>;
+  const int per_layer = plan.unit_slices * plan.batch_blocks;
+  const int l = static_cast<int>(blockIdx.x) / per_layer;
+  const int block = static_cast<int>(blockIdx.x) - l * per_layer;
+  // Layer l's params, read once (indexing the arrays by a run-time layer in
+  // the loop would read them from local memory every time).
+  GatedRnnBackwardParams layer{};
+  const void* W = nullptr;
+#pragma unroll
+  for (int i = 0; i < kGatedRnnMaxStackLayers; ++i)
+    if (i == l) {
+      layer = p.layer[i];
+      W = p.d_W[i];
+    }
+  const GatedRnnPlan lp = gated_rnn_stack_layer_plan(plan, l);
+
+  extern __shared__ float4 smem4[];
+  float* const smem = reinterpret_cast<float*>(smem4);
+  const int C = plan.stored_columns, K = plan.k, Bt = plan.batch_tile;
+  const int U = plan.units_per_block, Su = plan.unit_slices;
+  const int H = static_cast<int>(layer.fwd.shape.hidden);
+  const int64_t ring = static_cast<int64_t>(plan.stack_depth) * Su * layer.fwd.shape.batch * H;
+  uint64_t* const rings = reinterpret_cast<uint64_t*>(ws + plan.ws_stack_parts);  // [L-1, ...]
+  GatedRnnWalkStack st;
+  st.depth = plan.stack_depth;
+  st.from_above = l + 1 < p.layers ? rings + l * ring : nullptr;
+  st.to_below = l > 0 ? rings + (l - 1) * ring : nullptr;
+  st.below_own = l > 0 ? reinterpret_cast<const uint64_t*>(
+                             ws + gated_rnn_stack_layer_plan(plan, l - 1).ws_exchange)
+                       : nullptr;
+  float* const Wi = smem + gated_rnn_walk_shared_floats(plan);
+  st.Wi = Wi;
+  st.ga = Wi + static_cast<int64_t>(C) * K;
+  st.parts_above = st.ga + C * Bt;
+  if (l > 0) {
+    const int u0 = (block % Su) * U;
+    gated_rnn_load_slice(Wi, W, layer.fwd.weight_dtype, G, H, U, u0, min(U, H - u0), C);
+  }
+  gated_rnn_walk<Elem, kCell, true, true>(layer, lp, ws, block, smem, st);
+}
 
 // dst [cols, rows] = src [rows, cols]^T, both in `dtype` (f32 or 16-bit):
 // kTile x kTile tiles through shared memory, so that reads and writes both

@@ -94,12 +94,17 @@ const char* stack_params_invalid(const GatedRnnStackParams& p, const GatedRnnPla
 // What the stack's backward reads without checking: every layer like layer
 // 0, each layer's y and the last layer's gradient of y present, the inputs
 // of the layers above (W) present and their wx and grad_wx not (the
-// workspace's), and a layer-by-layer plan with the stack's workspace.
+// workspace's), and a plan of plan_gated_rnn_stack_backward with the
+// stack's workspace (layer by layer, or the reverse wavefront for as many
+// layers).
 const char* stack_backward_params_invalid(const GatedRnnStackBackwardParams& p, const GatedRnnPlan& plan) {
   if (p.layers < 2 || p.layers > kGatedRnnMaxStackLayers) return "gated RNN stack (layers outside 2 to 4)";
-  if (plan.stack_depth != 0 || plan.ws_rh < 0 || plan.ws_stack_wx < 0 || plan.ws_stack_grad_wx < 0 ||
-      plan.ws_stack_y < 0 || plan.ws_stack_wt < 0)
+  const bool own = plan.stack_depth == 0 ? plan.ws_stack_y >= 0 && plan.ws_stack_wt >= 0
+                                         : plan.ws_stack_layer > 0 && plan.ws_stack_parts >= 0;
+  if (!own || plan.ws_rh < 0 || plan.ws_stack_wx < 0 || plan.ws_stack_grad_wx < 0)
     return "gated RNN stack backward (not a plan of plan_gated_rnn_stack_backward)";
+  if (plan.stack_depth > 0 && plan.blocks != p.layers * plan.unit_slices * plan.batch_blocks)
+    return "gated RNN stack (a plan for another number of layers)";
   const GatedRnnForwardParams& f0 = p.layer[0].fwd;
   if (!f0.d_wx) return "gated RNN stack (layer 0's wx is null)";
   for (int l = 0; l < p.layers; ++l) {

@@ -272,38 +272,41 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
                               d_workspace + plan.ws_split, stream);
   };
 
-  // 1. rh = h_{t-1} R + bias for every step.
-  if (const LaunchResult r = product(
-          B * T, GH, H, GatedRnnRecomputeA<Elem>{prev}, GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
-          GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
-          plan.recompute_splits);
-      !r.ok())
-    return r;
+  // 1. rh = h_{t-1} R + bias for every step; 2. the gates (and the LSTM's c).
+  if (plan.backward_steps & 1) {
+    if (const LaunchResult r = product(
+            B * T, GH, H, GatedRnnRecomputeA<Elem>{prev}, GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
+            GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
+            plan.recompute_splits);
+        !r.ok())
+      return r;
 
-  // 2. The gates (and the LSTM's c).
-  {
-    const int64_t items = kCell == GatedRnnCell::gru ? B * T * H : B * H;
-    const auto blocks = static_cast<unsigned>(
-        std::clamp<int64_t>((items + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
-    gated_rnn_gates_kernel<Elem, kCell>
-        <<<blocks, kGatedRnnThreads, 0, stream>>>(params, plan, d_workspace);
-    EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gates_kernel");
+    {
+      const int64_t items = kCell == GatedRnnCell::gru ? B * T * H : B * H;
+      const auto blocks = static_cast<unsigned>(
+          std::clamp<int64_t>((items + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
+      gated_rnn_gates_kernel<Elem, kCell>
+          <<<blocks, kGatedRnnThreads, 0, stream>>>(params, plan, d_workspace);
+      EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gates_kernel");
+    }
   }
 
   // 3. The reverse walk.
-  static PersistentKernelCache resident, streamed;
-  const LaunchResult walk =
-      plan.resident_weights
-          ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params, plan,
-                              d_workspace, stream,
-                              "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)")
-          : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed, params,
-                              plan, d_workspace, stream,
-                              "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
-  if (!walk.ok()) return walk;
+  if (plan.backward_steps & 2) {
+    static PersistentKernelCache resident, streamed;
+    const LaunchResult walk =
+        plan.resident_weights
+            ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params,
+                                plan, d_workspace, stream,
+                                "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)")
+            : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed, params,
+                                plan, d_workspace, stream,
+                                "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
+    if (!walk.ok()) return walk;
+  }
 
   // 4. grad_R (rows 0..H-1) and grad_bias (row H), only those asked for.
-  if (params.d_grad_R || params.d_grad_bias) {
+  if ((plan.backward_steps & 4) && (params.d_grad_R || params.d_grad_bias)) {
     const int64_t first = params.d_grad_R ? 0 : H;
     const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
     if (const LaunchResult r =
@@ -314,6 +317,102 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
                     plan.weight_grad_splits);
         !r.ok())
       return r;
+  }
+  return {};
+}
+
+namespace gated_rnn_launch {
+
+// The stack's backward, layer l > 0: its input projection again, wx =
+// y_{l-1} W_l + W_bias_l [M, G*H] in the sequence dtype.
+template <class Elem>
+LaunchResult stack_projection(const GatedRnnStackBackwardParams& params, int l, Elem* wx,
+                              bool tensor_cores, int splits, float* partial, cudaStream_t stream) {
+  const GatedRnnForwardParams& f = params.layer[l].fwd;
+  const int64_t M = f.shape.batch * f.shape.steps, H = f.shape.hidden;
+  const int64_t GH = gated_rnn_gates(f.cell) * H;
+  return gemm_product<Elem>(
+      tensor_cores, M, GH, H,
+      gated_rnn_stack::SequenceRows<Elem>{static_cast<const Elem*>(params.layer[l - 1].fwd.d_y), H},
+      GatedRnnWeightB{params.d_W[l], f.weight_dtype, GH},
+      gated_rnn_stack::ProjectionStore<Elem>{wx, params.d_W_bias[l], f.weight_dtype, GH}, splits,
+      partial, stream);
+}
+
+// Layer l > 0: grad_W_l (rows 0..H-1) and grad_W_bias_l (row H) from its
+// grad_wx [M, G*H], those asked for.
+template <class Elem>
+LaunchResult stack_input_weight_grads(const GatedRnnStackBackwardParams& params, int l,
+                                      const Elem* grad_wx, bool tensor_cores, int splits,
+                                      float* partial, cudaStream_t stream) {
+  if (!params.d_grad_W[l] && !params.d_grad_W_bias[l]) return {};
+  const GatedRnnForwardParams& f = params.layer[l].fwd;
+  const int64_t M = f.shape.batch * f.shape.steps, H = f.shape.hidden;
+  const int64_t GH = gated_rnn_gates(f.cell) * H;
+  const int64_t first = params.d_grad_W[l] ? 0 : H;
+  const int64_t rows = (params.d_grad_W_bias[l] ? H + 1 : H) - first;
+  return gemm_product<Elem>(
+      tensor_cores, rows, GH, M,
+      gated_rnn_stack::InputGradA<Elem>{static_cast<const Elem*>(params.layer[l - 1].fwd.d_y), H, first},
+      gated_rnn_stack::SequenceRows<Elem>{grad_wx, GH},
+      GatedRnnWeightGradStore{params.d_grad_W[l], params.d_grad_W_bias[l], f.weight_dtype, H, GH,
+                              first},
+      splits, partial, stream);
+}
+
+}  // namespace gated_rnn_launch
+
+// The stack's reverse wavefront (plan.stack_depth > 0,
+// gated_rnn_backward_stack.cuh): per layer, in its one-layer plan and
+// workspace, the input projection again (l > 0), the recompute product and
+// the gates; then every layer's walk in one launch; then per layer grad_R
+// and grad_bias, and grad_W and grad_W_bias (l > 0), those asked for.
+template <class Elem, GatedRnnCell kCell>
+LaunchResult run_gated_rnn_stack_backward_wavefront(const GatedRnnStackBackwardParams& params,
+                                                    const GatedRnnPlan& plan, float* d_workspace,
+                                                    cudaStream_t stream) {
+  using namespace gated_rnn_launch;
+  const GatedRnnForwardParams& f0 = params.layer[0].fwd;
+  const int64_t M = f0.shape.batch * f0.shape.steps;
+  const int64_t GH = kGatedRnnGates<kCell> * f0.shape.hidden;
+  const int L = params.layers;
+  Elem* const wx = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_wx);       // [L-1, M, GH]
+  Elem* const grad_wx = reinterpret_cast<Elem*>(d_workspace + plan.ws_stack_grad_wx);
+  GatedRnnStackBackwardParams q = params;
+  for (int l = 0; l < L; ++l) {
+    GatedRnnPlan lp = gated_rnn_stack_layer_plan(plan, l);
+    GatedRnnBackwardParams& layer = q.layer[l];
+    if (l > 0) {
+      layer.fwd.d_wx = wx + (l - 1) * M * GH;
+      layer.d_grad_wx = grad_wx + (l - 1) * M * GH;
+      if (const LaunchResult r =
+              stack_projection(params, l, wx + (l - 1) * M * GH, plan.gemm_tensor_cores,
+                               lp.recompute_splits, d_workspace + lp.ws_split, stream);
+          !r.ok())
+        return r;
+    }
+    lp.backward_steps = 1;
+    if (const LaunchResult r = run_gated_rnn_backward<Elem, kCell>(layer, lp, d_workspace, stream); !r.ok())
+      return r;
+  }
+  static PersistentKernelCache walk;
+  if (const LaunchResult r = launch_persistent(
+          gated_rnn_backward_stack_kernel<Elem, kCell>, walk, q, plan, d_workspace, stream,
+          "cudaLaunchCooperativeKernel (gated_rnn_backward_stack_kernel)");
+      !r.ok())
+    return r;
+  for (int l = 0; l < L; ++l) {
+    GatedRnnPlan lp = gated_rnn_stack_layer_plan(plan, l);
+    lp.backward_steps = 4;
+    if (const LaunchResult r = run_gated_rnn_backward<Elem, kCell>(q.layer[l], lp, d_workspace, stream);
+        !r.ok())
+      return r;
+    if (l > 0)
+      if (const LaunchResult r = stack_input_weight_grads(
+              params, l, grad_wx + (l - 1) * M * GH, plan.gemm_tensor_cores,
+              lp.weight_grad_splits, d_workspace + lp.ws_split, stream);
+          !r.ok())
+        return r;
   }
   return {};
 }
@@ -331,6 +430,8 @@ LaunchResult run_gated_rnn_stack_backward(const GatedRnnStackBackwardParams& par
   using namespace gated_rnn_stack;
   clear_stale_launch_error();
   if constexpr (kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm) {
+    if (plan.stack_depth > 0)
+      return run_gated_rnn_stack_backward_wavefront<Elem, kCell>(params, plan, d_workspace, stream);
     const GatedRnnForwardParams& f0 = params.layer[0].fwd;
     const int64_t M = f0.shape.batch * f0.shape.steps, H = f0.shape.hidden;
     const int64_t GH = kGatedRnnGates<kCell> * H;
@@ -348,10 +449,9 @@ LaunchResult run_gated_rnn_stack_backward(const GatedRnnStackBackwardParams& par
       GatedRnnBackwardParams layer = params.layer[l];
       const Elem* const below = l > 0 ? static_cast<const Elem*>(params.layer[l - 1].fwd.d_y) : nullptr;
       if (l > 0) {
-        if (const LaunchResult r = product(M, GH, H, SequenceRows<Elem>{below, H},
-                                           GatedRnnWeightB{params.d_W[l], wdt, GH},
-                                           ProjectionStore<Elem>{wx, params.d_W_bias[l], wdt, GH},
-                                           plan.recompute_splits);
+        if (const LaunchResult r = stack_projection(params, l, wx, plan.gemm_tensor_cores,
+                                                    plan.recompute_splits,
+                                                    d_workspace + plan.ws_split, stream);
             !r.ok())
           return r;
         layer.fwd.d_wx = wx;
@@ -363,19 +463,11 @@ LaunchResult run_gated_rnn_stack_backward(const GatedRnnStackBackwardParams& par
         return r;
       if (l == 0) break;
 
-      // grad_W (rows 0..H-1) and grad_W_bias (row H), those asked for.
-      if (params.d_grad_W[l] || params.d_grad_W_bias[l]) {
-        const int64_t first = params.d_grad_W[l] ? 0 : H;
-        const int64_t rows = (params.d_grad_W_bias[l] ? H + 1 : H) - first;
-        if (const LaunchResult r =
-                product(rows, GH, M, InputGradA<Elem>{below, H, first},
-                        SequenceRows<Elem>{grad_wx, GH},
-                        GatedRnnWeightGradStore{params.d_grad_W[l], params.d_grad_W_bias[l], wdt, H,
-                                                GH, first},
-                        plan.weight_grad_splits);
-            !r.ok())
-          return r;
-      }
+      if (const LaunchResult r =
+              stack_input_weight_grads(params, l, grad_wx, plan.gemm_tensor_cores,
+                                       plan.weight_grad_splits, d_workspace + plan.ws_split, stream);
+          !r.ok())
+        return r;
 
       // The gradient of y_{l-1}: grad_wx_l W_l^T, plus the caller's.
       {

@@ -125,6 +125,32 @@ EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_tc_shared_floats(int64_t hidden,
   return rows * gated_rnn_tc_x_stride(hidden) + parts * rows * gated_rnn_tc_sum_stride(columns);
 }
 
+// The reverse walk's shared memory in the block layout, resident (R's
+// slice [C, H], grad_rh of the slice [C, Bt], the slices' parts [Su, Bt,
+// U]), rounded up to whole float4s: the stack's walk puts a second set
+// (W's slice, grad_wx's, the parts from above) after it.
+EXPHIL_GATED_RNN_HD constexpr int gated_rnn_walk_shared_floats(const GatedRnnPlan& p) noexcept {
+  const int64_t f = static_cast<int64_t>(p.stored_columns) * p.k +
+                    static_cast<int64_t>(p.stored_columns) * p.batch_tile +
+                    static_cast<int64_t>(p.unit_slices) * p.batch_tile * p.units_per_block;
+  return static_cast<int>((f + 3) / 4 * 4);
+}
+
+// Layer l's one-layer backward plan within the stack's reverse wavefront
+// plan: its share of the blocks, its workspace at l * ws_stack_layer.
+EXPHIL_GATED_RNN_HD inline GatedRnnPlan gated_rnn_stack_layer_plan(const GatedRnnPlan& plan,
+                                                                  int l) noexcept {
+  GatedRnnPlan p = plan;
+  const int64_t o = static_cast<int64_t>(l) * plan.ws_stack_layer;
+  int64_t* const at[] = {&p.ws_weights, &p.ws_state, &p.ws_exchange, &p.ws_cell,
+                         &p.ws_rh,      &p.ws_gates, &p.ws_c,        &p.ws_split};
+  for (int64_t* a : at)
+    if (*a >= 0) *a += o;
+  p.blocks = plan.unit_slices * plan.batch_blocks;
+  p.stack_depth = 0;
+  return p;
+}
+
 // The multiprocessor count and shared-memory limits of `device`.
 cudaError_t query_gated_rnn_device(int device, GatedRnnDevice& out) noexcept;
 
@@ -175,9 +201,14 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
 const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                         const GatedRnnShape& shape, int layers,
                                         const GatedRnnDevice& device) noexcept;
-// The stack's backward: the layers' backwards from the top down, each in
-// plan_gated_rnn's backward plan, with the workspace for the stack's own
-// products (stack_depth 0; gated_rnn_stack_unsupported checks it too).
+// The stack's backward. At B <= 4, unless options.stack_wavefront = 0 or
+// options.streamed_weights, the reverse wavefront (stack_depth > 0,
+// gated_rnn_backward_stack.cuh): every layer's walk in one launch, each
+// layer in plan_gated_rnn's backward plan on 1 / layers of the
+// multiprocessors and half the shared memory, resident, its workspace at l
+// * ws_stack_layer. Elsewhere the layers' backwards from the top down, each
+// in plan_gated_rnn's backward plan, with the workspace for the stack's
+// own products (stack_depth 0). gated_rnn_stack_unsupported checks both.
 GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShape& shape, int layers,
                                            const GatedRnnDevice& device,
                                            const GatedRnnLaunchOptions& options = {},

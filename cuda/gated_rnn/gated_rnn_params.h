@@ -184,6 +184,11 @@ struct GatedRnnPlan {
   // of two, at least 2): a layer runs at most this many steps ahead of the
   // layer above it; 0: the layers one after another, each in this plan.
   int stack_depth = 0;
+  // Backward: which of its steps a launch runs (bits: 1 the recompute
+  // product and the gates, 2 the reverse walk, 4 the weight gradients);
+  // the stack's reverse wavefront runs each layer's products apart from
+  // the one walk of all layers.
+  int backward_steps = 7;
   int threads = 256;             // of each block of the persistent kernel
   // Backward: the slices along B*T of the grad_R / grad_bias product
   // (gated_rnn_gemm.cuh), more than 1 when its output tiles are too few to
@@ -214,6 +219,12 @@ struct GatedRnnPlan {
                             // its backward: [B, T, H] the gradient of a lower layer's y
   int64_t ws_stack_grad_wx = -1;  // the stack's backward: [B, T, G*H] a layer's grad_wx
   int64_t ws_stack_wt = -1;       // the stack's backward: [G*H, H] a layer's W transposed
+  // The stack's reverse wavefront (backward, stack_depth > 0): each layer's
+  // one-layer workspace at l * ws_stack_layer (its offsets above are layer
+  // 0's), and the rings of parts handed down [L-1, stack_depth, Su, B, H]
+  // of 64-bit words; ws_stack_wx and ws_stack_grad_wx then hold L-1 layers'.
+  int64_t ws_stack_layer = -1;
+  int64_t ws_stack_parts = -1;
   int64_t ws_split = -1;    // backward: the split products' partial sums, the recompute's
                             // [recompute_splits, B*T, G*H], later grad_R's
                             // [weight_grad_splits, H+1, G*H]

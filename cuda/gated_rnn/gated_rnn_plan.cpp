@@ -449,10 +449,38 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
                                            const GatedRnnDevice& device,
                                            const GatedRnnLaunchOptions& options,
                                            GatedRnnDTypes dtypes) noexcept {
-  (void)layers;  // every layer runs in the one plan, one after another
   const int64_t G = gated_rnn_gates(cell);
   const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
   const int64_t H = std::max<int64_t>(shape.hidden, 1);
+  const int64_t L = std::clamp(layers, 1, kGatedRnnMaxStackLayers);
+  // The reverse wavefront at B <= kGatedRnnLatencyRows
+  // (gated_rnn_backward_stack.cuh): each layer's one-layer backward plan on
+  // its share of the multiprocessors and half the shared memory (the
+  // walk's block holds W's slice, grad_wx's and the parts from above
+  // besides), resident.
+  if (B <= kGatedRnnLatencyRows && L >= 2 && options.stack_wavefront != 0 &&
+      !options.streamed_weights && (cell == GatedRnnCell::gru || cell == GatedRnnCell::lstm)) {
+    GatedRnnDevice share = device;
+    share.sm_count = device.sm_count / static_cast<int>(L);
+    share.max_shared_per_block = device.max_shared_per_block / 2 / 16 * 16;
+    const GatedRnnPlan lp =
+        plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, options, dtypes);
+    if (share.sm_count >= 1 && lp.resident_weights && !gated_rnn_unsupported(lp, cell, shape, share)) {
+      GatedRnnPlan plan = lp;
+      plan.device = device;
+      plan.blocks = static_cast<int>(L * lp.blocks);
+      plan.shared_bytes = 2 * gated_rnn_walk_shared_floats(lp) * static_cast<int>(sizeof(float));
+      plan.stack_depth = kGatedRnnStackBlocksDepth;
+      int64_t total = L * lp.ws_floats;
+      plan.ws_stack_layer = lp.ws_floats;
+      plan.ws_stack_parts =
+          take(total, 2 * (L - 1) * plan.stack_depth * lp.unit_slices * B * H);  // 64-bit words
+      plan.ws_stack_wx = take(total, (L - 1) * B * T * G * H);
+      plan.ws_stack_grad_wx = take(total, (L - 1) * B * T * G * H);
+      plan.ws_floats = total;
+      return plan;
+    }
+  }
   // Each layer's backward in the one-layer plan; its workspace serves them
   // all in turn, and its split products' partial sums the stack's products
   // too ([recompute_splits, B*T, G*H] holds the projection's and the
@@ -487,6 +515,22 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
   if (shape.steps > INT32_MAX - 1) return "gated RNN stack: T above 2^31 - 2";
   if (plan.stack_depth < 2 || (plan.stack_depth & (plan.stack_depth - 1)) != 0)
     return "gated RNN stack plan: its exchange rings' depth is not a power of two >= 2";
+  if (plan.ws_rh >= 0) {
+    // The backward's reverse wavefront.
+    if (plan.ws_stack_layer <= 0 || plan.ws_stack_parts < 0 || plan.ws_stack_wx < 0 ||
+        plan.ws_stack_grad_wx < 0)
+      return "gated RNN stack backward plan: the reverse wavefront without its workspace";
+    if (static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks * layers != plan.blocks ||
+        plan.k_split || plan.unit_warps || plan.tensor_cores)
+      return "gated RNN stack backward plan: the blocks do not cover B and H in every layer";
+    if (!plan.resident_weights)
+      return "gated RNN stack backward plan: the reverse wavefront holds its slices in shared memory";
+    if (plan.blocks > device.sm_count)
+      return "gated RNN stack: more blocks (layers x batch groups x slices) than multiprocessors";
+    if (plan.shared_bytes < 2 * gated_rnn_walk_shared_floats(plan) * static_cast<int>(sizeof(float)))
+      return "gated RNN stack backward plan: less shared memory than its walk takes";
+    return gated_rnn_unsupported(gated_rnn_stack_layer_plan(plan, 0), cell, shape, device);
+  }
   if (!plan.k_split) {
     // The block layout's wavefront.
     if (shape.hidden > (int64_t{1} << 24)) return "gated RNN: H above 2^24";
@@ -540,6 +584,19 @@ int gated_rnn_kernel_count(GatedRnnDirection direction, const GatedRnnBackwardPa
 int gated_rnn_stack_backward_kernel_count(const GatedRnnStackBackwardParams& params,
                                           const GatedRnnPlan& plan) noexcept {
   const int split = plan.recompute_splits > 1 ? 2 : 1;  // the products over H or G*H
+  const int grad_split = plan.weight_grad_splits > 1 ? 2 : 1;
+  if (plan.stack_depth > 0) {
+    // The reverse wavefront: one walk; per layer the recompute product and
+    // the gates, grad_R's product where wanted; above the first the
+    // projection again and grad_W's product where wanted.
+    int n = 1;
+    for (int l = 0; l < params.layers && l < kGatedRnnMaxStackLayers; ++l) {
+      const GatedRnnBackwardParams& b = params.layer[l];
+      n += split + 1 + (b.d_grad_R || b.d_grad_bias ? grad_split : 0);
+      if (l > 0) n += split + (params.d_grad_W[l] || params.d_grad_W_bias[l] ? grad_split : 0);
+    }
+    return n;
+  }
   int n = 0;
   for (int l = 0; l < params.layers && l < kGatedRnnMaxStackLayers; ++l) {
     n += gated_rnn_kernel_count(GatedRnnDirection::backward, params.layer[l], plan);

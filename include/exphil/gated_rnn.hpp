@@ -183,9 +183,9 @@ struct GatedRnnLaunchInfo {
   // Backward: its products of h and R and of h and grad_rh on tensor cores.
   // A stack layer by layer: also its input projections.
   bool tensor_cores = false;
-  // A stack: its layers in one launch (the wavefront; k_split says which
-  // layout), else one after another, each in the layout the other fields
-  // give.
+  // A stack: its layers in one launch (the forward's wavefront, k_split
+  // saying which layout; the backward's reverse walks), else one after
+  // another, each in the layout the other fields give.
   bool stacked = false;
   int kernels = 0;                // kernel launches of the call
 };
@@ -233,8 +233,10 @@ Status gated_rnn_backward(const GatedRnnBackwardArgs& args, Stream stream = null
 // batch_blocks set the layout's (the wavefront's, or each layer's).
 Status gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args, Stream stream = nullptr,
                                const GatedRnnLaunchOptions* options = nullptr) noexcept;
-// Its backward: the layers' backwards in the one-layer plan (the options
-// as gated_rnn_backward takes them).
+// Its backward: up to B = 4 every layer's reverse walk in one launch
+// (options.stack_wavefront = 0 asks for one after another), above the
+// layers' backwards one after another; the options as gated_rnn_backward
+// takes them.
 Status gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args, Stream stream = nullptr,
                                 const GatedRnnLaunchOptions* options = nullptr) noexcept;
 

@@ -698,7 +698,7 @@ TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference",
                            {DType::bf16, DType::bf16, DType::f32},
                            {DType::f16, DType::f32, DType::f16}};
   double worst = 0;
-  int cases = 0, i = 0;
+  int cases = 0, wavefront = 0, i = 0;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (const DTypes& d : dtypes)
       for (const Shape& s : shapes) {
@@ -716,15 +716,21 @@ TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference",
         run.run(stream.s);
         REQUIRE(run.check_against_reference() <= 1.0);
         run.prepare_backward(seed + 1000 + static_cast<uint64_t>(i));
-        INFO(c.describe() << " | backward plan: " << run.backward_plan().blocks << " blocks, products on "
+        INFO(c.describe() << " | backward plan: " << run.backward_plan().blocks << " blocks, "
+                          << (run.backward_plan().stack_depth > 0 ? "the reverse wavefront"
+                                                                  : "layer by layer")
+                          << ", products on "
                           << (run.backward_plan().gemm_tensor_cores ? "tensor cores" : "CUDA cores"));
         CHECK(run.backward_plan().gemm_tensor_cores ==
               (d.dtype != DType::f32 && c.options.tensor_cores != 0));
+        CHECK((run.backward_plan().stack_depth > 0) == (s.B <= 4));
+        wavefront += run.backward_plan().stack_depth > 0;
         run.run_backward(stream.s);
         worst = std::max(worst, run.check_backward_against_reference());
         ++cases;
       }
-  std::printf("gated RNN stack backward: %d cases, worst error/allowed %.3g\n", cases, worst);
+  std::printf("gated RNN stack backward: %d cases (%d in the reverse wavefront), worst error/allowed %.3g\n",
+              cases, wavefront, worst);
 }
 
 // Two runs, a graph replay and the C++ API give the same bytes; the API
@@ -734,8 +740,9 @@ TEST_CASE("gated RNN stack backward: bitwise deterministic, captured, and throug
   RnnStream stream;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
     for (DType dtype : {DType::f32, DType::bf16})
-      for (int64_t B : {1, 9}) {
-        const StackCase c = StackCase::everything(kind, dtype, 3, B, 40, 100);
+      for (int64_t B : {1, 9, -1}) {  // the reverse wavefront; layer by layer (9, and -1: B1 turned off)
+        StackCase c = StackCase::everything(kind, dtype, 3, B < 0 ? -B : B, 40, 100);
+        if (B < 0) c.options.stack_wavefront = 0;
         StackRun run(c, test_seed());
         INFO(c.describe());
         run.run(stream.s);
@@ -759,10 +766,14 @@ TEST_CASE("gated RNN stack backward: bitwise deterministic, captured, and throug
         exphil::GatedRnnLaunchInfo info;
         run.run_backward_api(stream.s, &info);
         CHECK(run.backward_bytes() == first);
-        CHECK_FALSE(info.stacked);
+        CHECK(info.stacked == (B == 1));
+        CHECK(info.stacked == (run.backward_plan().stack_depth > 0));
         CHECK(info.kernels == exphil::kernels::gated_rnn_stack_backward_kernel_count(run.backward_params(),
                                                                                      run.backward_plan()));
-        CHECK(info.kernels >= 3 * c.layers + 4 * (c.layers - 1));
+        // Layer by layer each layer's 3 or more and 4 per layer above; the
+        // wavefront's one walk, each layer's 2 or more and 1 per layer above.
+        CHECK(info.kernels >= (info.stacked ? 1 + 2 * c.layers + (c.layers - 1)
+                                            : 3 * c.layers + 4 * (c.layers - 1)));
       }
 }
 

@@ -722,8 +722,10 @@ TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's
     for (const GatedRnnShape shape : {GatedRnnShape{1, 32, 256}, GatedRnnShape{64, 256, 512}, GatedRnnShape{3, 7, 37}}) {
       INFO("cell " << static_cast<int>(cell) << " B" << shape.batch << " T" << shape.steps << " H" << shape.hidden);
       const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
-      const GatedRnnPlan p = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, {}, bf16);
-      const GatedRnnPlan one = plan_gated_rnn(GatedRnnDirection::backward, cell, shape, kH100, {}, bf16);
+      GatedRnnLaunchOptions layered;
+      layered.stack_wavefront = 0;
+      const GatedRnnPlan p = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, layered, bf16);
+      const GatedRnnPlan one = plan_gated_rnn(GatedRnnDirection::backward, cell, shape, kH100, layered, bf16);
       CHECK(gated_rnn_stack_unsupported(p, cell, shape, 3, kH100) == nullptr);
       CHECK(p.stack_depth == 0);
       CHECK(p.blocks == one.blocks);
@@ -738,7 +740,7 @@ TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's
       CHECK(p.ws_stack_wt >= p.ws_stack_y + BT * H);
       CHECK(p.ws_floats >= p.ws_stack_wt + GH * H);
       check_workspace(p);
-      GatedRnnLaunchOptions cuda_cores;
+      GatedRnnLaunchOptions cuda_cores = layered;
       cuda_cores.tensor_cores = 0;
       CHECK_FALSE(plan_gated_rnn_stack_backward(cell, shape, 3, kH100, cuda_cores, bf16).gemm_tensor_cores);
       // Without the stack's own regions: refused.
@@ -747,6 +749,47 @@ TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's
       const char* why = gated_rnn_stack_unsupported(bad, cell, shape, 3, kH100);
       REQUIRE(why != nullptr);
       CHECK(std::string(why).find("without its workspace") != std::string::npos);
+
+      // By default at B <= 4 the reverse wavefront: each layer the
+      // one-layer backward plan on a third of the multiprocessors and half
+      // the shared memory, its workspace a region of its own; above, layer
+      // by layer.
+      const GatedRnnPlan w = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, {}, bf16);
+      CHECK(gated_rnn_stack_unsupported(w, cell, shape, 3, kH100) == nullptr);
+      if (shape.batch > 4) {
+        CHECK(w.stack_depth == 0);
+        continue;
+      }
+      GatedRnnDevice share = kH100;
+      share.sm_count = kH100.sm_count / 3;
+      share.max_shared_per_block = kH100.max_shared_per_block / 2 / 16 * 16;
+      const GatedRnnPlan lone = plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, {}, bf16);
+      CHECK(w.stack_depth == kGatedRnnStackBlocksDepth);
+      CHECK(w.blocks == 3 * lone.blocks);
+      CHECK(w.blocks <= kH100.sm_count);
+      CHECK(w.units_per_block == lone.units_per_block);
+      CHECK(w.shared_bytes == 2 * gated_rnn_walk_shared_floats(lone) * 4);
+      CHECK(w.shared_bytes <= kH100.max_shared_per_block);
+      CHECK(w.ws_stack_layer == lone.ws_floats);
+      for (int l = 0; l < 3; ++l) {
+        const GatedRnnPlan lp = gated_rnn_stack_layer_plan(w, l);
+        CHECK(lp.ws_rh == lone.ws_rh + l * lone.ws_floats);
+        CHECK(lp.ws_exchange == lone.ws_exchange + l * lone.ws_floats);
+        CHECK(lp.blocks == lone.blocks);
+      }
+      CHECK(w.ws_stack_parts >= 3 * lone.ws_floats);
+      CHECK(w.ws_stack_wx >= w.ws_stack_parts + 2 * 2 * w.stack_depth * w.unit_slices * shape.batch * H);
+      CHECK(w.ws_stack_grad_wx >= w.ws_stack_wx + 2 * BT * GH);
+      CHECK(w.ws_floats >= w.ws_stack_grad_wx + 2 * BT * GH);
+      check_workspace(w);
+      GatedRnnPlan no_parts = w;
+      no_parts.ws_stack_parts = -1;
+      why = gated_rnn_stack_unsupported(no_parts, cell, shape, 3, kH100);
+      REQUIRE(why != nullptr);
+      CHECK(std::string(why).find("without its workspace") != std::string::npos);
+      GatedRnnPlan too_many = w;
+      too_many.blocks = 2 * w.blocks;
+      CHECK(gated_rnn_stack_unsupported(too_many, cell, shape, 3, kH100) != nullptr);
     }
 }
 
