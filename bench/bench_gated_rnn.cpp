@@ -38,6 +38,8 @@
 //   by a step), and
 //   forward + backward with the stacked backward (stacked_row says what
 //   each includes), which compare_gated_rnn.py pairs with cuDNN's "yes".
+//   --layouts times the stack's backward both ways alone
+//   (run_stack_backward_plans).
 // Columns: events_us, CUDA events around one call from the host (our
 // validation and launch included: eager); graph_us, replay of a CUDA graph
 // of 20 calls (1 call at the larger shapes) back to back, per call; the
@@ -709,7 +711,8 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
 // (the stacked forward fed layer 2 f32 h) and the order of the projection's
 // sums.
 std::string validate_stack_backward(const Problem& p, const CallSet& set, const StackedSet& st,
-                                    const Gemm& gemm, cudaStream_t stream) {
+                                    const Gemm& gemm, cudaStream_t stream,
+                                    const GatedRnnLaunchOptions* options = nullptr) {
   const int64_t H = p.s.hidden, GH = p.gh(), BT = p.s.batch * p.s.steps;
   const auto sz = [](int64_t v) { return static_cast<std::size_t>(v); };
   enqueue_ours(p, set, 2, true, true, gemm, stream);
@@ -724,7 +727,7 @@ std::string validate_stack_backward(const Problem& p, const CallSet& set, const 
     poison(*t, stream);
   project_forward(p, set.layer[0], gemm);
   require(gated_rnn_stack_forward(st.args, stream), "gated_rnn_stack_forward");
-  require(gated_rnn_stack_backward(st.backward, stream), "gated_rnn_stack_backward");
+  require(gated_rnn_stack_backward(st.backward, stream, options), "gated_rnn_stack_backward");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const std::vector<std::vector<double>> got = {download(set.layer[0].grad_wx, 0, sz(BT * GH)),
                                                 download(st.grad_R, 0, sz(H * GH)),
@@ -864,7 +867,8 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
   std::printf("%-5s %-5s %-14s %2d %-4s %-8s %-22s %10.2f %10.2f %9.2f %-6s %6.1fx %8.2f %21s\n",
               gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(), 2, "stk",
               "fwd+bwd", layout_name(info, info.kernels + binfo.kernels + 3).c_str(), tb.events_us,
-              tb.graph_us, fb.us, fb.bound, tb.graph_us / fb.us, tb.host_us, "(stacked, 1 launch fwd)");
+              tb.graph_us, fb.us, fb.bound, tb.graph_us / fb.us, tb.host_us,
+              binfo.stacked ? "(stacked, 1 launch each way)" : "(stacked, 1 launch fwd)");
   std::printf("%-5s %-5s %-14s stacked %s\n", gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype),
               shape_name(p.s).c_str(), bvalidation.c_str());
 }
@@ -1109,6 +1113,53 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
   }
 }
 
+// --layouts, the stack's backward: two layers (the tensors of the "stk"
+// rows), its reverse wavefront (GatedRnnLaunchOptions::stack_wavefront = 1)
+// against the layers one after another (0), the backward alone, graph
+// replay of one input set, the automatic plan named: the evidence for
+// kGatedRnnStackBackwardMinSteps. Each plan is first checked against the two
+// one-layer calls (validate_stack_backward).
+void run_stack_backward_plans(const SectionContext& c, const Gemm& gemm, const Problem& p,
+                              uint64_t seed) {
+  double ignored = 0;
+  const auto set = make_call_set(p, seed, c.stream, &ignored);
+  const auto st = make_stacked_set(p, *set, c.stream);
+  GatedRnnLaunchInfo automatic;
+  GatedRnnLaunchOptions probe;
+  probe.chosen = &automatic;
+  project_forward(p, set->layer[0], gemm);
+  require(gated_rnn_stack_forward(st->args, c.stream), "gated_rnn_stack_forward");
+  require(gated_rnn_stack_backward(st->backward, c.stream, &probe), "gated_rnn_stack_backward");
+  const Budget budget{c.quick ? 2e4 : 1e5, c.quick ? 20 : 100};
+  double us[2] = {0, 0};
+  std::string checked[2];
+  for (int wavefront : {1, 0}) {
+    GatedRnnLaunchInfo info;
+    GatedRnnLaunchOptions o;
+    o.stack_wavefront = wavefront;
+    o.chosen = &info;
+    require(gated_rnn_stack_backward(st->backward, c.stream, &o), "gated_rnn_stack_backward");
+    o.chosen = nullptr;
+    if (wavefront == 1 && !info.stacked) {
+      checked[1] = "the wavefront does not fit";
+      continue;
+    }
+    checked[wavefront] = validate_stack_backward(p, *set, *st, gemm, c.stream, &o);
+    require(gated_rnn_stack_forward(st->args, c.stream), "gated_rnn_stack_forward");
+    us[wavefront] = time_ours(c.stream, budget, 1, small_call(p.s), [&](int) {
+                      require(gated_rnn_stack_backward(st->backward, c.stream, &o),
+                              "gated_rnn_stack_backward");
+                    }).graph_us;
+  }
+  std::printf("%-5s %-5s %-14s L2 stack backward (graph us): wavefront %9.2f  layer by layer %9.2f  "
+              "ratio %5.2fx  automatic: %s\n      wavefront: %s\n      layer by layer: %s\n",
+              gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(), us[1],
+              us[0], us[1] > 0 ? us[0] / us[1] : 0.0,
+              automatic.stacked ? "the wavefront" : "layer by layer", checked[1].c_str(),
+              checked[0].c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
@@ -1142,6 +1193,17 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
         for (const Shape& s : kShapes)
           if (s.steps > 1 && (dtype == DType::f32 || s.batch > 4) && !(small && s.batch > 1))
             run_layouts(context, Problem{cell, dtype, s, has_c}, seed + 31 * ++k);
+      }
+    std::printf("\n== gated_rnn layouts: the stack's backward, two layers, H256 ==\n");
+    for (DType dtype : {DType::f32, DType::bf16})
+      for (const CellSpec& cell : kCells) {
+        GatedRnnForwardArgs probe;
+        probe.cell = cell.cell;
+        const bool has_c = tensor_slot(probe, "c_final") != nullptr;
+        for (int64_t B : {1, 2, 4})
+          for (int64_t T : {1, 2, 4, 8, 16, 32, 64})
+            run_stack_backward_plans(context, gemm, Problem{cell, dtype, Shape{B, T, 256}, has_c},
+                                     seed + 31 * ++k);
       }
     return;
   }

@@ -1,9 +1,10 @@
 /*
  * Stacked GRU and LSTM layers, backward (ops "gru_stack" and "lstm_stack"):
- * the operands of the stack's own products, W's transpose, and at B <= 4
- * the reverse wavefront's kernel (gated_rnn_backward_stack_kernel, below:
- * every layer's walk in one launch, each layer's products before and after
- * it). Above B = 4 the launcher, run_gated_rnn_stack_backward
+ * the operands of the stack's own products, W's transpose, and the reverse
+ * wavefront's kernel (gated_rnn_backward_stack_kernel, below: every
+ * layer's walk in one launch, each layer's products before and after it;
+ * planned up to B = 4: kGatedRnnStackBackwardMinSteps says where). Otherwise
+ * the launcher, run_gated_rnn_stack_backward
  * (gated_rnn_launch.cuh), runs the layers from the top down:
  *
  *   for l = L-1 .. 0:

@@ -77,6 +77,15 @@ inline constexpr int kGatedRnnStackBlocksPerSm = 2;
 // (gated_rnn_forward_stack_blocks.cuh): its rings' slots (a layer above
 // trails by about two steps; the rest absorbs the steps' jitter).
 inline constexpr int kGatedRnnStackBlocksDepth = 8;
+// The stack's reverse wavefront (gated_rnn_backward_stack.cuh) is the
+// automatic plan up to kGatedRnnLatencyRows rows, above B = 1 from this
+// many steps: at one step there is nothing to overlap, and on 1 / L of the
+// multiprocessors each layer's walk has L times the units a block. L2 H256
+// (bench/RESULTS.md, issue 30 run BF): B1 1.01 to 1.21x the layers one
+// after another at T 1 to 64; B2 and B4 0.90 to 0.97x at T1, 0.99 to 1.17x
+// at T 2 to 64. GatedRnnLaunchOptions::stack_wavefront = 1 asks for it
+// at any T.
+inline constexpr int64_t kGatedRnnStackBackwardMinSteps = 2;
 
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh).
 // A warp holds at most kGatedRnnTcWarpTiles 16-column tiles of its block's
@@ -201,8 +210,10 @@ GatedRnnPlan plan_gated_rnn_stack(GatedRnnCell cell, const GatedRnnShape& shape,
 const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
                                         const GatedRnnShape& shape, int layers,
                                         const GatedRnnDevice& device) noexcept;
-// The stack's backward. At B <= 4, unless options.stack_wavefront = 0 or
-// options.streamed_weights, the reverse wavefront (stack_depth > 0,
+// The stack's backward. At B <= 4 (above B = 1 from
+// kGatedRnnStackBackwardMinSteps steps unless options.stack_wavefront = 1),
+// unless options.stack_wavefront = 0 or options.streamed_weights, the
+// reverse wavefront (stack_depth > 0,
 // gated_rnn_backward_stack.cuh): every layer's walk in one launch, each
 // layer in plan_gated_rnn's backward plan on 1 / layers of the
 // multiprocessors and half the shared memory, resident, its workspace at l

@@ -453,12 +453,13 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
   const int64_t B = std::max<int64_t>(shape.batch, 1), T = std::max<int64_t>(shape.steps, 1);
   const int64_t H = std::max<int64_t>(shape.hidden, 1);
   const int64_t L = std::clamp(layers, 1, kGatedRnnMaxStackLayers);
-  // The reverse wavefront at B <= kGatedRnnLatencyRows
-  // (gated_rnn_backward_stack.cuh): each layer's one-layer backward plan on
-  // its share of the multiprocessors and half the shared memory (the
-  // walk's block holds W's slice, grad_wx's and the parts from above
-  // besides), resident.
-  if (B <= kGatedRnnLatencyRows && L >= 2 && options.stack_wavefront != 0 &&
+  // The reverse wavefront (gated_rnn_backward_stack.cuh): each layer's
+  // one-layer backward plan on its share of the multiprocessors and half
+  // the shared memory (the walk's block holds W's slice, grad_wx's and the
+  // parts from above besides), resident.
+  const bool worth_it =
+      B == 1 || T >= kGatedRnnStackBackwardMinSteps || options.stack_wavefront == 1;
+  if (B <= kGatedRnnLatencyRows && worth_it && L >= 2 && options.stack_wavefront != 0 &&
       !options.streamed_weights && (cell == GatedRnnCell::gru || cell == GatedRnnCell::lstm)) {
     GatedRnnDevice share = device;
     share.sm_count = device.sm_count / static_cast<int>(L);

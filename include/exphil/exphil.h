@@ -486,9 +486,10 @@ EXPHIL_API exphil_status exphil_lstm_stack_forward(
  * are (grad_W and grad_W_bias as W and W_bias). NULL: bias, W_bias, h0, c0
  * as the forward; grad_y_lower, grad_h_final, grad_c_final (zeros); every
  * gradient output (not written; grad_bias, grad_W_bias, grad_h0 and grad_c0
- * may be asked for without their inputs). Each layer's backward from the
- * top down, and per layer above the first three products; sums in a fixed
- * order (bitwise deterministic). */
+ * may be asked for without their inputs). Each layer's backward (up to
+ * B = 4 every layer's reverse walk in one launch, above one layer after
+ * another from the top down), and per layer above the first three
+ * products; sums in a fixed order (bitwise deterministic). */
 EXPHIL_API exphil_status exphil_gru_stack_backward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
     const exphil_tensor* y, const exphil_tensor* y_lower, const exphil_tensor* grad_y,

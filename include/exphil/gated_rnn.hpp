@@ -113,11 +113,12 @@ struct GatedRnnBackwardArgs {
 // R [L, H, G*H] (layer l's R at [l]), W [K, H, G*H], bias [L, G*H], W_bias
 // [K, G*H], h0, c0, h_final, c_final [L, B, H]; wx [B, T, G*H]; y [B, T,
 // H] the last layer's output, y_lower [K, B, T, H] the others'. Dtypes as
-// the one-layer op's, W and W_bias with R. At B = 1 with H <= 256 the whole
-// stack is one launch, layer l running step t while the layer below runs
-// ahead (gated_rnn_forward_stack.cuh): the layers above see their input in
-// f32. Elsewhere the layers run one after another, each projection one
-// product, the input rounded to the sequence dtype as two calls would.
+// the one-layer op's, W and W_bias with R. Up to B = 4 the whole stack is
+// one launch, layer l running step t while the layer below runs ahead
+// (gated_rnn_forward_stack.cuh at B = 1 with H <= 256,
+// gated_rnn_forward_stack_blocks.cuh elsewhere): the layers above see their
+// input in f32. Above, the layers run one after another, each projection
+// one product, the input rounded to the sequence dtype as two calls would.
 struct GatedRnnStackForwardArgs {
   GatedRnnCell cell = GatedRnnCell::gru;  // gru or lstm
   const Tensor* wx = nullptr;       // [B, T, G*H], layer 0's input projection
@@ -136,10 +137,12 @@ struct GatedRnnStackForwardArgs {
 // The stack's backward: the forward's inputs and outputs (y_lower is
 // required: the backward reads every layer's y), the gradients of its
 // outputs, and the gradients wanted, every one optional. Each layer runs
-// the one-layer backward from the top down, one after another, and each
-// layer above the first forms its wx again from y_lower, W and W_bias; the
-// gradient of a lower layer's y is grad_wx_{l+1} W^T plus grad_y_lower's
-// part. Sums in a fixed order: bitwise deterministic.
+// the one-layer backward, and each layer above the first forms its wx
+// again from y_lower, W and W_bias; the gradient of a lower layer's y is
+// grad_wx_{l+1} W^T plus grad_y_lower's part. Up to B = 4 every layer's
+// reverse walk runs in one launch, layer l-1 a step or two behind layer l
+// (gated_rnn_backward_stack.cuh); above, the layers run from the top down,
+// one after another. Sums in a fixed order: bitwise deterministic.
 struct GatedRnnStackBackwardArgs {
   GatedRnnCell cell = GatedRnnCell::gru;  // gru or lstm
   const Tensor* wx = nullptr;            // [B, T, G*H]
@@ -214,8 +217,9 @@ struct GatedRnnLaunchOptions {
   // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
   // bf16 halves, about 16 bits of it, each sum in f32.
   int tensor_cores = -1;
-  // The stack's forward: -1 (automatic) and 1 run its layers in one launch
-  // (the wavefront) where it fits, 0 one after another.
+  // The stack's layers in one launch (the wavefront) where it fits, up to
+  // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
+  // for a backward of one step above B = 1, which -1 runs layer by layer.
   int stack_wavefront = -1;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };

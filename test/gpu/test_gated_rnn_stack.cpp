@@ -635,12 +635,14 @@ TEST_CASE("gated RNN stack: small cases (for compute-sanitizer)", "[gpu][gated_r
       run.run(stream.s);
       CHECK(run.check_against_reference() <= 1.0);
     }
-    // The backward, a subset of the gradients asked for.
+    // The backward, a subset of the gradients asked for, in the reverse
+    // wavefront at B2.
     c.B = 2, c.T = 6, c.all_grads = kind == GatedRnnKind::lstm;
     StackRun run(c, test_seed());
     INFO(c.describe());
     run.run(stream.s);
     run.prepare_backward(test_seed() + 1);
+    REQUIRE(run.backward_plan().stack_depth > 0);
     run.run_backward(stream.s);
     CHECK(run.check_backward_against_reference() <= 1.0);
   }
@@ -673,10 +675,11 @@ TEST_CASE("gated RNN stack: the C++ API gives the kernel layer's results, bitwis
 }
 
 // The stack's backward (run_gated_rnn_stack_backward) after the forward,
-// against the reference's gated_rnn_stack_backward: L 2 to 4, B 1 (the
-// forward in the wavefront, so the backward's recomputed inputs differ from
-// what the forward fed the layers above by the dtype's rounding of y), 3
-// and 33, T 1 to 300, H 1 to 257; with and without every optional input,
+// against the reference's gated_rnn_stack_backward: L 2 to 4, B 1 to 5
+// and 33 (the forward in a wavefront up to B4, so the backward's
+// recomputed inputs differ from what the forward fed the layers above by
+// the dtype's rounding of y; the backward's reverse wavefront up to B4 but
+// B3 T1), T 1 to 300, H 1 to 257; with and without every optional input,
 // the gradients of the lower layers' y and of the final states; every
 // gradient asked for or a subset; f32, bf16 and f16 with the forward's
 // weight and state dtypes; the products on CUDA cores and tensor cores.
@@ -690,7 +693,7 @@ TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference",
   };
   const Shape shapes[] = {{2, 1, 1, 1},   {2, 1, 32, 256}, {3, 1, 5, 37},  {2, 1, 300, 64},
                           {4, 1, 33, 64}, {2, 3, 20, 64},  {3, 33, 7, 100}, {4, 2, 6, 37},
-                          {2, 1, 5, 257}, {2, 5, 9, 130}};
+                          {2, 1, 5, 257}, {2, 5, 9, 130}, {3, 3, 1, 37}};
   struct DTypes {
     DType dtype, weight, state;
   };
@@ -723,7 +726,8 @@ TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference",
                           << (run.backward_plan().gemm_tensor_cores ? "tensor cores" : "CUDA cores"));
         CHECK(run.backward_plan().gemm_tensor_cores ==
               (d.dtype != DType::f32 && c.options.tensor_cores != 0));
-        CHECK((run.backward_plan().stack_depth > 0) == (s.B <= 4));
+        // The reverse wavefront up to B4, above B1 from two steps.
+        CHECK((run.backward_plan().stack_depth > 0) == (s.B <= 4 && (s.B == 1 || s.T >= 2)));
         wavefront += run.backward_plan().stack_depth > 0;
         run.run_backward(stream.s);
         worst = std::max(worst, run.check_backward_against_reference());

@@ -753,9 +753,16 @@ TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's
       // By default at B <= 4 the reverse wavefront: each layer the
       // one-layer backward plan on a third of the multiprocessors and half
       // the shared memory, its workspace a region of its own; above, layer
-      // by layer.
+      // by layer. One step above B = 1: layer by layer unless asked for.
       const GatedRnnPlan w = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, {}, bf16);
       CHECK(gated_rnn_stack_unsupported(w, cell, shape, 3, kH100) == nullptr);
+      const GatedRnnShape one_step{shape.batch, 1, shape.hidden};
+      GatedRnnLaunchOptions asked;
+      asked.stack_wavefront = 1;
+      CHECK((plan_gated_rnn_stack_backward(cell, one_step, 3, kH100, {}, bf16).stack_depth > 0) ==
+            (shape.batch == 1));
+      CHECK((plan_gated_rnn_stack_backward(cell, one_step, 3, kH100, asked, bf16).stack_depth > 0) ==
+            (shape.batch <= 4));
       if (shape.batch > 4) {
         CHECK(w.stack_depth == 0);
         continue;

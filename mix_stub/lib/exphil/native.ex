@@ -749,8 +749,10 @@ defmodule ExPhil.Native do
 
   Outputs: `:grad_wx` `[B, T, 3H]`, `:grad_r` `[L, H, 3H]`, `:grad_w` `[L-1,
   H, 3H]`, `:grad_bias` `[L, 3H]`, `:grad_w_bias` `[L-1, 3H]` and
-  `:grad_h0` `[L, B, H]`, each layer's backward from the top down; sums in
-  a fixed order (bitwise the same from run to run).
+  `:grad_h0` `[L, B, H]`. Up to B = 4 every layer's reverse walk is one
+  launch, each layer a step or two behind the one above it; above, each
+  layer's backward from the top down. Sums in a fixed order (bitwise the
+  same from run to run).
   """
   @spec gru_stack_backward(
           tensor(),

@@ -509,7 +509,8 @@ if Code.ensure_loaded?(Axon) do
     `"bz"`, `"bin"`, `"bhn"`), then `"..._1"`, and so on. The same model
     built as a chain of `Axon.gru` layers (each on the sequence of the one
     before) computes the same, its layer `l`'s parameters under these
-    `_l` names. Up to batch 4 the kernels run every layer in one launch.
+    `_l` names. Up to batch 4 the kernels run every layer in one launch
+    each way.
 
         sequence = ExPhil.Native.Axon.gru_stack(input, 256, layers: 2, name: "gru")
 

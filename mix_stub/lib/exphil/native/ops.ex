@@ -187,9 +187,9 @@ defmodule ExPhil.Native.Ops do
   L = 2 to 4 stacked GRU layers of one hidden size, as `torch.nn.GRU(hidden,
   hidden, L)` runs them: layer 0 is `gru/3` on `wx`, layer `l > 0` is
   `gru/3` on the layer below's output projected, `y_{l-1} · w[l - 1] +
-  w_bias[l - 1]`. At batch 1 and hidden <= 256 the kernels run the whole
-  stack in one launch, each layer a step behind the one below it (the
-  latency path of a real-time model); elsewhere the layers one after
+  w_bias[l - 1]`. Up to batch 4 the kernels run the whole stack in one
+  launch each way, each layer a step or two behind its neighbour (the
+  latency path of a real-time model); above, the layers one after
   another.
 
   `wx` is `{batch, steps, 3 * hidden}`, `r` `{L, hidden, 3 * hidden}` (the
