@@ -137,6 +137,14 @@ struct GatedRnnPrevState {
   __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16> && (!h0 || h0_dtype == DType::bf16);
   }
+  static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
+  bool async_rows() const {
+    return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) &&
+           (!h0 || gated_rnn_bf16_rows(h0_dtype, h0, H));
+  }
+  __device__ __forceinline__ const void* src8(const Row& r, int64_t k) const {
+    return r.p ? static_cast<const __nv_bfloat16*>(r.p) + k : nullptr;
+  }
   // Elements k .. k + 7, each branch taken once (gated_rnn_gemm_load8).
   __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
     if (r.from_y) {
@@ -163,6 +171,9 @@ struct GatedRnnRecomputeA {
     h.at8(r, k, v);
   }
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
+  static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
+  bool async_rows() const { return h.async_rows(); }
+  __device__ __forceinline__ const void* src8(const Row& r, int64_t k) const { return h.src8(r, k); }
 };
 struct GatedRnnWeightB {
   const void* R;
@@ -175,6 +186,11 @@ struct GatedRnnWeightB {
     load_states(R, dtype, r + n, v);
   }
   __device__ __forceinline__ bool bf16_exact() const { return dtype == DType::bf16; }
+  static constexpr bool kAsyncRows = true;  // bf16 weights with any sequence
+  bool async_rows() const { return gated_rnn_bf16_rows(dtype, R, N); }
+  __device__ __forceinline__ const void* src8(Row r, int64_t n) const {
+    return static_cast<const __nv_bfloat16*>(R) + r + n;
+  }
 };
 struct GatedRnnRecomputeStore {
   float* rh;

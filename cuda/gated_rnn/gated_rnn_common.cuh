@@ -27,6 +27,12 @@ __device__ __forceinline__ void gated_rnn_prefetch_l2(const void* p) {
 // step's critical path). Larger ones would only evict each other.
 inline constexpr int64_t kGatedRnnPrefetchBytes = int64_t{16} << 20;
 
+// A product operand's rows fit 16-byte copies (gated_rnn_gemm.cuh's
+// async_rows): bf16 elements, rows of a multiple of 8, an aligned start.
+inline bool gated_rnn_bf16_rows(DType dtype, const void* p, int64_t row_length) {
+  return dtype == DType::bf16 && row_length % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
 // Prefetches, for every (row, step) m < rows and part q < parts, the run of
 // `live` elements of size `elem` at base + (m * parts + q) * stride (in
 // elements): its first and last line.

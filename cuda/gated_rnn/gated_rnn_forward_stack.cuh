@@ -274,6 +274,9 @@ struct SequenceRows {
   __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16>;
   }
+  static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
+  bool async_rows() const { return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, p, width); }
+  __device__ __forceinline__ const void* src8(Row r, int64_t k) const { return r + k; }
 };
 
 template <class Elem>

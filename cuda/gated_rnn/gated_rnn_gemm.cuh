@@ -23,7 +23,9 @@
  * For bf16 and f16 sequences the same products run on tensor cores
  * (gated_rnn_gemm_tc_kernel, below) unless the plan says otherwise
  * (GatedRnnPlan::gemm_tensor_cores). Both kernels share the tiles, the
- * loads and the k loop (GatedRnnGemmTile).
+ * loads and the k loop (GatedRnnGemmTile). Where both operands are bf16
+ * rows that 16-byte copies can take, gated_rnn_gemm_async_kernel (below)
+ * gives the tensor-core kernel's sums from asynchronous copies.
  *
  * Loader contract: A::kContiguousK says whether A's elements of one m are
  * contiguous in k (a row-major [M, K] operand) or those of one k contiguous
@@ -36,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 
@@ -285,6 +288,25 @@ __device__ __forceinline__ void gated_rnn_ldmatrix_x4(uint32_t (&r)[4], const vo
                  : "r"(gated_rnn_smem_address(p)));
 }
 
+// A warp's 64 x 32 outputs from its 4 x 4 m16n8 accumulators, from row m0
+// and column n0 (both kernels' epilogue).
+template <class CStore>
+__device__ __forceinline__ void gated_rnn_gemm_tc_store(const float (&acc)[4][4][4], int64_t m0, int64_t n0,
+                                                        int lane, int64_t M, int64_t N, int z,
+                                                        const CStore& store) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t m = m0 + i * 16 + g + (e >> 1) * 8;
+        const int64_t n = n0 + j * 8 + 2 * t + (e & 1);
+        if (m < M && n < N) store(z, m, n, acc[i][j][e]);
+      }
+}
+
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads)
     gated_rnn_gemm_tc_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split, const ALoad a,
@@ -315,13 +337,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   // Warp (wm, wn) owns rows wm * 64 + [0, 64), columns wn * 32 + [0, 32).
   const int wm = warp >> 2, wn = warp & 3;
   const int q = lane >> 3, r8 = lane & 7;
-  float acc[4][4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+  float acc[4][4][4] = {};
   const bool rows_live = m0 + wm * 64 < M;
   tile.steps(rows_live, load, stash, [&]() {
 #pragma unroll
@@ -363,18 +379,139 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
       }
     }
   });
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = m0 + wm * 64 + i * 16 + g + (e >> 1) * 8;
-        const int64_t n = n0 + wn * 32 + j * 8 + 2 * t + (e & 1);
-        if (m < M && n < N) store(z, m, n, acc[i][j][e]);
-      }
+  gated_rnn_gemm_tc_store(acc, m0 + wm * 64, n0 + wn * 32, lane, M, N, z, store);
 }
+
+// ---------------------------------------------------------------------------
+// The same tensor-core product where both operands are bf16 values in
+// memory, in rows of a multiple of 8 elements at 16-byte aligned addresses
+// (a bf16 sequence with bf16 weights: the recompute product h_{t-1} R and
+// the stacks' products y W and grad_wx W^T), A as [M, K] rows.
+//
+// Why. The register-staged kernel above is latency-bound there: at B64
+// T256 H512 bf16 its recompute product issued 0.15 warp instructions a
+// scheduler a cycle, 85% of cycles with no eligible warp, most stalls on
+// its global loads; one block of 172 registers a multiprocessor
+// (bench/RESULTS.md, issue 30 run BG). Here cp.async copies each step's
+// tiles straight to shared memory while the tensor cores work on the
+// previous one, no registers hold them, and two blocks share a
+// multiprocessor.
+//
+// Algorithm. The tile, warps, fragments and k steps of
+// gated_rnn_gemm_tc_kernel's one pass (big x big: these operands have no
+// rest), in two stages: at the top of step i a thread waits for its own
+// copies of step i, the block's barrier publishes them all (and ends every
+// read of step i - 1's stage), then the copies of step i + 1 go to the
+// other stage and the warps multiply step i. A thread copies two 16-byte
+// runs of A (rows tid / 4 and 64 + tid / 4, k at (tid % 4) * 8) and two of
+// B (k rows tid / 16 and 16 + tid / 16, n at (tid % 16) * 8) a step; runs
+// past M, N or the split's k end are zeros (cp.async's source size 0), so
+// the launcher asks K and N to be multiples of 8. Each output's sum is
+// taken in the same order by the same instructions as the register-staged
+// kernel's one pass: the two kernels' results are bitwise equal.
+//
+// Loader contract (besides the one above): kAsyncRows, whether the loader
+// can be bf16 at all (the kernel is instantiated only where both can);
+// async_rows() (host), true where every element is a bf16 value in rows of
+// a multiple of 8 elements at 16-byte aligned addresses; src8(row, i) the
+// address of elements i .. i + 7 of a prepared row, or nullptr where the
+// row is zeros.
+inline constexpr int kGatedRnnGemmAsyncStages = 2;
+
+// 16 bytes at `src` to shared memory at `dst`, or 16 zero bytes where src
+// is null (source size 0: nothing is read; the address given is the
+// kernel's own zeros).
+__device__ __forceinline__ void gated_rnn_cp_async16(void* dst, const void* src) {
+  static __device__ __align__(16) const unsigned char kZeros[16] = {};
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(gated_rnn_smem_address(dst)),
+               "l"(src ? src : static_cast<const void*>(kZeros)), "r"(src ? 16 : 0));
+}
+
+template <class ALoad, class BLoad, class CStore>
+__global__ void __launch_bounds__(kGatedRnnThreads, 2)
+    gated_rnn_gemm_async_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split,
+                                const ALoad a, const BLoad b, const CStore store) {
+  constexpr int TM = kGatedRnnGemmTileM, TN = kGatedRnnGemmTileN, TK = kGatedRnnGemmTcDepth;
+  constexpr int S = kGatedRnnGemmAsyncStages;
+  static_assert(kGatedRnnThreads == 256 && TM == 128 && TN == 128 && TK == 32,
+                "the thread mappings below assume 256 threads and 128 x 128 x 32 tiles");
+  static_assert(ALoad::kContiguousK, "A as [M, K] rows");
+  constexpr int kALd = TK + 8, kBLd = TN + 8;  // padded as gated_rnn_gemm_tc_kernel's
+  __shared__ __align__(16) __nv_bfloat16 As[S][TM][kALd];
+  __shared__ __align__(16) __nv_bfloat16 Bs[S][TK][kBLd];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5, lane = tid & 31;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.y) * TN;
+  const int z = static_cast<int>(blockIdx.z);
+  const int64_t k_begin = z * k_per_split;
+  const int64_t k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
+
+  const int a_r = tid >> 2, a_k = (tid & 3) * 8;
+  const int b_r = tid >> 4, b_n = (tid & 15) * 8;
+  typename ALoad::Row a_rows[2]{};
+  bool a_live[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    a_live[i] = m0 + a_r + 64 * i < M;
+    if (a_live[i]) a_rows[i] = a.row(m0 + a_r + 64 * i);
+  }
+  const bool b_live = n0 + b_n < N;
+  const auto copy = [&](int s, int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t k = k0 + a_k;
+      gated_rnn_cp_async16(&As[s][a_r + 64 * i][a_k],
+                           a_live[i] && k < k_end ? a.src8(a_rows[i], k) : nullptr);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int64_t k = k0 + b_r + 16 * i;
+      gated_rnn_cp_async16(&Bs[s][b_r + 16 * i][b_n],
+                           b_live && k < k_end ? b.src8(b.row(k), n0 + b_n) : nullptr);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
+
+  const int wm = warp >> 2, wn = warp & 3;
+  const int q = lane >> 3, r8 = lane & 7;
+  float acc[4][4][4] = {};
+  const bool rows_live = m0 + wm * 64 < M;
+  if (k_begin < k_end) copy(0, k_begin);
+  int s = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += TK, s ^= 1) {
+    asm volatile("cp.async.wait_all;\n" ::);
+    __syncthreads();
+    if (k0 + TK < k_end) copy(s ^ 1, k0 + TK);
+    if (!rows_live) continue;
+#pragma unroll
+    for (int kk = 0; kk < TK; kk += 16) {
+      uint32_t af[4][4], bf[4][2];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        gated_rnn_ldmatrix_x4<false>(af[i], &As[s][wm * 64 + i * 16 + (q & 1) * 8 + r8][kk + (q >> 1) * 8]);
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {
+        uint32_t t4[4];
+        gated_rnn_ldmatrix_x4<true>(t4, &Bs[s][kk + (q & 1) * 8 + r8][wn * 32 + j * 8 + (q >> 1) * 8]);
+        bf[j][0] = t4[0], bf[j][1] = t4[1], bf[j + 1][0] = t4[2], bf[j + 1][1] = t4[3];
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[j][0], bf[j][1]);
+    }
+  }
+  gated_rnn_gemm_tc_store(acc, m0 + wm * 64, n0 + wn * 32, lane, M, N, z, store);
+}
+
+// Whether a loader can feed gated_rnn_gemm_async_kernel (its kAsyncRows;
+// the launcher then asks async_rows() of the call's tensors).
+template <class Load, class = void>
+struct GatedRnnGemmAsyncLoader : std::false_type {};
+template <class Load>
+struct GatedRnnGemmAsyncLoader<Load, std::void_t<decltype(Load::kAsyncRows)>>
+    : std::bool_constant<Load::kAsyncRows> {};
 
 // Adds the splits' partial sums of each output in split order and stores.
 template <class CStore>

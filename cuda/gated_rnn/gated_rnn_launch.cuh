@@ -111,11 +111,21 @@ inline unsigned gemm_tiles(int64_t n, int64_t tile) { return static_cast<unsigne
 // C = A B through gated_rnn_gemm.cuh on tensor cores (kTensorCores) or
 // CUDA cores: gemm_launch one grid of `splits` slices along k, gemm_split
 // the whole product, its slices' sums (splits * M * N floats of workspace)
-// then added in order.
+// then added in order. On tensor cores, where both operands' rows are bf16
+// values that 16-byte copies can take, the asynchronous kernel (the same
+// sums, bitwise), else the register-staged one.
 template <bool kTensorCores, class ALoad, class BLoad, class Store>
 LaunchResult gemm_launch(int64_t M, int64_t N, int64_t K, int64_t per_split, unsigned splits,
                          const ALoad& a, const BLoad& b, const Store& c, cudaStream_t stream) {
   const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN), splits);
+  if constexpr (kTensorCores && ALoad::kContiguousK && GatedRnnGemmAsyncLoader<ALoad>::value &&
+                GatedRnnGemmAsyncLoader<BLoad>::value) {
+    if (K % 8 == 0 && N % 8 == 0 && a.async_rows() && b.async_rows()) {
+      gated_rnn_gemm_async_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, per_split, a, b, c);
+      EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_async_kernel");
+      return {};
+    }
+  }
   if constexpr (kTensorCores) {
     gated_rnn_gemm_tc_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, per_split, a, b, c);
     EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_tc_kernel");

@@ -46,7 +46,8 @@
 // and at exact ties; forced units per block (1, 3, 37, and the most
 // columns: 85 for the GRU, 64 for the (s)LSTM), forced batch tile 1, forced streamed weights (the tiled path);
 // the forward's tensor-core product in bf16 and f16 (H 16 to 1024, against
-// the CUDA-core product too); bitwise
+// the CUDA-core product too); the backward's asynchronous tensor-core
+// product against the register-staged one, bitwise; bitwise
 // determinism of two runs; capture into a CUDA graph and replay. The
 // hidden [.timing] case prints device times (bench/RESULTS.md, issue 30).
 #include <catch2/catch.hpp>
@@ -818,6 +819,46 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
         CHECK(worst <= ulp);
       }
   run_cases("tensor-core product", cases);
+}
+
+// The backward's recompute product h_{t-1} R on tensor cores: with y and R
+// bf16 at 16-byte aligned rows of a multiple of 8 it runs
+// gated_rnn_gemm_async_kernel; with y moved by one element (2 bytes) the
+// register-staged gated_rnn_gemm_tc_kernel. The two take each sum in the
+// same order (gated_rnn_gemm.cuh), so every gradient has the same bytes.
+// B*T = 660 rows: six tiles along M, the last one partial.
+TEST_CASE("gated RNN: the backward's asynchronous product gives the register-staged one's sums, bitwise",
+          "[gpu][gated_rnn]") {
+  RnnStream stream;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+    for (bool h0 : {false, true}) {
+      GatedCase c;
+      c.kind = kind;
+      c.dtype = c.weight_dtype = c.state_dtype = DType::bf16;
+      c.bias = true, c.h0 = h0;
+      c.cell_finals = false;  // (see the top)
+      c.B = 33, c.T = 20, c.H = 64;
+      GatedRun run(c, test_seed());
+      INFO(c.describe());
+      REQUIRE(run.backward_plan().gemm_tensor_cores);
+      run.forward(stream.s);
+      run.backward(stream.s);
+      CHECK(run.check_against_reference() <= 1.0);
+      const auto aligned = run.backward_bytes();
+
+      const std::size_t y_bytes = static_cast<std::size_t>(c.B * c.T * c.H) * 2;
+      DeviceScratch moved(y_bytes + 16);
+      void* const y = static_cast<char*>(moved.p) + 2;
+      check_cuda(cudaMemcpy(y, run.forward_params().d_y, y_bytes, cudaMemcpyDeviceToDevice),
+                 "cudaMemcpy (y)");
+      GatedRnnBackwardParams b = run.backward_params();
+      b.fwd.d_y = y;
+      run.poison_backward();
+      launch_or_throw(exphil::kernels::launch_gated_rnn_backward(b, run.backward_plan(),
+                                                                 run.workspace(), stream.s));
+      check_cuda(cudaStreamSynchronize(stream.s), "cudaStreamSynchronize");
+      CHECK(run.backward_bytes() == aligned);
+    }
 }
 
 TEST_CASE("gated RNN: two runs are bitwise equal", "[gpu][gated_rnn]") {
