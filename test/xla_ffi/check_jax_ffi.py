@@ -382,10 +382,20 @@ def _softplus64(u):
     return np.where(u > 0, u + np.log1p(np.exp(-np.abs(u))), np.log1p(np.exp(np.minimum(u, 0))))
 
 
+def _ulp(x, dtype):
+    """One unit in the last place of each |x| in dtype (at least the
+    smallest normal's)."""
+    fi = jnp.finfo(dtype)
+    ax = np.maximum(np.abs(x), float(fi.tiny))
+    return np.exp2(np.floor(np.log2(ax)) - fi.nmant)
+
+
 def keep_dt_clear_of_clamp(dt, dt_bias, softplus, clamp, dtype):
     """Moves dt (already rounded) where u = softplus?(dt + bias) lies within
     1e-5 of a clamp edge, where the f32 kernel and the f64 reference could
-    fall on opposite sides (gradient 0 vs 1)."""
+    fall on opposite sides (gradient 0 vs 1). Each move is 1/64 or one unit
+    in dt's last place if that is more (in bf16 from |dt| = 4 on, where
+    1/64 is half a unit and rounds back to dt)."""
     if clamp is None:
         return dt
     lo, hi = (float(np.float32(c)) for c in clamp)
@@ -397,7 +407,7 @@ def keep_dt_clear_of_clamp(dt, dt_bias, softplus, clamp, dtype):
         near = (np.abs(u - lo) < 1e-5) | (np.abs(u - hi) < 1e-5)
         if not near.any():
             return dt
-        dt = np.where(near, np_round(dt + 1.0 / 64, dtype), dt)
+        dt = np.where(near, np_round(dt + np.maximum(1.0 / 64, _ulp(dt, dtype)), dtype), dt)
     raise RuntimeError("keep_dt_clear_of_clamp: dt does not move")
 
 
