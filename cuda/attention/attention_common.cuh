@@ -8,6 +8,7 @@
 #include "attention/attention_config.h"
 #include "attention/attention_fragment.cuh"
 #include "attention/attention_params.h"
+#include "common/cp_async.cuh"
 #include "common/dtype.cuh"
 #include "common/fast_exp2.cuh"
 
@@ -172,12 +173,6 @@ template <class Elem>
 __device__ __forceinline__ WarpRows warp_rows(int64_t row0, const KeyRange& keys) {
   const int64_t r = row0 + FragmentLanes<Elem>::row();
   return {row0, {keys.lo(r), keys.lo(r + 8)}, {keys.hi(r), keys.hi(r + 8)}};
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
 // Starts copying rows [0, rows) of width kD from `src` (row stride in

@@ -111,9 +111,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   static_assert(kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm,
                 "the stack takes GRU and LSTM layers");
   constexpr int G = kGatedRnnGates<kCell>;
-  const int per_layer = plan.unit_slices * plan.batch_blocks;
-  const int l = static_cast<int>(blockIdx.x) / per_layer;
-  const int block = static_cast<int>(blockIdx.x) - l * per_layer;
+  const auto [l, block] = gated_rnn_stack::stack_block(plan);
   // Layer l's params, read once (indexing the arrays by a run-time layer in
   // the loop would read them from local memory every time).
   GatedRnnBackwardParams layer{};

@@ -78,6 +78,18 @@ namespace exphil::kernels {
 
 namespace gated_rnn_stack {
 
+// A block of a stack kernel whose layers each have the plan's unit_slices x
+// batch_blocks blocks, laid out layer after layer: its layer, and its index
+// among that layer's blocks.
+struct StackBlock {
+  int layer, block;
+};
+__device__ __forceinline__ StackBlock stack_block(const GatedRnnPlan& plan) {
+  const int per_layer = plan.unit_slices * plan.batch_blocks;
+  const int l = static_cast<int>(blockIdx.x) / per_layer;
+  return {l, static_cast<int>(blockIdx.x) - l * per_layer};
+}
+
 // What one layer's blocks need of the parameters, read once (the params'
 // arrays indexed by a run-time layer would be copied to local memory).
 struct Layer {

@@ -281,9 +281,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
                                           float* __restrict__ ws) {
   static_assert(kCell == GatedRnnCell::gru || kCell == GatedRnnCell::lstm,
                 "the stack takes GRU and LSTM layers");
-  const int per_layer = plan.unit_slices * plan.batch_blocks;
-  const int l = static_cast<int>(blockIdx.x) / per_layer;
-  const int r = static_cast<int>(blockIdx.x) - l * per_layer;
+  const auto [l, r] = gated_rnn_stack::stack_block(plan);
   if (l == 0)
     gated_rnn_stack::run_layer_blocks<Elem, kCell, false>(p, plan, ws, l, r);
   else

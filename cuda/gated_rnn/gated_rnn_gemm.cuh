@@ -42,6 +42,7 @@
 
 #include <cuda_bf16.h>
 
+#include "common/cp_async.cuh"
 #include "common/mma_m16n8k16.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
@@ -418,15 +419,6 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // row is zeros.
 inline constexpr int kGatedRnnGemmAsyncStages = 2;
 
-// 16 bytes at `src` to shared memory at `dst`, or 16 zero bytes where src
-// is null (source size 0: nothing is read; the address given is the
-// kernel's own zeros).
-__device__ __forceinline__ void gated_rnn_cp_async16(void* dst, const void* src) {
-  static __device__ __align__(16) const unsigned char kZeros[16] = {};
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(gated_rnn_smem_address(dst)),
-               "l"(src ? src : static_cast<const void*>(kZeros)), "r"(src ? 16 : 0));
-}
-
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads, 2)
     gated_rnn_gemm_async_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split,
@@ -461,16 +453,16 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t k = k0 + a_k;
-      gated_rnn_cp_async16(&As[s][a_r + 64 * i][a_k],
+      cp_async16_or_zeros(&As[s][a_r + 64 * i][a_k],
                            a_live[i] && k < k_end ? a.src8(a_rows[i], k) : nullptr);
     }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int64_t k = k0 + b_r + 16 * i;
-      gated_rnn_cp_async16(&Bs[s][b_r + 16 * i][b_n],
+      cp_async16_or_zeros(&Bs[s][b_r + 16 * i][b_n],
                            b_live && k < k_end ? b.src8(b.row(k), n0 + b_n) : nullptr);
     }
-    asm volatile("cp.async.commit_group;\n" ::);
+    cp_async_commit();
   };
 
   const int wm = warp >> 2, wn = warp & 3;
@@ -480,7 +472,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   if (k_begin < k_end) copy(0, k_begin);
   int s = 0;
   for (int64_t k0 = k_begin; k0 < k_end; k0 += TK, s ^= 1) {
-    asm volatile("cp.async.wait_all;\n" ::);
+    cp_async_wait<0>();  // (every group is committed)
     __syncthreads();
     if (k0 + TK < k_end) copy(s ^ 1, k0 + TK);
     if (!rows_live) continue;
