@@ -37,6 +37,25 @@ __device__ __forceinline__ float load_state(const void* __restrict__ p, DType dt
   return v[0];
 }
 
+// Element i's raw bits (a 16-bit dtype's in the low half), for a load
+// issued before a block waits and decoded after it (state_from_bits): a
+// conversion at the load would make the thread wait for the load there.
+__device__ __forceinline__ uint32_t load_state_bits(const void* __restrict__ p, DType dtype,
+                                                    int64_t i) {
+  if (dtype == DType::f32) return static_cast<const uint32_t*>(p)[i];
+  return static_cast<const uint16_t*>(p)[i];
+}
+
+// The value of load_state_bits' bits (0 bits: 0.0 in every dtype).
+__device__ __forceinline__ float state_from_bits(uint32_t bits, DType dtype) {
+  switch (dtype) {
+    case DType::f16: return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+    case DType::bf16: return __uint_as_float(bits << 16);
+    case DType::f32: break;
+  }
+  return __uint_as_float(bits);
+}
+
 __device__ __forceinline__ void store_state(void* __restrict__ p, DType dtype, int64_t i, float v) {
   switch (dtype) {
     case DType::f16: static_cast<__half*>(p)[i] = from_float<__half>(v); return;

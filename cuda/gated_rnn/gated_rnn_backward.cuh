@@ -347,12 +347,16 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // Step 3: the persistent reverse-time walk.
 
 // What a (row, unit) update needs besides the product, loaded before the
-// block waits for grad_rh_{s+1}.
+// block waits for grad_rh_{s+1}. grad_y_s and the GRU's h_{s-1} from y stay
+// in the sequence dtype until settle(), after the wait (as
+// GatedRnnForwardInputs' wx: a conversion at the load waits for it there).
 template <class Elem, GatedRnnCell kCell>
 struct GatedRnnBackwardInputs {
-  float gy;          // grad_y_s
+  float gy;          // grad_y_s (after settle())
+  Elem gy_raw;       // grad_y_s as loaded (zero without grad_y)
+  Elem prev_raw;     // GRU, s > 0: h_{s-1} as loaded from y
   float gate[4];     // GRU r, z, n, rh_n; LSTM i, f, g, o; sLSTM i', f', z, o
-  float prev;        // GRU h_{s-1}; LSTM and sLSTM c_{s-1}
+  float prev;        // GRU h_{s-1} (at s > 0 after settle()); LSTM and sLSTM c_{s-1}
   float prev_n;      // sLSTM n_{s-1}
   float c, n;        // LSTM c_s; sLSTM c_s, n_s
   float share;       // sLSTM: of dm_s, the part log f + m_{s-1} takes
@@ -388,7 +392,7 @@ struct GatedRnnBackwardInputs {
     }
     if (s < 0) return;  // the initial states' gradients need the carries only
     const int64_t m = row * T + s;
-    gy = p.d_grad_y ? to_float(static_cast<const Elem*>(p.d_grad_y)[m * H + hu]) : 0.0f;
+    gy_raw = p.d_grad_y ? static_cast<const Elem*>(p.d_grad_y)[m * H + hu] : from_float<Elem>(0.0f);
     const float* gt = ws + plan.ws_gates + m * 4 * H + hu;
 #pragma unroll
     for (int g = 0; g < 4; ++g) gate[g] = gt[g * H];
@@ -396,8 +400,10 @@ struct GatedRnnBackwardInputs {
     n = 1.0f;
     share = 0.0f;
     if constexpr (kCell == GatedRnnCell::gru) {
-      prev = s > 0 ? to_float(static_cast<const Elem*>(f.d_y)[(m - 1) * H + hu])
-                   : (f.d_h0 ? load_state(f.d_h0, f.state_dtype, sidx) : 0.0f);
+      if (s > 0)
+        prev_raw = static_cast<const Elem*>(f.d_y)[(m - 1) * H + hu];
+      else
+        prev = f.d_h0 ? load_state(f.d_h0, f.state_dtype, sidx) : 0.0f;
       c = 0.0f;
     } else if constexpr (kCell == GatedRnnCell::lstm) {
       const float* cs = ws + plan.ws_c;
@@ -417,6 +423,12 @@ struct GatedRnnBackwardInputs {
         prev_n = f.d_n0 ? load_state(f.d_n0, f.state_dtype, sidx) : 1.0f;
       }
     }
+  }
+  // The values kept in the sequence dtype, as floats (step s >= 0).
+  __device__ __forceinline__ void settle(int64_t s) {
+    gy = to_float(gy_raw);
+    if constexpr (kCell == GatedRnnCell::gru)
+      if (s > 0) prev = to_float(prev_raw);
   }
 };
 
@@ -594,6 +606,7 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
           continue;
         }
         const int64_t m = row * T + s;
+        in.settle(s);
         // The stack: the gradient of y_s from the layer above joins the
         // caller's.
         const float gy = from_above ? in.gy + sum_parts(st.parts_above) : in.gy;

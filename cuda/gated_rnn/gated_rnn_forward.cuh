@@ -120,13 +120,21 @@
 namespace exphil::kernels {
 
 // What a (row, unit) update needs besides the product, loaded before the
-// block waits for h_{t-1}.
+// block waits for h_{t-1}. wx and the bias stay in their dtypes until the
+// update (x(), b()): converted at the load, a 16-bit value made the thread
+// wait for its load before the block's wait, not after it (bench/RESULTS.md,
+// issue 30 run BG: the bf16 forward's steps 20% longer than f32's).
 template <class Elem, GatedRnnCell kCell>
 struct GatedRnnForwardInputs {
   static constexpr int G = kGatedRnnGates<kCell>;
-  float wx[G];
-  float bias[G];
-  SlstmState prev;  // LSTM c_{t-1} (in prev.c); sLSTM c, n, m_{t-1}
+  Elem wx[G];
+  uint32_t bias[G];  // load_state_bits in the weight dtype; 0 without a bias
+  SlstmState prev;   // LSTM c_{t-1} (in prev.c); sLSTM c, n, m_{t-1}
+
+  __device__ __forceinline__ float x(int g) const { return to_float(wx[g]); }
+  __device__ __forceinline__ float b(int g, DType weight_dtype) const {
+    return state_from_bits(bias[g], weight_dtype);
+  }
 
   __device__ __forceinline__ void load(const GatedRnnForwardParams& p, const float* cbuf,
                                        int64_t row, int hu, int64_t t) {
@@ -136,8 +144,8 @@ struct GatedRnnForwardInputs {
     const Elem* w = static_cast<const Elem*>(p.d_wx);
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      wx[g] = to_float(w[at + g * H]);
-      bias[g] = p.d_bias ? load_state(p.d_bias, p.weight_dtype, g * H + hu) : 0.0f;
+      wx[g] = w[at + g * H];
+      bias[g] = p.d_bias ? load_state_bits(p.d_bias, p.weight_dtype, g * H + hu) : 0u;
     }
     prev = {0.0f, 1.0f, 0.0f};
     if constexpr (kCell == GatedRnnCell::lstm) {
@@ -278,14 +286,16 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
           in.load(p, cbuf, row, hu, t);
           hp = x[b * ldx + hu];
         }
-        float a[G];
+        float a[G], wx[G];
 #pragma unroll
-        for (int g = 0; g < G; ++g)
+        for (int g = 0; g < G; ++g) {
           a[g] = (kTensorCores ? gated_rnn_tc_sum(pre, plan.k_parts, xrows, ldp, b, g * U + u)
                                : pre[b * C + g * U + u]) +
-                 in.bias[g];
+                 in.b(g, p.weight_dtype);
+          wx[g] = in.x(g);
+        }
         SlstmState st = in.prev;
-        const float h = gated_rnn_cell_step<kCell>(in.wx, a, hp, st);
+        const float h = gated_rnn_cell_step<kCell>(wx, a, hp, st);
         if constexpr (kCell != GatedRnnCell::gru) {
           // Read back only by this thread, next step.
           cbuf[sidx] = st.c;

@@ -84,13 +84,17 @@ namespace gated_rnn_stack {
 // What a (row, unit) update needs besides the recurrent product, its loads
 // issued before the block waits: the input (layer 0: wx_t; above: the
 // sums the layer below hands over, whose step is checked by settle(), and
-// the input bias), the recurrent bias, and the LSTM's c_{t-1}.
+// the input bias), the recurrent bias, and the LSTM's c_{t-1}. The 16-bit
+// values stay in their dtypes until settle(), after the wait (as
+// gated_rnn_forward.cuh's GatedRnnForwardInputs).
 template <class Elem, GatedRnnCell kCell, bool kInput>
 struct BlockInputs {
   static constexpr int G = kGatedRnnGates<kCell>;
-  float x[G];
-  float bias[G];
+  float x[G];     // after settle()
+  float bias[G];  // after settle()
   float c;
+  Elem wx_raw[kInput ? 1 : G];
+  uint32_t bias_bits[G], input_bias_bits[kInput ? G : 1];  // load_state_bits; 0 when absent
   uint64_t sums[kInput ? G : 1];
   const uint64_t* from;  // kInput: the first gate's sum
 
@@ -100,12 +104,12 @@ struct BlockInputs {
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       if constexpr (kInput) {
-        x[g] = ly.W_bias ? load_state(ly.W_bias, wdt, g * H + hu) : 0.0f;
+        input_bias_bits[g] = ly.W_bias ? load_state_bits(ly.W_bias, wdt, g * H + hu) : 0u;
         sums[g] = gated_rnn_peek(input + row * G * H + g * H + hu);
       } else {
-        x[g] = to_float(static_cast<const Elem*>(wx)[(row * T + t) * G * H + g * H + hu]);
+        wx_raw[g] = static_cast<const Elem*>(wx)[(row * T + t) * G * H + g * H + hu];
       }
-      bias[g] = ly.bias ? load_state(ly.bias, wdt, g * H + hu) : 0.0f;
+      bias_bits[g] = ly.bias ? load_state_bits(ly.bias, wdt, g * H + hu) : 0u;
     }
     if constexpr (kInput) from = input + row * G * H + hu;
     c = 0.0f;
@@ -114,8 +118,17 @@ struct BlockInputs {
       c = t > 0 ? cbuf[sidx] : (ly.c0 ? load_state(ly.c0, sdt, sidx) : 0.0f);
     }
   }
-  // Waits for the input sums to carry `step` and adds them in.
-  __device__ __forceinline__ void settle(int H, int step) {
+  // Waits for the input sums to carry `step` and adds them in; the values
+  // kept in their dtypes as floats.
+  __device__ __forceinline__ void settle(int H, int step, DType wdt) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      bias[g] = state_from_bits(bias_bits[g], wdt);
+      if constexpr (kInput)
+        x[g] = state_from_bits(input_bias_bits[g], wdt);
+      else
+        x[g] = to_float(wx_raw[g]);
+    }
     if constexpr (kInput) {
       gated_rnn_poll_rounds<G>(sums, [&](int g) { return from + g * H; }, step);
 #pragma unroll
@@ -240,7 +253,7 @@ __device__ __forceinline__ void run_layer_blocks(const GatedRnnStackParams& p,
           in.load(ly, wx, in_t, wdt, sdt, cbuf, T, H, row, hu, t);
           hp = xh[b * K + hu];
         }
-        in.settle(H, step);
+        in.settle(H, step, wdt);
         float a[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) a[g] = pre[b * C + g * U + u] + in.bias[g];
