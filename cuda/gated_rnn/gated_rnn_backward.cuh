@@ -142,7 +142,7 @@ struct GatedRnnPrevState {
     return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) &&
            (!h0 || gated_rnn_bf16_rows(h0_dtype, h0, H));
   }
-  __device__ __forceinline__ const void* src8(const Row& r, int64_t k) const {
+  __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const {
     return r.p ? static_cast<const __nv_bfloat16*>(r.p) + k : nullptr;
   }
   // Elements k .. k + 7, each branch taken once (gated_rnn_gemm_load8).
@@ -173,7 +173,7 @@ struct GatedRnnRecomputeA {
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows(); }
-  __device__ __forceinline__ const void* src8(const Row& r, int64_t k) const { return h.src8(r, k); }
+  __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const { return h.src16(r, k); }
 };
 struct GatedRnnWeightB {
   const void* R;
@@ -188,7 +188,7 @@ struct GatedRnnWeightB {
   __device__ __forceinline__ bool bf16_exact() const { return dtype == DType::bf16; }
   static constexpr bool kAsyncRows = true;  // bf16 weights with any sequence
   bool async_rows() const { return gated_rnn_bf16_rows(dtype, R, N); }
-  __device__ __forceinline__ const void* src8(Row r, int64_t n) const {
+  __device__ __forceinline__ const void* src16(Row r, int64_t n) const {
     return static_cast<const __nv_bfloat16*>(R) + r + n;
   }
 };
@@ -225,6 +225,16 @@ struct GatedRnnWeightGradA {
   }
   // (Row H's ones are bf16 values too.)
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
+  static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
+  bool async_rows() const { return h.async_rows() && first % 8 == 0; }
+  // Units m + first .. + 7 of row k: h's, the ones (row H), or zeros past
+  // them (those rows are never stored). H and first multiples of 8: a run
+  // never straddles H.
+  __device__ __forceinline__ const void* src16(const Row& r, int64_t m) const {
+    const int64_t unit = m + first;
+    if (unit + 8 <= h.H) return h.src16(r, unit);
+    return unit == h.H ? gated_rnn_bf16_ones16() : nullptr;
+  }
 };
 struct GatedRnnGradRhB {
   const float* grad_rh;
@@ -237,6 +247,12 @@ struct GatedRnnGradRhB {
     for (int j = 0; j < 8; ++j) v[j] = r[n + j];
   }
   __device__ __forceinline__ bool bf16_exact() const { return false; }  // f32 sums
+  static constexpr bool kAsyncRows = true;
+  static constexpr bool kF32Rows = true;
+  bool async_rows() const {
+    return N % 4 == 0 && (reinterpret_cast<uintptr_t>(grad_rh) & 15) == 0;
+  }
+  __device__ __forceinline__ const void* src16(Row r, int64_t n) const { return r + n; }
 };
 struct GatedRnnWeightGradStore {
   void* grad_R;

@@ -72,6 +72,16 @@ struct InputGradA {
   __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16>;
   }
+  static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
+  bool async_rows() const {
+    return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) && first % 8 == 0;
+  }
+  // As GatedRnnWeightGradA::src16: y's units, the ones, or zeros.
+  __device__ __forceinline__ const void* src16(Row r, int64_t m) const {
+    const int64_t unit = m + first;
+    if (unit + 8 <= H) return r + unit;
+    return unit == H ? gated_rnn_bf16_ones16() : nullptr;
+  }
 };
 
 // The gradient of the layer below's y, grad_wx_l W_l^T, plus the caller's

@@ -288,7 +288,7 @@ struct SequenceRows {
   }
   static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
   bool async_rows() const { return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, p, width); }
-  __device__ __forceinline__ const void* src8(Row r, int64_t k) const { return r + k; }
+  __device__ __forceinline__ const void* src16(Row r, int64_t k) const { return r + k; }
 };
 
 template <class Elem>

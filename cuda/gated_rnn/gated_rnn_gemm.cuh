@@ -257,19 +257,23 @@ __device__ __forceinline__ uint32_t gated_rnn_smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// Two f32 values as a bf16 pair, the nearest (big) and the nearest to
+// what is left (rest).
+__device__ __forceinline__ void gated_rnn_split2(float v0, float v1, uint32_t& big, uint32_t& rest) {
+  const __nv_bfloat162 hb = __floats2bfloat162_rn(v0, v1);
+  const float2 hf = __bfloat1622float2(hb);
+  const __nv_bfloat162 rb = __floats2bfloat162_rn(v0 - hf.x, v1 - hf.y);
+  big = *reinterpret_cast<const uint32_t*>(&hb);
+  rest = *reinterpret_cast<const uint32_t*>(&rb);
+}
+
 // Sixteen f32 values as bf16 pairs, big and (with_rest) rest, into two
 // 32-byte runs.
 __device__ __forceinline__ void gated_rnn_gemm_split16(const float (&v)[16], __nv_bfloat16* big,
                                                        __nv_bfloat16* rest, bool with_rest) {
   uint32_t b[8], r[8];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const __nv_bfloat162 hb = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-    const float2 hf = __bfloat1622float2(hb);
-    const __nv_bfloat162 rb = __floats2bfloat162_rn(v[2 * j] - hf.x, v[2 * j + 1] - hf.y);
-    b[j] = *reinterpret_cast<const uint32_t*>(&hb);
-    r[j] = *reinterpret_cast<const uint32_t*>(&rb);
-  }
+  for (int j = 0; j < 8; ++j) gated_rnn_split2(v[2 * j], v[2 * j + 1], b[j], r[j]);
   reinterpret_cast<uint4*>(big)[0] = make_uint4(b[0], b[1], b[2], b[3]);
   reinterpret_cast<uint4*>(big)[1] = make_uint4(b[4], b[5], b[6], b[7]);
   if (!with_rest) return;
@@ -384,10 +388,11 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 }
 
 // ---------------------------------------------------------------------------
-// The same tensor-core product where both operands are bf16 values in
-// memory, in rows of a multiple of 8 elements at 16-byte aligned addresses
-// (a bf16 sequence with bf16 weights: the recompute product h_{t-1} R and
-// the stacks' products y W and grad_wx W^T), A as [M, K] rows.
+// The same tensor-core products from asynchronous copies, where A is bf16
+// values in memory and B bf16 or f32 values, in rows whose 16-byte runs
+// are aligned: in a bf16 sequence with bf16 weights the recompute product
+// h_{t-1} R, grad_R = [h_{t-1}; 1]^T grad_rh (B f32), and the stacks'
+// products y W, grad_wx W^T and [y; 1]^T grad_wx.
 //
 // Why. The register-staged kernel above is latency-bound there: at B64
 // T256 H512 bf16 its recompute product issued 0.15 warp instructions a
@@ -396,41 +401,84 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // (bench/RESULTS.md, issue 30 run BG). Here cp.async copies each step's
 // tiles straight to shared memory while the tensor cores work on the
 // previous one, no registers hold them, and two blocks share a
-// multiprocessor.
+// multiprocessor (the recompute product 4.1x faster there, run BI).
 //
 // Algorithm. The tile, warps, fragments and k steps of
-// gated_rnn_gemm_tc_kernel's one pass (big x big: these operands have no
-// rest), in two stages: at the top of step i a thread waits for its own
-// copies of step i, the block's barrier publishes them all (and ends every
-// read of step i - 1's stage), then the copies of step i + 1 go to the
-// other stage and the warps multiply step i. A thread copies two 16-byte
-// runs of A (rows tid / 4 and 64 + tid / 4, k at (tid % 4) * 8) and two of
-// B (k rows tid / 16 and 16 + tid / 16, n at (tid % 16) * 8) a step; runs
-// past M, N or the split's k end are zeros (cp.async's source size 0), so
-// the launcher asks K and N to be multiples of 8. Each output's sum is
-// taken in the same order by the same instructions as the register-staged
-// kernel's one pass: the two kernels' results are bitwise equal.
+// gated_rnn_gemm_tc_kernel, in two stages: at the top of step i a thread
+// waits for its own copies of step i, the block's barrier publishes them
+// all (and ends every read of step i - 1's stage), then the copies of step
+// i + 1 go to the other stage and the warps multiply step i. A step's A
+// tile is 512 runs of 8 bf16 (two a thread), B's 512 runs of 8 bf16 or
+// 1024 of 4 f32; runs past M, N or the split's k end are zeros (cp.async's
+// source size 0). A bf16 B is one pass (big x big, as the register-staged
+// kernel takes an operand with no rest); an f32 B is read from shared
+// memory as f32 and split into its bf16 halves at the fragment, by the
+// same arithmetic as gated_rnn_gemm_split16, for the passes big x big and
+// big x rest. Each output's sum is taken in the same order by the same
+// instructions as the register-staged kernel's: the two kernels' results
+// are bitwise equal.
 //
 // Loader contract (besides the one above): kAsyncRows, whether the loader
-// can be bf16 at all (the kernel is instantiated only where both can);
-// async_rows() (host), true where every element is a bf16 value in rows of
-// a multiple of 8 elements at 16-byte aligned addresses; src8(row, i) the
-// address of elements i .. i + 7 of a prepared row, or nullptr where the
-// row is zeros.
+// can give such rows at all (the kernel is instantiated only where both
+// can); kF32Rows (B, optional), its elements f32; async_rows() (host),
+// true where this call's rows qualify (bf16 or, kF32Rows, f32 elements;
+// every 16-byte run the kernel copies aligned); src16(row, i) the address
+// of the 16 bytes from element i of a prepared row (along k for an A
+// contiguous in k, else along m; along n for B), or nullptr for zeros.
 inline constexpr int kGatedRnnGemmAsyncStages = 2;
+
+template <class Load, class = void>
+struct GatedRnnGemmF32Rows : std::false_type {};
+template <class Load>
+struct GatedRnnGemmF32Rows<Load, std::void_t<decltype(Load::kF32Rows)>>
+    : std::bool_constant<Load::kF32Rows> {};
+
+// Shared memory of gated_rnn_gemm_async_kernel: two stages of A (bf16, [m][k]
+// rows when kAk, else [k][m]) then two of B ([k][n], bf16 or f32), rows
+// padded so that ldmatrix's 8 rows (and the f32 fragment reads) fall in
+// distinct banks.
+template <bool kAk, bool kBf32>
+struct GatedRnnGemmAsyncLayout {
+  static constexpr int kARows = kAk ? kGatedRnnGemmTileM : kGatedRnnGemmTcDepth;
+  static constexpr int kALd = (kAk ? kGatedRnnGemmTcDepth : kGatedRnnGemmTileM) + 8;
+  static constexpr int kBLd = kGatedRnnGemmTileN + (kBf32 ? 4 : 8);
+  static constexpr int kAStage = kARows * kALd;                // bf16 elements
+  static constexpr int kBStage = kGatedRnnGemmTcDepth * kBLd;  // B elements
+  static constexpr int kABytes = kGatedRnnGemmAsyncStages * kAStage * 2;
+  static constexpr int kBytes =
+      kABytes + kGatedRnnGemmAsyncStages * kBStage * (kBf32 ? 4 : 2);
+};
+
+// Eight bf16 ones, for the row of ones of an A that gives a bias's
+// gradient ([h; 1]^T).
+__device__ __forceinline__ const void* gated_rnn_bf16_ones16() {
+  static __device__ __align__(16) const unsigned short kOnes[8] = {0x3F80, 0x3F80, 0x3F80, 0x3F80,
+                                                                   0x3F80, 0x3F80, 0x3F80, 0x3F80};
+  return kOnes;
+}
 
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads, 2)
     gated_rnn_gemm_async_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split,
                                 const ALoad a, const BLoad b, const CStore store) {
   constexpr int TM = kGatedRnnGemmTileM, TN = kGatedRnnGemmTileN, TK = kGatedRnnGemmTcDepth;
-  constexpr int S = kGatedRnnGemmAsyncStages;
   static_assert(kGatedRnnThreads == 256 && TM == 128 && TN == 128 && TK == 32,
                 "the thread mappings below assume 256 threads and 128 x 128 x 32 tiles");
-  static_assert(ALoad::kContiguousK, "A as [M, K] rows");
-  constexpr int kALd = TK + 8, kBLd = TN + 8;  // padded as gated_rnn_gemm_tc_kernel's
-  __shared__ __align__(16) __nv_bfloat16 As[S][TM][kALd];
-  __shared__ __align__(16) __nv_bfloat16 Bs[S][TK][kBLd];
+  constexpr bool kAk = ALoad::kContiguousK;
+  constexpr bool kBf32 = GatedRnnGemmF32Rows<BLoad>::value;
+  using Layout = GatedRnnGemmAsyncLayout<kAk, kBf32>;
+  extern __shared__ float4 gemm_smem[];
+  __nv_bfloat16* const As = reinterpret_cast<__nv_bfloat16*>(gemm_smem);
+  unsigned char* const Bs = reinterpret_cast<unsigned char*>(gemm_smem) + Layout::kABytes;
+  const auto a_at = [&](int s, int row, int col) {
+    return As + s * Layout::kAStage + row * Layout::kALd + col;
+  };
+  const auto b16_at = [&](int s, int k, int n) {
+    return reinterpret_cast<__nv_bfloat16*>(Bs) + s * Layout::kBStage + k * Layout::kBLd + n;
+  };
+  const auto b32_at = [&](int s, int k, int n) {
+    return reinterpret_cast<float*>(Bs) + s * Layout::kBStage + k * Layout::kBLd + n;
+  };
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5, lane = tid & 31;
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * TM;
@@ -439,34 +487,53 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   const int64_t k_begin = z * k_per_split;
   const int64_t k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
 
-  const int a_r = tid >> 2, a_k = (tid & 3) * 8;
-  const int b_r = tid >> 4, b_n = (tid & 15) * 8;
+  // A contiguous in k: rows tid / 4 and 64 + tid / 4, k at (tid % 4) * 8,
+  // the rows prepared once. Else k rows tid / 16 and 16 + tid / 16, m at
+  // (tid % 16) * 8.
+  const int a_r = kAk ? tid >> 2 : tid >> 4, a_c = kAk ? (tid & 3) * 8 : (tid & 15) * 8;
   typename ALoad::Row a_rows[2]{};
-  bool a_live[2];
+  bool a_live[2] = {false, false};
+  if constexpr (kAk) {
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    a_live[i] = m0 + a_r + 64 * i < M;
-    if (a_live[i]) a_rows[i] = a.row(m0 + a_r + 64 * i);
+    for (int i = 0; i < 2; ++i) {
+      a_live[i] = m0 + a_r + 64 * i < M;
+      if (a_live[i]) a_rows[i] = a.row(m0 + a_r + 64 * i);
+    }
   }
+  const bool a_cols_live = kAk || m0 + a_c < M;
+  // B: k rows tid / 16 and 16 + tid / 16, n at (tid % 16) * 8 (bf16); f32,
+  // k rows tid / 32 + 8 i (i < 4), n at (tid % 32) * 4.
+  constexpr int kBRuns = kBf32 ? 4 : 2, kBRowStep = kBf32 ? 8 : 16;
+  const int b_r = kBf32 ? tid >> 5 : tid >> 4, b_n = kBf32 ? (tid & 31) * 4 : (tid & 15) * 8;
   const bool b_live = n0 + b_n < N;
   const auto copy = [&](int s, int64_t k0) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int64_t k = k0 + a_k;
-      cp_async16_or_zeros(&As[s][a_r + 64 * i][a_k],
-                           a_live[i] && k < k_end ? a.src8(a_rows[i], k) : nullptr);
+      if constexpr (kAk) {
+        const int64_t k = k0 + a_c;
+        cp_async16_or_zeros(a_at(s, a_r + 64 * i, a_c),
+                             a_live[i] && k < k_end ? a.src16(a_rows[i], k) : nullptr);
+      } else {
+        const int64_t k = k0 + a_r + 16 * i;
+        cp_async16_or_zeros(a_at(s, a_r + 16 * i, a_c),
+                             a_cols_live && k < k_end ? a.src16(a.row(k), m0 + a_c) : nullptr);
+      }
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int64_t k = k0 + b_r + 16 * i;
-      cp_async16_or_zeros(&Bs[s][b_r + 16 * i][b_n],
-                           b_live && k < k_end ? b.src8(b.row(k), n0 + b_n) : nullptr);
+    for (int i = 0; i < kBRuns; ++i) {
+      const int kr = b_r + kBRowStep * i;
+      const int64_t k = k0 + kr;
+      const void* src = b_live && k < k_end ? b.src16(b.row(k), n0 + b_n) : nullptr;
+      if constexpr (kBf32)
+        cp_async16_or_zeros(b32_at(s, kr, b_n), src);
+      else
+        cp_async16_or_zeros(b16_at(s, kr, b_n), src);
     }
     cp_async_commit();
   };
 
   const int wm = warp >> 2, wn = warp & 3;
-  const int q = lane >> 3, r8 = lane & 7;
+  const int q = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
   float acc[4][4][4] = {};
   const bool rows_live = m0 + wm * 64 < M;
   if (k_begin < k_end) copy(0, k_begin);
@@ -478,20 +545,42 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
     if (!rows_live) continue;
 #pragma unroll
     for (int kk = 0; kk < TK; kk += 16) {
-      uint32_t af[4][4], bf[4][2];
+      uint32_t af[4][4], bf[2][4][2];  // B: [big, rest]
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        gated_rnn_ldmatrix_x4<false>(af[i], &As[s][wm * 64 + i * 16 + (q & 1) * 8 + r8][kk + (q >> 1) * 8]);
-#pragma unroll
-      for (int j = 0; j < 4; j += 2) {
-        uint32_t t4[4];
-        gated_rnn_ldmatrix_x4<true>(t4, &Bs[s][kk + (q & 1) * 8 + r8][wn * 32 + j * 8 + (q >> 1) * 8]);
-        bf[j][0] = t4[0], bf[j][1] = t4[1], bf[j + 1][0] = t4[2], bf[j + 1][1] = t4[3];
+      for (int i = 0; i < 4; ++i) {
+        const int mr = wm * 64 + i * 16;
+        if constexpr (kAk)
+          gated_rnn_ldmatrix_x4<false>(af[i], a_at(s, mr + (q & 1) * 8 + r8, kk + (q >> 1) * 8));
+        else
+          gated_rnn_ldmatrix_x4<true>(af[i], a_at(s, kk + (q >> 1) * 8 + r8, mr + (q & 1) * 8));
       }
+      if constexpr (kBf32) {
+        // The fragment's elements (k 2t, 2t + 1 and 2t + 8, 2t + 9 of
+        // column g) as f32, split as the register-staged kernel splits them.
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[j][0], bf[j][1]);
+          for (int h = 0; h < 2; ++h) {
+            const float* col = b32_at(s, kk + 2 * t + 8 * h, wn * 32 + j * 8 + g);
+            gated_rnn_split2(col[0], col[Layout::kBLd], bf[0][j][h], bf[1][j][h]);
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+          uint32_t t4[4];
+          gated_rnn_ldmatrix_x4<true>(t4, b16_at(s, kk + (q & 1) * 8 + r8, wn * 32 + j * 8 + (q >> 1) * 8));
+          bf[0][j][0] = t4[0], bf[0][j][1] = t4[1], bf[0][j + 1][0] = t4[2], bf[0][j + 1][1] = t4[3];
+        }
+      }
+      // big x big, then (an f32 B) big x rest, each over all 16 tiles: the
+      // register-staged kernel's passes in its order.
+#pragma unroll
+      for (int pass = 0; pass < (kBf32 ? 2 : 1); ++pass)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[pass][j][0], bf[pass][j][1]);
     }
   }
   gated_rnn_gemm_tc_store(acc, m0 + wm * 64, n0 + wn * 32, lane, M, N, z, store);

@@ -118,10 +118,19 @@ template <bool kTensorCores, class ALoad, class BLoad, class Store>
 LaunchResult gemm_launch(int64_t M, int64_t N, int64_t K, int64_t per_split, unsigned splits,
                          const ALoad& a, const BLoad& b, const Store& c, cudaStream_t stream) {
   const dim3 grid(gemm_tiles(M, kGatedRnnGemmTileM), gemm_tiles(N, kGatedRnnGemmTileN), splits);
-  if constexpr (kTensorCores && ALoad::kContiguousK && GatedRnnGemmAsyncLoader<ALoad>::value &&
+  if constexpr (kTensorCores && GatedRnnGemmAsyncLoader<ALoad>::value &&
                 GatedRnnGemmAsyncLoader<BLoad>::value) {
-    if (K % 8 == 0 && N % 8 == 0 && a.async_rows() && b.async_rows()) {
-      gated_rnn_gemm_async_kernel<<<grid, kGatedRnnThreads, 0, stream>>>(M, N, K, per_split, a, b, c);
+    // (Runs of 8 along k, for an A contiguous in k, and along n.)
+    if ((!ALoad::kContiguousK || K % 8 == 0) && N % 8 == 0 && a.async_rows() && b.async_rows()) {
+      constexpr int bytes =
+          GatedRnnGemmAsyncLayout<ALoad::kContiguousK, GatedRnnGemmF32Rows<BLoad>::value>::kBytes;
+      const auto kernel = gated_rnn_gemm_async_kernel<ALoad, BLoad, Store>;
+      if constexpr (bytes > 48 * 1024) {
+        static std::atomic<uint64_t> allowed{0};
+        if (const cudaError_t e = allow_dynamic_shared_once(kernel, bytes, allowed); e != cudaSuccess)
+          return {e, "cudaFuncSetAttribute (gated_rnn_gemm_async_kernel shared memory)"};
+      }
+      kernel<<<grid, kGatedRnnThreads, bytes, stream>>>(M, N, K, per_split, a, b, c);
       EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gemm_async_kernel");
       return {};
     }

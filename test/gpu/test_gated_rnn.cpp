@@ -821,12 +821,14 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
   run_cases("tensor-core product", cases);
 }
 
-// The backward's recompute product h_{t-1} R on tensor cores: with y and R
-// bf16 at 16-byte aligned rows of a multiple of 8 it runs
-// gated_rnn_gemm_async_kernel; with y moved by one element (2 bytes) the
-// register-staged gated_rnn_gemm_tc_kernel. The two take each sum in the
-// same order (gated_rnn_gemm.cuh), so every gradient has the same bytes.
-// B*T = 660 rows: six tiles along M, the last one partial.
+// The backward's products on tensor cores, h_{t-1} R and [h_{t-1}; 1]^T
+// grad_rh: with y and R bf16 at 16-byte aligned rows of a multiple of 8
+// they run gated_rnn_gemm_async_kernel (grad_rh's f32 split at the
+// fragment); with y moved by one element (2 bytes) the register-staged
+// gated_rnn_gemm_tc_kernel. The two take each sum in the same order
+// (gated_rnn_gemm.cuh), so every gradient has the same bytes. B*T = 660:
+// six tiles along the recompute's M, the last one partial, and grad_R's k
+// not a multiple of the 32 of a step.
 TEST_CASE("gated RNN: the backward's asynchronous product gives the register-staged one's sums, bitwise",
           "[gpu][gated_rnn]") {
   RnnStream stream;
