@@ -72,12 +72,15 @@
  *      1, and a reduction).
  *   Measured (H100, ncu, bench/RESULTS.md runs L and M): at B64 T256 H512
  *   GRU f32 the two products take 1.0 and 1.7 ms, the walk 3.0 ms. The
- *   walk is latency-bound there (H200, runs AW and AX: 2 warps a
- *   scheduler, none eligible 56 to 60% of the cycles), and its part
- *   product is not on a step's critical path: on tensor cores it removed
- *   about half of the walk's instructions and none of its cycles. A step
- *   waits on the exchange (run AT: its time grows with the parts a block
- *   stages), which is what a faster walk must shrink.
+ *   walk is latency-bound there (H200, run AW: 2 warps a scheduler, none
+ *   eligible 56 to 60% of the cycles). Timed from inside (run BN, bf16
+ *   GRU, 8.8 us a step): the block's own update, part product and
+ *   publication take two thirds of a step, the exchange a third (0.9 us
+ *   waiting for the group's slowest slice, 1.8 us from its publication to
+ *   the parts staged). Both must shrink: the product on tensor cores
+ *   (run AX, three bf16 passes at 190 registers) was no faster, and
+ *   staging all of a thread's words in one round (run BO, 255 registers)
+ *   was slower than batches of 8.
  *
  * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
  * forward's f32 state is not kept); for f32 this is exact. The LSTM's c and
