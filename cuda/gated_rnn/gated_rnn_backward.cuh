@@ -73,14 +73,14 @@
  *   Measured (H100, ncu, bench/RESULTS.md runs L and M): at B64 T256 H512
  *   GRU f32 the two products take 1.0 and 1.7 ms, the walk 3.0 ms. The
  *   walk is latency-bound there (H200, run AW: 2 warps a scheduler, none
- *   eligible 56 to 60% of the cycles). Timed from inside (run BN, bf16
- *   GRU, 8.8 us a step): the block's own update, part product and
- *   publication take two thirds of a step, the exchange a third (0.9 us
- *   waiting for the group's slowest slice, 1.8 us from its publication to
- *   the parts staged). Both must shrink: the product on tensor cores
- *   (run AX, three bf16 passes at 190 registers) was no faster, and
- *   staging all of a thread's words in one round (run BO, 255 registers)
- *   was slower than batches of 8.
+ *   eligible 56 to 60% of the cycles). Timed from inside (runs BN and
+ *   BP, bf16 GRU, 8.9 us a step): the part product and its publication
+ *   49% (2.8x its multiply-adds' floor), the staging 32% (0.9 us waiting
+ *   for the group's slowest slice, 1.8 us from its publication to the
+ *   parts staged), the update 15%. Both big parts must shrink: the product
+ *   on tensor cores (run AX, three bf16 passes at 190 registers) was no
+ *   faster, and staging all of a thread's words in one round (run BO, 255
+ *   registers) was slower than batches of 8.
  *
  * The backward reads h_{t-1} from y, i.e. rounded to the dtype (the
  * forward's f32 state is not kept); for f32 this is exact. The LSTM's c and
