@@ -30,7 +30,7 @@
 //   another, proj "blk", in the block layout (GatedRnnLaunchOptions::k_split
 //   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
-//   = 0: the forward's product and the backward's two): the layouts side
+//   = 0: the forward's product, the backward's two and its walk's): the layouts side
 //   by side (compare_gated_rnn.py skips them). For GRU and LSTM, where the
 //   stack's forward is one launch (the k-split wavefront at B = 1, the
 //   block layout's elsewhere), two rows proj "stk": the two-layer forward

@@ -318,6 +318,17 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
     // issue 30 runs AF and AG).
     plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
+    // The walk's part product on tensor cores where a tile fills the
+    // instruction's 8 columns and R is bf16 (exact in one pass): the
+    // transposed bf16 slice takes about half the f32 one's shared memory.
+    if (plan.gemm_tensor_cores && dtypes.weight == DType::bf16 && plan.resident_weights &&
+        plan.batch_tile >= 8) {
+      const int64_t tc = gated_rnn_walk_tc_shared_floats(padded, H, plan.batch_tile, slices, units);
+      if (tc <= limit) {
+        plan.walk_tensor_cores = true;
+        plan.shared_bytes = static_cast<int>(tc * static_cast<int64_t>(sizeof(float)));
+      }
+    }
     // One buffer for both: the recompute's sums are added before grad_R's
     // product starts.
     const int64_t split_floats = std::max(splits > 1 ? splits * (H + 1) * G * H : 0,
@@ -372,6 +383,15 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   if (plan.batch_tile < 1 || plan.batch_tile > kGatedRnnMaxBatchTile ||
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
+  if (plan.walk_tensor_cores &&
+      (!plan.resident_weights || !plan.gemm_tensor_cores || plan.unit_warps || plan.k_split ||
+       plan.tensor_cores || plan.batch_tile < 8 || plan.ws_rh < 0 ||
+       plan.shared_bytes < gated_rnn_walk_tc_shared_floats(plan.stored_columns, shape.hidden,
+                                                            plan.batch_tile, plan.unit_slices,
+                                                            plan.units_per_block) *
+                               static_cast<int64_t>(sizeof(float))))
+    return "gated RNN plan: the walk's tensor-core product takes a backward with its slice "
+           "resident, tiles of 8 rows or more and the shared memory they need";
   // Steps are numbered in 32 bits in the exchange.
   if (shape.steps > INT32_MAX - 1) return "gated RNN: T above 2^31 - 2";
   if (plan.unit_warps &&
@@ -469,6 +489,7 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
     if (share.sm_count >= 1 && lp.resident_weights && !gated_rnn_unsupported(lp, cell, shape, share)) {
       GatedRnnPlan plan = lp;
       plan.device = device;
+      plan.walk_tensor_cores = false;  // the stack's walk (kStack) has no tensor-core product
       plan.blocks = static_cast<int>(L * lp.blocks);
       plan.shared_bytes = 2 * gated_rnn_walk_shared_floats(lp) * static_cast<int>(sizeof(float));
       plan.stack_depth = kGatedRnnStackBlocksDepth;
@@ -524,6 +545,8 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
     if (static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks * layers != plan.blocks ||
         plan.k_split || plan.unit_warps || plan.tensor_cores)
       return "gated RNN stack backward plan: the blocks do not cover B and H in every layer";
+    if (plan.walk_tensor_cores)
+      return "gated RNN stack backward plan: the reverse wavefront's walk runs on CUDA cores";
     if (!plan.resident_weights)
       return "gated RNN stack backward plan: the reverse wavefront holds its slices in shared memory";
     if (plan.blocks > device.sm_count)
