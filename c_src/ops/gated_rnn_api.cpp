@@ -42,6 +42,7 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
     o.unit_warps = options->unit_warps;
     o.k_split = options->k_split;
     o.tensor_cores = options->tensor_cores;
+    o.walk_tensor_cores = options->walk_tensor_cores;
     o.stack_wavefront = options->stack_wavefront;
   }
   return o;

@@ -142,6 +142,11 @@ struct GatedRnnLaunchOptions {
   // 1 at any B, 0 never. Backward: its two products (gated_rnn_gemm.cuh) on
   // tensor cores where the sequence is bf16 or f16; -1 and 1 there, 0 never.
   int tensor_cores = -1;
+  // Backward: the reverse walk's part product on tensor cores
+  // (gated_rnn_part_product_tc) where tensor_cores allows the products
+  // there and the weights are bf16; -1 (automatic) and 1 where its tile has
+  // 4 rows or more and its slice fits, 0 never.
+  int walk_tensor_cores = -1;
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.
   int stack_wavefront = -1;

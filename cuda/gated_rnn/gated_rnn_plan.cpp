@@ -318,15 +318,24 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
     // issue 30 runs AF and AG).
     plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
-    // The walk's part product on tensor cores where a tile fills the
-    // instruction's 8 columns and R is bf16 (exact in one pass): the
-    // transposed bf16 slice takes about half the f32 one's shared memory.
-    if (plan.gemm_tensor_cores && dtypes.weight == DType::bf16 && plan.resident_weights &&
-        plan.batch_tile >= 8) {
-      const int64_t tc = gated_rnn_walk_tc_shared_floats(padded, H, plan.batch_tile, slices, units);
-      if (tc <= limit) {
+    // The walk's part product on tensor cores where R is bf16 (exact in
+    // one pass) and a tile fills at least half of the instruction's 8
+    // columns. Its slice, transposed bf16, takes about half of the f32
+    // one's shared memory: resident where the f32 slice is not (at B64
+    // H512, 64 units a block in 8 slices: 4,096 words exchanged a block a
+    // step become 2,048).
+    if (plan.gemm_tensor_cores && options.walk_tensor_cores != 0 && dtypes.weight == DType::bf16 &&
+        !options.streamed_weights) {
+      const auto tc_floats = [&](int64_t t) {
+        return gated_rnn_walk_tc_shared_floats(padded, H, t, slices, units);
+      };
+      int64_t t = want_tile;
+      while (t > kGatedRnnWalkTcMinTile && tc_floats(t) > limit) t /= 2;
+      if (t >= kGatedRnnWalkTcMinTile && tc_floats(t) <= limit) {
         plan.walk_tensor_cores = true;
-        plan.shared_bytes = static_cast<int>(tc * static_cast<int64_t>(sizeof(float)));
+        plan.resident_weights = true;
+        plan.batch_tile = static_cast<int>(t);
+        plan.shared_bytes = static_cast<int>(tc_floats(t) * static_cast<int64_t>(sizeof(float)));
       }
     }
     // One buffer for both: the recompute's sums are added before grad_R's
@@ -385,13 +394,13 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
     return "gated RNN plan: batch tile not a power of two up to 32";
   if (plan.walk_tensor_cores &&
       (!plan.resident_weights || !plan.gemm_tensor_cores || plan.unit_warps || plan.k_split ||
-       plan.tensor_cores || plan.batch_tile < 8 || plan.ws_rh < 0 ||
+       plan.tensor_cores || plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
        plan.shared_bytes < gated_rnn_walk_tc_shared_floats(plan.stored_columns, shape.hidden,
                                                             plan.batch_tile, plan.unit_slices,
                                                             plan.units_per_block) *
                                static_cast<int64_t>(sizeof(float))))
     return "gated RNN plan: the walk's tensor-core product takes a backward with its slice "
-           "resident, tiles of 8 rows or more and the shared memory they need";
+           "resident, tiles of 4 rows or more and the shared memory they need";
   // Steps are numbered in 32 bits in the exchange.
   if (shape.steps > INT32_MAX - 1) return "gated RNN: T above 2^31 - 2";
   if (plan.unit_warps &&
@@ -484,12 +493,15 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
     GatedRnnDevice share = device;
     share.sm_count = device.sm_count / static_cast<int>(L);
     share.max_shared_per_block = device.max_shared_per_block / 2 / 16 * 16;
+    // The stack's walk (kStack) has no tensor-core product: its layers'
+    // slices are planned as f32.
+    GatedRnnLaunchOptions layer_options = options;
+    layer_options.walk_tensor_cores = 0;
     const GatedRnnPlan lp =
-        plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, options, dtypes);
+        plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, layer_options, dtypes);
     if (share.sm_count >= 1 && lp.resident_weights && !gated_rnn_unsupported(lp, cell, shape, share)) {
       GatedRnnPlan plan = lp;
       plan.device = device;
-      plan.walk_tensor_cores = false;  // the stack's walk (kStack) has no tensor-core product
       plan.blocks = static_cast<int>(L * lp.blocks);
       plan.shared_bytes = 2 * gated_rnn_walk_shared_floats(lp) * static_cast<int>(sizeof(float));
       plan.stack_depth = kGatedRnnStackBlocksDepth;

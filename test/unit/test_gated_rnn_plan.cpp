@@ -842,9 +842,9 @@ TEST_CASE("gated RNN stack backward: the launcher refuses what it would read wro
 }
 
 // The reverse walk's part product on tensor cores (gated_rnn_backward.cuh,
-// gated_rnn_part_product_tc): a 16-bit sequence with bf16 weights, the
-// slice resident, tiles of 8 rows or more; its transposed bf16 slice in the
-// shared memory the plan asks for.
+// gated_rnn_part_product_tc): a 16-bit sequence with bf16 weights, tiles
+// of 4 rows or more; its transposed bf16 slice resident in the shared
+// memory the plan asks for, also where the f32 slice would not fit.
 TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated_rnn][plan]") {
   const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
   for (const GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
@@ -865,8 +865,8 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
       CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::f16, DType::bf16})
                 .walk_tensor_cores);
       // Not with f32 or f16 weights (R would need a second pass), not in f32,
-      // not with tensor_cores = 0, not forward, not at B <= 4 (tiles of 4 rows
-      // or fewer), not with the slices streamed.
+      // not with tensor_cores = 0 or walk_tensor_cores = 0, not forward, not
+      // at B <= 2 (tiles of 2 rows or fewer), not with the slices streamed.
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::bf16, DType::f32})
                       .walk_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::f16, DType::f16})
@@ -875,12 +875,17 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
       GatedRnnLaunchOptions off;
       off.tensor_cores = 0;
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, off, bf16).walk_tensor_cores);
+      GatedRnnLaunchOptions walk_off;
+      walk_off.walk_tensor_cores = 0;
+      const GatedRnnPlan cc = plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, walk_off, bf16);
+      CHECK_FALSE(cc.walk_tensor_cores);
+      CHECK(cc.gemm_tensor_cores);
       GatedRnnLaunchOptions streamed;
       streamed.streamed_weights = true;
       CHECK_FALSE(
           plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, streamed, bf16).walk_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, big, device, {}, bf16).walk_tensor_cores);
-      for (const int64_t B : {1, 2, 4})
+      for (const int64_t B : {1, 2})
         CHECK_FALSE(
             plan_gated_rnn(GatedRnnDirection::backward, cell, {B, 32, 256}, device, {}, bf16).walk_tensor_cores);
       // A plan that says so without what it needs is refused, by name.
@@ -888,16 +893,33 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
         GatedRnnPlan bad = p;
         if (broken == 0) bad.resident_weights = false;
         if (broken == 1) bad.gemm_tensor_cores = false;
-        if (broken == 2) bad.batch_tile = 4;
+        if (broken == 2) bad.batch_tile = 2;
         if (broken == 3) bad.shared_bytes -= 4;
         const char* why = gated_rnn_unsupported(bad, cell, big, device);
         REQUIRE(why != nullptr);
         CHECK(std::string(why).find("walk's tensor-core product") != std::string::npos);
       }
     }
+  const GatedRnnDTypes bf16_pair{DType::bf16, DType::bf16};
+  // 64 units a block at B64 H512: the f32 slice (192 or 256 columns x 512)
+  // does not fit, the bf16 one of the GRU does, in 16 groups of 4 rows.
+  GatedRnnLaunchOptions wide;
+  wide.units_per_block = 64;
+  wide.batch_blocks = 16;
+  const GatedRnnPlan w = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100,
+                                        wide, bf16_pair);
+  CHECK(w.walk_tensor_cores);
+  CHECK(w.resident_weights);
+  CHECK(w.batch_tile == 4);
+  CHECK(w.blocks == 128);
+  CHECK(w.shared_bytes <= kH100.max_shared_per_block);
+  CHECK(gated_rnn_unsupported(w, GatedRnnCell::gru, {64, 256, 512}, kH100) == nullptr);
+  wide.walk_tensor_cores = 0;
+  CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100, wide,
+                             bf16_pair)
+                  .resident_weights);
   // The stack's reverse wavefront (B <= 4) keeps its walk on CUDA cores,
   // and refuses a plan that says otherwise.
-  const GatedRnnDTypes bf16_pair{DType::bf16, DType::bf16};
   GatedRnnPlan stack = plan_gated_rnn_stack_backward(GatedRnnCell::gru, {4, 32, 256}, 2, kH100, {}, bf16_pair);
   REQUIRE(stack.stack_depth > 0);
   CHECK_FALSE(stack.walk_tensor_cores);
