@@ -62,7 +62,7 @@
  *      forms grad_rh_s for its columns and writes it (f32) for step 4, with
  *      grad_wx_s and grad_rh_s in the dtype when asked, then publishes its
  *      part of grad_rh_s R^T for every unit (a thread per unit, the
- *      columns in order; with bf16 weights and tiles of 8 rows or more,
+ *      columns in order; with bf16 weights and tiles of 4 rows or more,
  *      on tensor cores: gated_rnn_part_product_tc, the slice resident as
  *      bf16, transposed). Exchanging the parts [B, H] per slice rather
  *      than grad_rh itself [B, G*H] carries G times fewer words: the
@@ -470,8 +470,8 @@ struct GatedRnnWalkStack {
 // layer's blocks; shared memory from `smem`): the one-layer kernel's body
 // and (kStack) each layer's share of the stack's reverse wavefront.
 // The walk's part product on tensor cores (plan.walk_tensor_cores: a
-// 16-bit sequence with bf16 weights, the slice resident, tiles of 8 rows or
-// more; gated_rnn_launch.h gives the shared memory).
+// 16-bit sequence with bf16 weights, tiles of 4 rows or more, the slice
+// resident as bf16; gated_rnn_launch.h gives the shared memory).
 //
 // Why. Timed from inside (bench/RESULTS.md, issue 30 runs BN and BP), the
 // CUDA-core part product is half of the GRU's step at B64 T256 H512 bf16,

@@ -188,7 +188,7 @@ struct GatedRnnPlan {
   // Backward: the walk's part product (grad_rh_s R^T for the tile's rows)
   // on tensor cores, the slice of R resident as bf16, transposed
   // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
-  // slice resident and tiles of 8 rows or more.
+  // slice resident (as bf16) and tiles of 4 rows or more.
   bool walk_tensor_cores = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the
