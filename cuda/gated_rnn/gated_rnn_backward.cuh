@@ -62,7 +62,7 @@
  *      forms grad_rh_s for its columns and writes it (f32) for step 4, with
  *      grad_wx_s and grad_rh_s in the dtype when asked, then publishes its
  *      part of grad_rh_s R^T for every unit (a thread per unit, the
- *      columns in order; with bf16 weights and tiles of 4 rows or more,
+ *      columns in order; with bf16 weights and tiles of 8 rows or more,
  *      on tensor cores: gated_rnn_part_product_tc, the slice resident as
  *      bf16, transposed). Exchanging the parts [B, H] per slice rather
  *      than grad_rh itself [B, G*H] carries G times fewer words: the
@@ -587,10 +587,10 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
              it += per_item > 0 ? items : kGatedRnnThreads) {
           const int slot = per_item > 0 ? tid / items : 0;
           const int b = it / live, u = it - (it / live) * live;
-          gated_rnn_stage_strided(dst + (slot * nb + b) * live + u, stride * nb * live,
-                                  src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
-                                  static_cast<int64_t>(stride) * B * K,
-                                  (Su - slot + stride - 1) / stride, step);
+          gated_rnn_stage_strided<kTensorCores ? 16 : 8>(
+              dst + (slot * nb + b) * live + u, stride * nb * live,
+              src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
+              static_cast<int64_t>(stride) * B * K, (Su - slot + stride - 1) / stride, step);
         }
       };
       // The layer above's parts of the gradient of this layer's y_s.

@@ -151,9 +151,12 @@ EXPHIL_GATED_RNN_HD constexpr int gated_rnn_walk_shared_floats(const GatedRnnPla
 // columns rounded up to its depth of 16 plus 8 (an odd number of 16-byte
 // units a row: the 8 rows an ldmatrix reads fall in distinct banks), in
 // whole float4s; then grad_rh of the slice and the slices' parts as on
-// CUDA cores. Its smallest batch tile: 4 rows fill half of the
-// instruction's 8 columns (fewer rows, a quarter or an eighth).
-inline constexpr int kGatedRnnWalkTcMinTile = 4;
+// CUDA cores. Its smallest batch tile: the instruction's 8 columns full.
+// With 4 rows (half of them) the walk measured slower than on CUDA cores
+// (B32 T64 H256 bf16 on an H200, tiles of 4: GRU 346 against 318 us, LSTM
+// 376 against 361; at B64 H512 in tiles of 8, GRU 2.48 against 2.96 ms:
+// bench/RESULTS.md, issue 30 run BR).
+inline constexpr int kGatedRnnWalkTcMinTile = 8;
 EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_depth(int64_t columns) noexcept {
   return (columns + 15) / 16 * 16;
 }

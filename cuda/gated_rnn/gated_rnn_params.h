@@ -145,7 +145,7 @@ struct GatedRnnLaunchOptions {
   // Backward: the reverse walk's part product on tensor cores
   // (gated_rnn_part_product_tc) where tensor_cores allows the products
   // there and the weights are bf16; -1 (automatic) and 1 where its tile has
-  // 4 rows or more and its slice fits, 0 never.
+  // 8 rows or more and its slice fits, 0 never.
   int walk_tensor_cores = -1;
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.
@@ -188,7 +188,7 @@ struct GatedRnnPlan {
   // Backward: the walk's part product (grad_rh_s R^T for the tile's rows)
   // on tensor cores, the slice of R resident as bf16, transposed
   // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
-  // slice resident (as bf16) and tiles of 4 rows or more.
+  // slice resident (as bf16) and tiles of 8 rows or more.
   bool walk_tensor_cores = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the

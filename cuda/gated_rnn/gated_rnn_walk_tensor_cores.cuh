@@ -32,7 +32,7 @@
  * padding. grad_rh of the slice as the CUDA-core product takes it, f32 [C,
  * rows].
  *
- * Limits. Tiles of 4 rows or more (kGatedRnnWalkTcMinTile; a group's last
+ * Limits. Tiles of 8 rows or more (kGatedRnnWalkTcMinTile; a group's last
  * tile may have fewer, its missing rows zeros); the slice and the rest of
  * the walk's shared memory within the block's.
  */

@@ -187,7 +187,7 @@ struct GatedRnnLaunchInfo {
   // A stack layer by layer: also its input projections.
   bool tensor_cores = false;
   // Backward: the reverse walk's product of grad_rh and R on tensor cores
-  // too (bf16 weights, 4 batch rows or more a tile).
+  // too (bf16 weights, 8 batch rows or more a tile).
   bool walk_tensor_cores = false;
   // A stack: its layers in one launch (the forward's wavefront, k_split
   // saying which layout; the backward's reverse walks), else one after
@@ -219,12 +219,12 @@ struct GatedRnnLaunchOptions {
   // Backward: -1 and 1 run its two products on tensor cores where the
   // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
   // bf16 halves, about 16 bits of it, each sum in f32. With bf16 weights
-  // and tiles of 4 batch rows or more, the reverse walk's product of
+  // and tiles of 8 batch rows or more, the reverse walk's product of
   // grad_rh and R too (R exact, grad_rh in two bf16 halves).
   int tensor_cores = -1;
   // Backward: the reverse walk's product of grad_rh and R on tensor cores
   // where tensor_cores allows it: -1 (automatic) and 1 with bf16 weights
-  // and tiles of 4 batch rows or more, 0 never (the products stay where
+  // and tiles of 8 batch rows or more, 0 never (the products stay where
   // tensor_cores puts them).
   int walk_tensor_cores = -1;
   // The stack's layers in one launch (the wavefront) where it fits, up to

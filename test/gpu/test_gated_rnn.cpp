@@ -771,7 +771,7 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 // largest |h| there can be, 1, in bf16; 2^-20 in f16: far below y's own
 // rounding, so a difference shows only as a change of y's last bit, at
 // |y| < 1, or its relative size above).
-// The bf16 cases' backwards with tiles of 4 rows or more (all but B2) walk
+// The bf16 cases' backwards with tiles of 8 rows or more (all but B2) walk
 // with their part product on tensor cores (gated_rnn_part_product_tc), the
 // f16 ones (f16 weights) on CUDA cores; both against the reference.
 TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
@@ -830,7 +830,7 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
         CHECK(worst <= ulp);
       }
   // The backward's walk on tensor cores too wherever the weights are bf16
-  // and a tile has 4 rows or more: 18 of the 21 bf16 cases (not B2).
+  // and a tile has 8 rows or more: 18 of the 21 bf16 cases (not B2).
   CHECK(run_cases("tensor-core product", cases) == 18);
 }
 

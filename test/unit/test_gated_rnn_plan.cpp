@@ -843,7 +843,7 @@ TEST_CASE("gated RNN stack backward: the launcher refuses what it would read wro
 
 // The reverse walk's part product on tensor cores (gated_rnn_backward.cuh,
 // gated_rnn_part_product_tc): a 16-bit sequence with bf16 weights, tiles
-// of 4 rows or more; its transposed bf16 slice resident in the shared
+// of 8 rows or more; its transposed bf16 slice resident in the shared
 // memory the plan asks for, also where the f32 slice would not fit.
 TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated_rnn][plan]") {
   const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
@@ -866,7 +866,8 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
                 .walk_tensor_cores);
       // Not with f32 or f16 weights (R would need a second pass), not in f32,
       // not with tensor_cores = 0 or walk_tensor_cores = 0, not forward, not
-      // at B <= 2 (tiles of 2 rows or fewer), not with the slices streamed.
+      // in tiles of 4 rows or fewer (B <= 2; B32 H256's groups of 4), not
+      // with the slices streamed.
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::bf16, DType::f32})
                       .walk_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::f16, DType::f16})
@@ -885,15 +886,17 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
       CHECK_FALSE(
           plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, streamed, bf16).walk_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, big, device, {}, bf16).walk_tensor_cores);
-      for (const int64_t B : {1, 2})
-        CHECK_FALSE(
-            plan_gated_rnn(GatedRnnDirection::backward, cell, {B, 32, 256}, device, {}, bf16).walk_tensor_cores);
+      for (const int64_t B : {1, 2, 32}) {
+        const GatedRnnPlan small = plan_gated_rnn(GatedRnnDirection::backward, cell, {B, 32, 256}, device, {}, bf16);
+        CHECK(small.batch_tile <= 4);
+        CHECK_FALSE(small.walk_tensor_cores);
+      }
       // A plan that says so without what it needs is refused, by name.
       for (int broken = 0; broken < 4; ++broken) {
         GatedRnnPlan bad = p;
         if (broken == 0) bad.resident_weights = false;
         if (broken == 1) bad.gemm_tensor_cores = false;
-        if (broken == 2) bad.batch_tile = 2;
+        if (broken == 2) bad.batch_tile = 4;
         if (broken == 3) bad.shared_bytes -= 4;
         const char* why = gated_rnn_unsupported(bad, cell, big, device);
         REQUIRE(why != nullptr);
@@ -901,23 +904,48 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
       }
     }
   const GatedRnnDTypes bf16_pair{DType::bf16, DType::bf16};
-  // 64 units a block at B64 H512: the f32 slice (192 or 256 columns x 512)
-  // does not fit, the bf16 one of the GRU does, in 16 groups of 4 rows.
+  // 64 units a block at B64 H512: the f32 slice (192 columns x 512) does
+  // not fit, the bf16 one does, in 8 groups of 8 rows; in 16 groups of 4
+  // rows the walk stays on CUDA cores, its slice streamed.
   GatedRnnLaunchOptions wide;
   wide.units_per_block = 64;
-  wide.batch_blocks = 16;
+  wide.batch_blocks = 8;
   const GatedRnnPlan w = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100,
                                         wide, bf16_pair);
   CHECK(w.walk_tensor_cores);
   CHECK(w.resident_weights);
-  CHECK(w.batch_tile == 4);
-  CHECK(w.blocks == 128);
+  CHECK(w.batch_tile == 8);
+  CHECK(w.blocks == 64);
   CHECK(w.shared_bytes <= kH100.max_shared_per_block);
   CHECK(gated_rnn_unsupported(w, GatedRnnCell::gru, {64, 256, 512}, kH100) == nullptr);
+  wide.batch_blocks = 16;
+  const GatedRnnPlan narrow = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512},
+                                             kH100, wide, bf16_pair);
+  CHECK_FALSE(narrow.walk_tensor_cores);
+  CHECK_FALSE(narrow.resident_weights);
+  wide.batch_blocks = 8;
   wide.walk_tensor_cores = 0;
   CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100, wide,
                              bf16_pair)
                   .resident_weights);
+  // The automatic layout counts the slice as bf16 where the walk takes it:
+  // the LSTM at B64 H512 in 8 groups of 32 units (128 columns, 256 KB in
+  // f32), on CUDA cores in 4 groups of 16.
+  const GatedRnnPlan lstm = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::lstm, {64, 256, 512},
+                                           kH100, {}, bf16_pair);
+  CHECK(lstm.walk_tensor_cores);
+  CHECK(lstm.resident_weights);
+  CHECK(lstm.units_per_block == 32);
+  CHECK(lstm.batch_blocks == 8);
+  CHECK(lstm.batch_tile == 8);
+  GatedRnnLaunchOptions lstm_cc;
+  lstm_cc.walk_tensor_cores = 0;
+  const GatedRnnPlan cc = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::lstm, {64, 256, 512},
+                                         kH100, lstm_cc, bf16_pair);
+  CHECK_FALSE(cc.walk_tensor_cores);
+  CHECK(cc.resident_weights);
+  CHECK(cc.units_per_block == 16);
+  CHECK(cc.batch_blocks == 4);
   // The stack's reverse wavefront (B <= 4) keeps its walk on CUDA cores,
   // and refuses a plan that says otherwise.
   GatedRnnPlan stack = plan_gated_rnn_stack_backward(GatedRnnCell::gru, {4, 32, 256}, 2, kH100, {}, bf16_pair);
