@@ -30,7 +30,7 @@
 //   another, proj "blk", in the block layout (GatedRnnLaunchOptions::k_split
 //   = 0; the k-split layout is B1's default); for B > 4 in bf16, two, proj
 //   "cc", fwd and fwd+bwd on CUDA cores (GatedRnnLaunchOptions::tensor_cores
-//   = 0: the forward's product and the backward's two): the layouts side
+//   = 0: the forward's product, the backward's two and its walk's): the layouts side
 //   by side (compare_gated_rnn.py skips them). For GRU and LSTM, where the
 //   stack's forward is one launch (the k-split wavefront at B = 1, the
 //   block layout's elsewhere), two rows proj "stk": the two-layer forward
@@ -1072,10 +1072,14 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
                   layouts[li].batch_blocks, fs.message().c_str());
       continue;
     }
-    o.chosen = nullptr;  // `info` keeps the forward's layout (the k split is the forward's alone)
+    // `info` keeps the forward's layout (the k split is the forward's alone);
+    // `walk` the backward's, for where its walk's product ran.
+    GatedRnnLaunchInfo walk;
+    o.chosen = &walk;
     // The backward in the same layout where it can run (not at two blocks
     // a multiprocessor, whose blocks do not all fit): else the forward alone.
     const Status bs = gated_rnn_backward(backward_args(p, *sets[0], 0, 1, false), c.stream, &o);
+    o.chosen = nullptr;
     if (!bs.ok()) (void)cudaGetLastError();
     check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
     const auto y = download(first.y, 0, elements(first.y));
@@ -1099,13 +1103,13 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
     const Times tf = time_ours(c.stream, budget, sets.size(), small, fwd);
     const Times tb = bs.ok() ? time_ours(c.stream, budget, sets.size(), small, bwd) : Times{};
     std::printf("%-5s %-5s %-14s %-4s %s%-3d x %3d slices, %2d groups of %3d rows, tile %2d, %s: fwd %9.2f "
-                "bwd %9.2f us (graph); vs auto |dy| %.2g |dgrad_wx|/|ref| %.2g; finite %s\n",
+                "bwd %9.2f us (graph%s); vs auto |dy| %.2g |dgrad_wx|/|ref| %.2g; finite %s\n",
                 gated_rnn_cell_name(p.cell.cell), dtype_name(p.dtype), shape_name(p.s).c_str(),
                 li == 0 ? "auto" : "", layout_letter(info), info.units_per_block,
                 info.blocks / std::max(info.batch_blocks, 1),
                 info.batch_blocks, static_cast<int>((B + info.batch_blocks - 1) / info.batch_blocks),
                 info.batch_tile, info.resident_weights ? "res" : "str", tf.graph_us, tb.graph_us,
-                normwise(y, y_auto), bs.ok() ? normwise(gwx, gwx_auto) : 0.0,
+                bs.ok() && walk.walk_tensor_cores ? ", walk on tensor cores" : "", normwise(y, y_auto), bs.ok() ? normwise(gwx, gwx_auto) : 0.0,
                 count_nonfinite(first.y) + (bs.ok() ? count_nonfinite(first.grad_wx) : 0) == 0 ? "yes"
                                                                                                : "NO");
     if (!bs.ok()) std::printf("      (backward not run in this layout: %s)\n", bs.message().c_str());

@@ -28,6 +28,7 @@ void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
   info.unit_warps = p.unit_warps;
   info.k_split = p.k_split;
   info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
+  info.walk_tensor_cores = p.walk_tensor_cores;
 }
 
 // The API's launch options as the planner takes them (defaults without).
@@ -41,6 +42,7 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
     o.unit_warps = options->unit_warps;
     o.k_split = options->k_split;
     o.tensor_cores = options->tensor_cores;
+    o.walk_tensor_cores = options->walk_tensor_cores;
     o.stack_wavefront = options->stack_wavefront;
   }
   return o;

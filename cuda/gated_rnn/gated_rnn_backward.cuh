@@ -62,7 +62,9 @@
  *      forms grad_rh_s for its columns and writes it (f32) for step 4, with
  *      grad_wx_s and grad_rh_s in the dtype when asked, then publishes its
  *      part of grad_rh_s R^T for every unit (a thread per unit, the
- *      columns in order). Exchanging the parts [B, H] per slice rather
+ *      columns in order; with bf16 weights and tiles of 8 rows or more,
+ *      on tensor cores: gated_rnn_part_product_tc, the slice resident as
+ *      bf16, transposed). Exchanging the parts [B, H] per slice rather
  *      than grad_rh itself [B, G*H] carries G times fewer words: the
  *      first version's exchange of grad_rh was its bound at B64 H512.
  *   4. grad_R and grad_bias: the product [H+1, B*T] x [B*T, G*H] of
@@ -108,6 +110,7 @@
 
 #include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_gemm.cuh"
+#include "gated_rnn/gated_rnn_walk_tensor_cores.cuh"
 #include "gated_rnn/slstm_cell.cuh"
 
 namespace exphil::kernels {
@@ -466,13 +469,17 @@ struct GatedRnnWalkStack {
 
 // One layer's reverse walk for one block (`block`, its index within the
 // layer's blocks; shared memory from `smem`): the one-layer kernel's body
-// and (kStack) each layer's share of the stack's reverse wavefront.
-template <class Elem, GatedRnnCell kCell, bool kResident, bool kStack>
+// and (kStack) each layer's share of the stack's reverse wavefront;
+// (kTensorCores) its part product on tensor cores
+// (gated_rnn_walk_tensor_cores.cuh).
+template <class Elem, GatedRnnCell kCell, bool kResident, bool kStack, bool kTensorCores = false>
 __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
                                                const GatedRnnPlan& plan, float* __restrict__ ws,
                                                int block, float* smem,
                                                const GatedRnnWalkStack& st) {
   static_assert(!kStack || kResident, "the stack's walk holds its slices in shared memory");
+  static_assert(!kTensorCores || (kResident && !kStack && sizeof(Elem) == 2),
+                "the tensor-core walk: one layer, a 16-bit sequence, its slice resident");
   constexpr int G = kGatedRnnGates<kCell>;
   const GatedRnnForwardParams& f = p.fwd;
   const int64_t B = f.shape.batch, T = f.shape.steps;
@@ -494,9 +501,14 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
 
   // Shared memory: [the slice, resident], grad_rh of the slice [C, rows]
   // (16-byte aligned: C is a multiple of 4), the slices' parts [Su, rows, U].
+  // On tensor cores the slice is bf16, transposed [K16][ld]
+  // (gated_rnn_load_slice_transposed), and W unused.
   float* W;
   float* gr;
-  if constexpr (kResident) {
+  if constexpr (kTensorCores) {
+    W = nullptr;
+    gr = smem + gated_rnn_walk_tc_slice_floats(C, K);
+  } else if constexpr (kResident) {
     W = smem;
     gr = smem + static_cast<int64_t>(C) * K;
   } else {
@@ -507,7 +519,10 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   // [2, Su, B, H]: each slice's part of grad_rh_s R^T, with its step.
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);
 
-  gated_rnn_load_slice(W, f.d_R, f.weight_dtype, G, H, U, u0, live, C);  // as the forward's
+  if constexpr (kTensorCores)
+    gated_rnn_load_slice_transposed(reinterpret_cast<__nv_bfloat16*>(smem), f.d_R, G, H, U, u0, live, C);
+  else
+    gated_rnn_load_slice(W, f.d_R, f.weight_dtype, G, H, U, u0, live, C);  // as the forward's
   // grad_y (and the GRU's y) of this block's rows and units, every step,
   // into L2 (if small enough); the gates and c were just written, and are
   // there.
@@ -572,10 +587,10 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
              it += per_item > 0 ? items : kGatedRnnThreads) {
           const int slot = per_item > 0 ? tid / items : 0;
           const int b = it / live, u = it - (it / live) * live;
-          gated_rnn_stage_strided(dst + (slot * nb + b) * live + u, stride * nb * live,
-                                  src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
-                                  static_cast<int64_t>(stride) * B * K,
-                                  (Su - slot + stride - 1) / stride, step);
+          gated_rnn_stage_strided<kTensorCores ? 16 : 8>(
+              dst + (slot * nb + b) * live + u, stride * nb * live,
+              src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
+              static_cast<int64_t>(stride) * B * K, (Su - slot + stride - 1) / stride, step);
         }
       };
       // The layer above's parts of the gradient of this layer's y_s.
@@ -706,9 +721,14 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
         if (s > last) {
           // This slice's part of grad_rh_s R^T for the tile's rows, every unit.
           uint64_t* const dst = xchg + ((s & 1) * Su + slice) * B * K;
-          gated_rnn_part_product_rows(rows, gr, C, W, K, nb, [&](int b, int k, float v) {
+          const auto publish = [&](int b, int k, float v) {
             gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
-          });
+          };
+          if constexpr (kTensorCores)
+            gated_rnn_part_product_tc(rows, gr, C, reinterpret_cast<const __nv_bfloat16*>(smem), K, nb,
+                                      publish);
+          else
+            gated_rnn_part_product_rows(rows, gr, C, W, K, nb, publish);
         }
         if (to_below) {
           uint64_t* const dst = st.to_below + ((s & (D - 1)) * Su + slice) * B * K;
@@ -722,13 +742,13 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   }
 }
 
-template <class Elem, GatedRnnCell kCell, bool kResident>
+template <class Elem, GatedRnnCell kCell, bool kResident, bool kTensorCores = false>
 __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     gated_rnn_backward_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
                               float* __restrict__ ws) {
   extern __shared__ float4 smem4[];
-  gated_rnn_walk<Elem, kCell, kResident, false>(p, plan, ws, static_cast<int>(blockIdx.x),
-                                                reinterpret_cast<float*>(smem4), {});
+  gated_rnn_walk<Elem, kCell, kResident, false, kTensorCores>(
+      p, plan, ws, static_cast<int>(blockIdx.x), reinterpret_cast<float*>(smem4), {});
 }
 
 }  // namespace exphil::kernels

@@ -171,13 +171,16 @@ __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, i
 
 // Stages `count` words src[n * src_stride] into dst[n * dst_stride] (one
 // thread's share of a strided gather), waiting for each to carry `step`,
-// in batches of 8 loads in flight as gated_rnn_stage_words does; the
+// in batches of kBatch loads in flight as gated_rnn_stage_words does; the
 // addresses are an add apart (the first backward's gather divided twice
-// per word to find them, and re-derived them every poll round).
+// per word to find them, and re-derived them every poll round). 8 by
+// default: the walk on CUDA cores was slower with 16 at B32 and 32 raised
+// its registers to 255 (bench/RESULTS.md, issue 30 runs BO and BR); the
+// walk on tensor cores, with registers to spare, takes 16.
+template <int kBatch = 8>
 __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst, int dst_stride,
                                                         const uint64_t* src, int64_t src_stride,
                                                         int count, int step) {
-  constexpr int kBatch = 8;
   for (int n0 = 0; n0 < count; n0 += kBatch) {
     const uint64_t* first = src + n0 * src_stride;
     uint64_t w[kBatch];

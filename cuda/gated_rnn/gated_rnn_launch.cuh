@@ -310,17 +310,28 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
     }
   }
 
-  // 3. The reverse walk.
+  // 3. The reverse walk, its part product on tensor cores where the plan
+  // says (16-bit sequences only: no f32 instance of that walk is built).
   if (plan.backward_steps & 2) {
-    static PersistentKernelCache resident, streamed;
-    const LaunchResult walk =
-        plan.resident_weights
-            ? launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params,
-                                plan, d_workspace, stream,
-                                "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)")
-            : launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed, params,
-                                plan, d_workspace, stream,
-                                "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
+    static PersistentKernelCache resident, streamed, tensor_cores;
+    LaunchResult walk;
+    if (plan.walk_tensor_cores) {
+      if constexpr (sizeof(Elem) == 2)
+        walk = launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true, true>, tensor_cores,
+                                 params, plan, d_workspace, stream,
+                                 "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, tensor cores)");
+      else
+        return {cudaErrorInvalidValue,
+                "gated RNN plan (the walk's tensor-core product takes a 16-bit sequence)"};
+    } else if (plan.resident_weights) {
+      walk = launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params, plan,
+                               d_workspace, stream,
+                               "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, resident)");
+    } else {
+      walk = launch_persistent(gated_rnn_backward_kernel<Elem, kCell, false>, streamed, params, plan,
+                               d_workspace, stream,
+                               "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, streamed)");
+    }
     if (!walk.ok()) return walk;
   }
 

@@ -145,6 +145,36 @@ EXPHIL_GATED_RNN_HD constexpr int gated_rnn_walk_shared_floats(const GatedRnnPla
   return static_cast<int>((f + 3) / 4 * 4);
 }
 
+// The reverse walk's part product on tensor cores (gated_rnn_backward.cuh,
+// gated_rnn_part_product_tc): the block's slice of R transposed, bf16
+// [rows][ld], rows H rounded up to the instruction's 16, ld the stored
+// columns rounded up to its depth of 16 plus 8 (an odd number of 16-byte
+// units a row: the 8 rows an ldmatrix reads fall in distinct banks), in
+// whole float4s; then grad_rh of the slice and the slices' parts as on
+// CUDA cores. Its smallest batch tile: the instruction's 8 columns full.
+// With 4 rows (half of them) the walk measured slower than on CUDA cores
+// (B32 T64 H256 bf16 on an H200, tiles of 4: GRU 346 against 318 us, LSTM
+// 376 against 361; at B64 H512 in tiles of 8, GRU 2.48 against 2.96 ms:
+// bench/RESULTS.md, issue 30 run BR).
+inline constexpr int kGatedRnnWalkTcMinTile = 8;
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_depth(int64_t columns) noexcept {
+  return (columns + 15) / 16 * 16;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_ld(int64_t columns) noexcept {
+  return gated_rnn_walk_tc_depth(columns) + 8;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_rows(int64_t hidden) noexcept {
+  return (hidden + 15) / 16 * 16;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_slice_floats(int64_t columns, int64_t hidden) noexcept {
+  return (gated_rnn_walk_tc_rows(hidden) * gated_rnn_walk_tc_ld(columns) / 2 + 3) / 4 * 4;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_shared_floats(int64_t columns, int64_t hidden,
+                                                                   int64_t tile, int64_t slices,
+                                                                   int64_t units) noexcept {
+  return gated_rnn_walk_tc_slice_floats(columns, hidden) + columns * tile + slices * tile * units;
+}
+
 // Layer l's one-layer backward plan within the stack's reverse wavefront
 // plan: its share of the blocks, its workspace at l * ws_stack_layer.
 EXPHIL_GATED_RNN_HD inline GatedRnnPlan gated_rnn_stack_layer_plan(const GatedRnnPlan& plan,

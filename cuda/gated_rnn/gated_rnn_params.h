@@ -142,6 +142,11 @@ struct GatedRnnLaunchOptions {
   // 1 at any B, 0 never. Backward: its two products (gated_rnn_gemm.cuh) on
   // tensor cores where the sequence is bf16 or f16; -1 and 1 there, 0 never.
   int tensor_cores = -1;
+  // Backward: the reverse walk's part product on tensor cores
+  // (gated_rnn_part_product_tc) where tensor_cores allows the products
+  // there and the weights are bf16; -1 (automatic) and 1 where its tile has
+  // 8 rows or more and its slice fits, 0 never.
+  int walk_tensor_cores = -1;
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.
   int stack_wavefront = -1;
@@ -180,6 +185,11 @@ struct GatedRnnPlan {
   // (gated_rnn_gemm_tc_kernel), else on CUDA cores; the stack layer by
   // layer: its input projections.
   bool gemm_tensor_cores = false;
+  // Backward: the walk's part product (grad_rh_s R^T for the tile's rows)
+  // on tensor cores, the slice of R resident as bf16, transposed
+  // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
+  // slice resident (as bf16) and tiles of 8 rows or more.
+  bool walk_tensor_cores = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the
   // layer above it; 0: the layers one after another, each in this plan.

@@ -55,9 +55,15 @@ struct Layout {
 // at B32 H256 in the forward (1.8x), and the other limits picked the
 // fastest layout or one within 5% at B32 H256 and B64 H512.
 // With the tensor-core product (tensor_cores) a slice must fit in its
-// block's registers as fragments rather than in shared memory.
+// block's registers as fragments rather than in shared memory. With the
+// backward's walk on tensor cores (walk_tensor_cores) a slice fits as
+// bf16 where a group's tile reaches kGatedRnnWalkTcMinTile: at B64 T256
+// H512 the LSTM's 4 groups of 16 units (its f32 slice's limit) became 8
+// groups of 32, as the GRU's, and its backward took 3.29 ms against 4.62
+// (bench/RESULTS.md, issue 30 run BR).
 Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
-                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores) {
+                     const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores,
+                     bool walk_tensor_cores) {
   const auto units_for = [&](int64_t groups) {
     return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
   };
@@ -69,7 +75,11 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
       return parts > 0 && gated_rnn_tc_shared_floats(H, G * units, tile, parts) <= limit;
     }
     const int64_t pc = gated_rnn_padded_columns(G * units);
-    return shared_floats(forward, true, H, pc, ceil_div(H, units), units, tile) <= limit;
+    const int64_t slices = ceil_div(H, units);
+    if (walk_tensor_cores && tile >= kGatedRnnWalkTcMinTile &&
+        gated_rnn_walk_tc_shared_floats(pc, H, tile, slices, units) <= limit)
+      return true;
+    return shared_floats(forward, true, H, pc, slices, units, tile) <= limit;
   };
   Layout l{options.units_per_block > 0 ? std::min<int64_t>(options.units_per_block, H) : 0,
            options.batch_blocks > 0 ? std::min<int64_t>(options.batch_blocks, B) : 0};
@@ -111,7 +121,7 @@ GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t 
   const int64_t sms = std::max(device.sm_count, 1) / L;
   const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
   if (sms < 1 || B > kGatedRnnLatencyRows) return plan;
-  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false);
+  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false, false);
   const int64_t units = l.units, slices = ceil_div(H, units);
   const int64_t rows = ceil_div(B, l.groups), groups = ceil_div(B, rows);
   const int64_t tile = next_pow2(rows);
@@ -222,13 +232,18 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   bool tc_wanted = forward && options.tensor_cores != 0 && !options.streamed_weights &&
                    sequence16 && dtypes.weight == dtypes.sequence &&
                    H % 16 == 0 && (options.tensor_cores == 1 || B > kGatedRnnLatencyRows);
-  Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted);
+  // The backward's walk on tensor cores, where its tile reaches
+  // kGatedRnnWalkTcMinTile (decided below, with the tile).
+  const bool walk_tc_wanted = !forward && options.tensor_cores != 0 && sequence16 &&
+                              options.walk_tensor_cores != 0 && dtypes.weight == DType::bf16 &&
+                              !options.streamed_weights;
+  Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted, walk_tc_wanted);
   if (tc_wanted && options.tensor_cores != 1) {
     const int64_t rows = ceil_div(B, l.groups);
     const int64_t tile = std::min<int64_t>(next_pow2(rows), kGatedRnnTcMaxBatchTile);
     if (rows < 8 || tile * G * l.units * H < kGatedRnnTcMinProduct) {
       tc_wanted = false;
-      l = choose_layout(G, B, H, sms, limit, options, forward, false);
+      l = choose_layout(G, B, H, sms, limit, options, forward, false, false);
     }
   }
   const int64_t units = l.units;
@@ -318,6 +333,25 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
     // issue 30 runs AF and AG).
     plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
+    // The walk's part product on tensor cores where R is bf16 (exact in
+    // one pass) and a tile fills the instruction's 8 columns
+    // (kGatedRnnWalkTcMinTile says why not 4). Its slice, transposed bf16, takes about half of the f32
+    // one's shared memory: resident where the f32 slice is not (at B64
+    // H512, 64 units a block in 8 slices: 4,096 words exchanged a block a
+    // step become 2,048).
+    if (walk_tc_wanted) {
+      const auto tc_floats = [&](int64_t t) {
+        return gated_rnn_walk_tc_shared_floats(padded, H, t, slices, units);
+      };
+      int64_t t = want_tile;
+      while (t > kGatedRnnWalkTcMinTile && tc_floats(t) > limit) t /= 2;
+      if (t >= kGatedRnnWalkTcMinTile && tc_floats(t) <= limit) {
+        plan.walk_tensor_cores = true;
+        plan.resident_weights = true;
+        plan.batch_tile = static_cast<int>(t);
+        plan.shared_bytes = static_cast<int>(tc_floats(t) * static_cast<int64_t>(sizeof(float)));
+      }
+    }
     // One buffer for both: the recompute's sums are added before grad_R's
     // product starts.
     const int64_t split_floats = std::max(splits > 1 ? splits * (H + 1) * G * H : 0,
@@ -372,6 +406,15 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
   if (plan.batch_tile < 1 || plan.batch_tile > kGatedRnnMaxBatchTile ||
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
+  if (plan.walk_tensor_cores &&
+      (!plan.resident_weights || !plan.gemm_tensor_cores || plan.unit_warps || plan.k_split ||
+       plan.tensor_cores || plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
+       plan.shared_bytes < gated_rnn_walk_tc_shared_floats(plan.stored_columns, shape.hidden,
+                                                            plan.batch_tile, plan.unit_slices,
+                                                            plan.units_per_block) *
+                               static_cast<int64_t>(sizeof(float))))
+    return "gated RNN plan: the walk's tensor-core product takes a backward with its slice "
+           "resident, tiles of 8 rows or more and the shared memory they need";
   // Steps are numbered in 32 bits in the exchange.
   if (shape.steps > INT32_MAX - 1) return "gated RNN: T above 2^31 - 2";
   if (plan.unit_warps &&
@@ -464,8 +507,12 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
     GatedRnnDevice share = device;
     share.sm_count = device.sm_count / static_cast<int>(L);
     share.max_shared_per_block = device.max_shared_per_block / 2 / 16 * 16;
+    // The stack's walk (kStack) has no tensor-core product: its layers'
+    // slices are planned as f32.
+    GatedRnnLaunchOptions layer_options = options;
+    layer_options.walk_tensor_cores = 0;
     const GatedRnnPlan lp =
-        plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, options, dtypes);
+        plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, layer_options, dtypes);
     if (share.sm_count >= 1 && lp.resident_weights && !gated_rnn_unsupported(lp, cell, shape, share)) {
       GatedRnnPlan plan = lp;
       plan.device = device;
@@ -524,6 +571,8 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
     if (static_cast<int64_t>(plan.unit_slices) * plan.batch_blocks * layers != plan.blocks ||
         plan.k_split || plan.unit_warps || plan.tensor_cores)
       return "gated RNN stack backward plan: the blocks do not cover B and H in every layer";
+    if (plan.walk_tensor_cores)
+      return "gated RNN stack backward plan: the reverse wavefront's walk runs on CUDA cores";
     if (!plan.resident_weights)
       return "gated RNN stack backward plan: the reverse wavefront holds its slices in shared memory";
     if (plan.blocks > device.sm_count)

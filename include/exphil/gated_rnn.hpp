@@ -186,6 +186,9 @@ struct GatedRnnLaunchInfo {
   // Backward: its products of h and R and of h and grad_rh on tensor cores.
   // A stack layer by layer: also its input projections.
   bool tensor_cores = false;
+  // Backward: the reverse walk's product of grad_rh and R on tensor cores
+  // too (bf16 weights, 8 batch rows or more a tile).
+  bool walk_tensor_cores = false;
   // A stack: its layers in one launch (the forward's wavefront, k_split
   // saying which layout; the backward's reverse walks), else one after
   // another, each in the layout the other fields give.
@@ -215,8 +218,15 @@ struct GatedRnnLaunchOptions {
   // bf16 and 22 in f16 (the CUDA cores take f32's 24), each sum in f32.
   // Backward: -1 and 1 run its two products on tensor cores where the
   // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
-  // bf16 halves, about 16 bits of it, each sum in f32.
+  // bf16 halves, about 16 bits of it, each sum in f32. With bf16 weights
+  // and tiles of 8 batch rows or more, the reverse walk's product of
+  // grad_rh and R too (R exact, grad_rh in two bf16 halves).
   int tensor_cores = -1;
+  // Backward: the reverse walk's product of grad_rh and R on tensor cores
+  // where tensor_cores allows it: -1 (automatic) and 1 with bf16 weights
+  // and tiles of 8 batch rows or more, 0 never (the products stay where
+  // tensor_cores puts them).
+  int walk_tensor_cores = -1;
   // The stack's layers in one launch (the wavefront) where it fits, up to
   // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
   // for a backward of one step above B = 1, which -1 runs layer by layer.

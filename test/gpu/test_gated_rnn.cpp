@@ -471,14 +471,15 @@ class GatedRun {
   std::unique_ptr<DeviceScratch> ws_;
 };
 
-// Runs and checks a list of cases; prints the worst margin.
-void run_cases(const char* name, const std::vector<GatedCase>& cases) {
+// Runs and checks a list of cases; prints the worst margin. Returns how
+// many backwards walked on tensor cores (gated_rnn_part_product_tc).
+int run_cases(const char* name, const std::vector<GatedCase>& cases) {
   const uint64_t seed = test_seed();
   INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
   RnnStream stream;
   double worst = 0;
   std::string worst_case;
-  int resident = 0, streamed = 0;
+  int resident = 0, streamed = 0, walk_tc = 0;
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const GatedCase& c = cases[i];
     GatedRun run(c, seed + i);
@@ -489,18 +490,22 @@ void run_cases(const char* name, const std::vector<GatedCase>& cases) {
                           : run.forward_plan().resident_weights ? ", resident"
                                                                 : ", streamed")
                       << "; backward: " << run.backward_plan().blocks << " blocks, "
-                      << (run.backward_plan().resident_weights ? "resident" : "streamed"));
+                      << (run.backward_plan().resident_weights ? "resident" : "streamed")
+                      << (run.backward_plan().walk_tensor_cores ? ", walk on tensor cores" : ""));
     run.forward(stream.s);
     run.backward(stream.s);
     const double w = run.check_against_reference();
     (run.forward_plan().resident_weights ? resident : streamed) += 1;
+    walk_tc += run.backward_plan().walk_tensor_cores;
     if (w > worst) {
       worst = w;
       worst_case = c.describe();
     }
   }
-  std::printf("%s: %zu cases (%d resident, %d streamed forward), worst error/allowed %.3g at %s\n",
-              name, cases.size(), resident, streamed, worst, worst_case.c_str());
+  std::printf("%s: %zu cases (%d resident, %d streamed forward, %d walks on tensor cores), worst "
+              "error/allowed %.3g at %s\n",
+              name, cases.size(), resident, streamed, walk_tc, worst, worst_case.c_str());
+  return walk_tc;
 }
 
 std::vector<GatedCase> shape_grid(GatedRnnKind kind, DType dtype) {
@@ -732,24 +737,27 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
   std::vector<GatedCase> cases;
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
     // resident, streamed, unit warps, batch groups, k split, bf16, tensor
-    // cores (bf16 at H48: 3 or 4 m-tiles of 16 columns, 3 k-steps)
-    for (int layout : {0, 1, 2, 3, 4, 5, 6}) {
+    // cores (bf16 at H48: 3 or 4 m-tiles of 16 columns, 3 k-steps), and the
+    // backward's walk on tensor cores (bf16, one group of 9 rows in tiles
+    // of 8: a whole tile and one of a row; H37: a partial k tile of 16)
+    for (int layout : {0, 1, 2, 3, 4, 5, 6, 7}) {
       GatedCase c;
       c.kind = kind;
       if (layout >= 5) c.dtype = c.weight_dtype = DType::bf16;
       c.cell_finals = c.dtype == DType::f32;  // (see the top)
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       // (k split at H64: the backward's recompute product split in two.)
-      c.B = layout == 3 || layout == 6 ? 6 : layout == 4 ? 1 : 3, c.T = 4;
+      c.B = layout == 3 || layout == 6 ? 6 : layout == 4 ? 1 : layout == 7 ? 9 : 3, c.T = 4;
       c.H = layout == 4 ? 64 : layout == 6 ? 48 : 37;
       c.options.streamed_weights = layout == 1;
       c.options.unit_warps = layout == 2 ? 1 : -1;
       c.options.units_per_block = layout == 4 ? 2 : 8;
-      c.options.batch_blocks = layout == 3 || layout == 6 ? 3 : 0;
-      c.options.tensor_cores = layout == 6 ? 1 : 0;
+      c.options.batch_blocks = layout == 3 || layout == 6 ? 3 : layout == 7 ? 1 : 0;
+      c.options.batch_tile = layout == 7 ? 8 : 0;
+      c.options.tensor_cores = layout == 6 ? 1 : layout == 7 ? -1 : 0;
       cases.push_back(c);
     }
-  run_cases("sanitizer cases", cases);
+  CHECK(run_cases("sanitizer cases", cases) == 3);
 }
 
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh):
@@ -763,6 +771,9 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 // largest |h| there can be, 1, in bf16; 2^-20 in f16: far below y's own
 // rounding, so a difference shows only as a change of y's last bit, at
 // |y| < 1, or its relative size above).
+// The bf16 cases' backwards with tiles of 8 rows or more (all but B2) walk
+// with their part product on tensor cores (gated_rnn_part_product_tc), the
+// f16 ones (f16 weights) on CUDA cores; both against the reference.
 TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
   GatedRnnDevice device{};
   int current = 0;
@@ -818,7 +829,9 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
           worst = std::max(worst, std::abs(y_tc[k] - y_cc[k]) / std::max(1.0, std::abs(y_cc[k])));
         CHECK(worst <= ulp);
       }
-  run_cases("tensor-core product", cases);
+  // The backward's walk on tensor cores too wherever the weights are bf16
+  // and a tile has 8 rows or more: 18 of the 21 bf16 cases (not B2).
+  CHECK(run_cases("tensor-core product", cases) == 18);
 }
 
 // The backward's products on tensor cores, h_{t-1} R and [h_{t-1}; 1]^T

@@ -840,3 +840,146 @@ TEST_CASE("gated RNN stack backward: the launcher refuses what it would read wro
   CHECK(r.error == cudaErrorInvalidValue);
   CHECK(std::string(r.call).find("plan_gated_rnn_stack_backward") != std::string::npos);
 }
+
+// The reverse walk's part product on tensor cores (gated_rnn_backward.cuh,
+// gated_rnn_part_product_tc): a 16-bit sequence with bf16 weights, tiles
+// of 8 rows or more; its transposed bf16 slice resident in the shared
+// memory the plan asks for, also where the f32 slice would not fit.
+TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated_rnn][plan]") {
+  const GatedRnnDTypes bf16{DType::bf16, DType::bf16};
+  for (const GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
+    for (const GatedRnnDevice& device : {kH100, kA100}) {
+      INFO("cell " << static_cast<int>(cell) << ", " << device.sm_count << " SMs");
+      const GatedRnnShape big{64, 256, 512};
+      const GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, bf16);
+      REQUIRE(p.resident_weights);
+      CHECK(p.batch_tile >= 8);
+      CHECK(p.walk_tensor_cores);
+      const int64_t floats = gated_rnn_walk_tc_slice_floats(p.stored_columns, 512) +
+                             static_cast<int64_t>(p.stored_columns) * p.batch_tile +
+                             static_cast<int64_t>(p.unit_slices) * p.batch_tile * p.units_per_block;
+      CHECK(p.shared_bytes == floats * 4);
+      CHECK(p.shared_bytes <= device.max_shared_per_block);
+      CHECK(gated_rnn_unsupported(p, cell, big, device) == nullptr);
+      // f16 sequences with bf16 weights too (grad_rh is f32 either way).
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::f16, DType::bf16})
+                .walk_tensor_cores);
+      // Not with f32 or f16 weights (R would need a second pass), not in f32,
+      // not with tensor_cores = 0 or walk_tensor_cores = 0, not forward, not
+      // in tiles of 4 rows or fewer (B <= 2; B32 H256's groups of 4), not
+      // with the slices streamed.
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::bf16, DType::f32})
+                      .walk_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, {}, {DType::f16, DType::f16})
+                      .walk_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device).walk_tensor_cores);
+      GatedRnnLaunchOptions off;
+      off.tensor_cores = 0;
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, off, bf16).walk_tensor_cores);
+      GatedRnnLaunchOptions walk_off;
+      walk_off.walk_tensor_cores = 0;
+      const GatedRnnPlan cc = plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, walk_off, bf16);
+      CHECK_FALSE(cc.walk_tensor_cores);
+      CHECK(cc.gemm_tensor_cores);
+      GatedRnnLaunchOptions streamed;
+      streamed.streamed_weights = true;
+      CHECK_FALSE(
+          plan_gated_rnn(GatedRnnDirection::backward, cell, big, device, streamed, bf16).walk_tensor_cores);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, big, device, {}, bf16).walk_tensor_cores);
+      for (const int64_t B : {1, 2, 32}) {
+        const GatedRnnPlan small = plan_gated_rnn(GatedRnnDirection::backward, cell, {B, 32, 256}, device, {}, bf16);
+        CHECK(small.batch_tile <= 4);
+        CHECK_FALSE(small.walk_tensor_cores);
+      }
+      // A plan that says so without what it needs is refused, by name.
+      for (int broken = 0; broken < 4; ++broken) {
+        GatedRnnPlan bad = p;
+        if (broken == 0) bad.resident_weights = false;
+        if (broken == 1) bad.gemm_tensor_cores = false;
+        if (broken == 2) bad.batch_tile = 4;
+        if (broken == 3) bad.shared_bytes -= 4;
+        const char* why = gated_rnn_unsupported(bad, cell, big, device);
+        REQUIRE(why != nullptr);
+        CHECK(std::string(why).find("walk's tensor-core product") != std::string::npos);
+      }
+    }
+  const GatedRnnDTypes bf16_pair{DType::bf16, DType::bf16};
+  // 64 units a block at B64 H512: the f32 slice (192 columns x 512) does
+  // not fit, the bf16 one does, in 8 groups of 8 rows; in 16 groups of 4
+  // rows the walk stays on CUDA cores, its slice streamed.
+  GatedRnnLaunchOptions wide;
+  wide.units_per_block = 64;
+  wide.batch_blocks = 8;
+  const GatedRnnPlan w = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100,
+                                        wide, bf16_pair);
+  CHECK(w.walk_tensor_cores);
+  CHECK(w.resident_weights);
+  CHECK(w.batch_tile == 8);
+  CHECK(w.blocks == 64);
+  CHECK(w.shared_bytes <= kH100.max_shared_per_block);
+  CHECK(gated_rnn_unsupported(w, GatedRnnCell::gru, {64, 256, 512}, kH100) == nullptr);
+  wide.batch_blocks = 16;
+  const GatedRnnPlan narrow = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512},
+                                             kH100, wide, bf16_pair);
+  CHECK_FALSE(narrow.walk_tensor_cores);
+  CHECK_FALSE(narrow.resident_weights);
+  wide.batch_blocks = 8;
+  wide.walk_tensor_cores = 0;
+  CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::gru, {64, 256, 512}, kH100, wide,
+                             bf16_pair)
+                  .resident_weights);
+  // The automatic layout counts the slice as bf16 where the walk takes it:
+  // the LSTM at B64 H512 in 8 groups of 32 units (128 columns, 256 KB in
+  // f32), on CUDA cores in 4 groups of 16.
+  const GatedRnnPlan lstm = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::lstm, {64, 256, 512},
+                                           kH100, {}, bf16_pair);
+  CHECK(lstm.walk_tensor_cores);
+  CHECK(lstm.resident_weights);
+  CHECK(lstm.units_per_block == 32);
+  CHECK(lstm.batch_blocks == 8);
+  CHECK(lstm.batch_tile == 8);
+  GatedRnnLaunchOptions lstm_cc;
+  lstm_cc.walk_tensor_cores = 0;
+  const GatedRnnPlan cc = plan_gated_rnn(GatedRnnDirection::backward, GatedRnnCell::lstm, {64, 256, 512},
+                                         kH100, lstm_cc, bf16_pair);
+  CHECK_FALSE(cc.walk_tensor_cores);
+  CHECK(cc.resident_weights);
+  CHECK(cc.units_per_block == 16);
+  CHECK(cc.batch_blocks == 4);
+  // The stack's reverse wavefront (B <= 4) keeps its walk on CUDA cores,
+  // and refuses a plan that says otherwise.
+  GatedRnnPlan stack = plan_gated_rnn_stack_backward(GatedRnnCell::gru, {4, 32, 256}, 2, kH100, {}, bf16_pair);
+  REQUIRE(stack.stack_depth > 0);
+  CHECK_FALSE(stack.walk_tensor_cores);
+  stack.walk_tensor_cores = true;
+  const char* why = gated_rnn_stack_unsupported(stack, GatedRnnCell::gru, {4, 32, 256}, 2, kH100);
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("CUDA cores") != std::string::npos);
+  // The slice's layout: rows H to 16, columns to 16 plus 8, whole float4s.
+  CHECK(gated_rnn_walk_tc_depth(96) == 96);
+  CHECK(gated_rnn_walk_tc_depth(97) == 112);
+  CHECK(gated_rnn_walk_tc_ld(96) == 104);
+  CHECK(gated_rnn_walk_tc_rows(512) == 512);
+  CHECK(gated_rnn_walk_tc_rows(37) == 48);
+  CHECK(gated_rnn_walk_tc_slice_floats(96, 512) == 512 * 104 / 2);
+  CHECK(gated_rnn_walk_tc_slice_floats(24, 37) % 4 == 0);
+  // Which of the GPU test's tensor-core cases take it (test_gated_rnn.cpp).
+  int taken = 0;
+  for (const GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm})
+    for (const GatedRnnShape s : {GatedRnnShape{9, 7, 64}, GatedRnnShape{33, 5, 256}, GatedRnnShape{64, 3, 512},
+                                  GatedRnnShape{17, 4, 1024}, GatedRnnShape{40, 200, 16}, GatedRnnShape{2, 9, 32},
+                                  GatedRnnShape{24, 6, 48}})
+      taken += plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16).walk_tensor_cores;
+  CHECK(taken == 18);  // all but B2 (a tile of 2 rows)
+  // The GPU sanitizer test's case of it: one group of 9 rows in tiles of 8.
+  GatedRnnLaunchOptions small;
+  small.units_per_block = 8;
+  small.batch_blocks = 1;
+  small.batch_tile = 8;
+  for (const GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm}) {
+    const GatedRnnPlan p = plan_gated_rnn(GatedRnnDirection::backward, cell, {9, 4, 37}, kH100, small, bf16_pair);
+    CHECK(p.walk_tensor_cores);
+    CHECK(p.batch_tile == 8);
+    CHECK(p.batch_rows == 9);
+  }
+}

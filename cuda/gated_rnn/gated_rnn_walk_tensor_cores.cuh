@@ -1,0 +1,125 @@
+/*
+ * The backward's reverse walk (gated_rnn_backward.cuh), its part product on
+ * tensor cores: part[b, k] = sum_c grad_rh[b, c] R[k, c] over the block's
+ * slice of columns c, for the tile's rows b and every output k < H.
+ *
+ * Algorithm. The product is taken transposed, part^T[k, b] = sum_c W^T[k,
+ * c] g[c, b], in m16n8k16 instructions (common/mma_m16n8k16.cuh): the
+ * slice's H outputs k on the instruction's 16-row side, the tile's rows b
+ * on its 8-column side, the slice's columns c along its depth of 16. R is
+ * bf16 (the plan takes this only with bf16 weights), exact in one pass;
+ * grad_rh (f32) is split into its nearest bf16 and the bf16 of the rest
+ * (gated_rnn_split2), two passes, about 16 bits of it, each sum in f32.
+ * Each warp takes k tiles warp, warp + 8, ... (four at a time: 16
+ * accumulators a thread), the rows in tiles of 8, c in steps of 16 in
+ * increasing order, each step as W x big(g) then W x rest(g): every sum in
+ * a fixed order, bitwise reproducible.
+ *
+ * Why. Timed from inside (bench/RESULTS.md, issue 30 runs BN and BP), the
+ * CUDA-core part product is half of the GRU's step at B64 T256 H512 bf16,
+ * 2.8x its multiply-adds' floor: two warps a scheduler cannot hide its
+ * latency. Run AX's tensor-core version put the tile's rows on the 16-row
+ * side (half of it zeros at 8 rows) and took three passes over bf16 halves
+ * of both operands: no faster. Here, at B64 H512 (GRU: 8 rows x 96 columns
+ * x 512), a block takes 32 x 6 x 2 = 384 instructions a step, 48 a warp,
+ * where the CUDA cores took about 2,100 instructions a warp.
+ *
+ * Layout. The slice, loaded once and transposed: As[k][c] = R[k, g*H + u0 +
+ * u] for the slice's column c = g*U + u, bf16 [K16][ld] (gated_rnn_launch.h:
+ * K16 = H rounded up to 16, ld the stored columns rounded up to 16 plus 8,
+ * an odd number of 16-byte units a row, so the 8 rows an ldmatrix reads
+ * fall in distinct banks); zeros past the live units, past H and in the
+ * padding. grad_rh of the slice as the CUDA-core product takes it, f32 [C,
+ * rows].
+ *
+ * Limits. Tiles of 8 rows or more (kGatedRnnWalkTcMinTile; a group's last
+ * tile may have fewer, its missing rows zeros); the slice and the rest of
+ * the walk's shared memory within the block's.
+ */
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_bf16.h>
+
+#include "common/mma_m16n8k16.cuh"
+#include "gated_rnn/gated_rnn_gemm.cuh"
+#include "gated_rnn/gated_rnn_launch.h"
+
+namespace exphil::kernels {
+
+// As (above) from R [H, G*H] (bf16): R's rows read along their units.
+__device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* __restrict__ As,
+                                                                const void* R, int G, int H, int U,
+                                                                int u0, int live, int C) {
+  const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
+  const int64_t n = gated_rnn_walk_tc_rows(H) * ld;
+  const __nv_bfloat16* r = static_cast<const __nv_bfloat16*>(R);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const int k = static_cast<int>(i / ld);
+    const int c = static_cast<int>(i - static_cast<int64_t>(k) * ld);
+    const int g = c / U, u = c - (c / U) * U;
+    As[i] = k < H && g < G && u < live
+                ? r[static_cast<int64_t>(k) * G * H + static_cast<int64_t>(g) * H + u0 + u]
+                : __float2bfloat16_rn(0.0f);
+  }
+}
+
+// part[b, k] for b < nb and k < K, each handed to publish(b, k, value), from
+// g [C, rows] (rows a power of two, below 8 only in a group's last tile;
+// zeros past nb and past the live columns) and As.
+template <class Publish>
+__device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float* __restrict__ g,
+                                                          int C, const __nv_bfloat16* As, int K,
+                                                          int nb, const Publish& publish) {
+  constexpr int kWarps = kGatedRnnThreads / 32;
+  constexpr int kMTiles = 4;  // accumulators: 16 a thread
+  const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
+  const int depth = static_cast<int>(gated_rnn_walk_tc_depth(C));
+  const int mtiles = static_cast<int>(gated_rnn_walk_tc_rows(K) / 16);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int gq = lane >> 2, t = lane & 3;
+  const int q = lane >> 3, r8 = lane & 7;  // ldmatrix: the matrix and row this lane addresses
+  for (int n0 = 0; n0 < rows; n0 += 8) {
+    const float* const gb = g + n0 + gq;  // column b = n0 + gq of B = g
+    const int live_c = n0 + gq < rows ? C : 0;  // a tile of fewer than 8 rows: zeros past them
+    for (int mt0 = warp; mt0 < mtiles; mt0 += kWarps * kMTiles) {
+      float acc[kMTiles][4];
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+      for (int k0 = 0; k0 < depth; k0 += 16) {
+        // B: b0 = (c k0 + 2t, + 1), b1 = (c k0 + 2t + 8, + 9), column gq.
+        const int c0 = k0 + 2 * t;
+        const float v0 = c0 < live_c ? gb[c0 * rows] : 0.0f;
+        const float v1 = c0 + 1 < live_c ? gb[(c0 + 1) * rows] : 0.0f;
+        const float v2 = c0 + 8 < live_c ? gb[(c0 + 8) * rows] : 0.0f;
+        const float v3 = c0 + 9 < live_c ? gb[(c0 + 9) * rows] : 0.0f;
+        uint32_t big0, rest0, big1, rest1;
+        gated_rnn_split2(v0, v1, big0, rest0);
+        gated_rnn_split2(v2, v3, big1, rest1);
+#pragma unroll
+        for (int j = 0; j < kMTiles; ++j) {
+          const int mt = mt0 + j * kWarps;
+          if (mt >= mtiles) break;  // the same for the whole warp
+          uint32_t a[4];
+          gated_rnn_ldmatrix_x4<false>(a, As + (mt * 16 + (q & 1) * 8 + r8) * ld + k0 + (q >> 1) * 8);
+          MmaOp<__nv_bfloat16>::run(acc[j], a, big0, big1);
+          MmaOp<__nv_bfloat16>::run(acc[j], a, rest0, rest1);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kMTiles; ++j) {
+        const int mt = mt0 + j * kWarps;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int k = mt * 16 + gq + (e >> 1) * 8, b = n0 + 2 * t + (e & 1);
+          if (mt < mtiles && b < nb && k < K) publish(b, k, acc[j][e]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace exphil::kernels
