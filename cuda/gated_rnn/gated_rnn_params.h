@@ -145,7 +145,8 @@ struct GatedRnnLaunchOptions {
   // Backward: the reverse walk's part product on tensor cores
   // (gated_rnn_part_product_tc) where tensor_cores allows the products
   // there and the weights are bf16; -1 (automatic) and 1 where its tile has
-  // 8 rows or more and its slice fits, 0 never.
+  // 8 rows or more and its slice fits (the layout then sized with the
+  // slice as bf16: choose_layout in gated_rnn_plan.cpp), 0 never.
   int walk_tensor_cores = -1;
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.

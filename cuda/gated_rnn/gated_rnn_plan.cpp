@@ -335,10 +335,11 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
     // The walk's part product on tensor cores where R is bf16 (exact in
     // one pass) and a tile fills the instruction's 8 columns
-    // (kGatedRnnWalkTcMinTile says why not 4). Its slice, transposed bf16, takes about half of the f32
-    // one's shared memory: resident where the f32 slice is not (at B64
-    // H512, 64 units a block in 8 slices: 4,096 words exchanged a block a
-    // step become 2,048).
+    // (kGatedRnnWalkTcMinTile says why not 4). Its slice, transposed
+    // bf16, takes about half of the f32 one's shared memory: resident
+    // where the f32 slice is not (the LSTM's 32 units a block at B64 H512,
+    // as choose_layout sized them: half the slices, half the words
+    // exchanged a block a step).
     if (walk_tc_wanted) {
       const auto tc_floats = [&](int64_t t) {
         return gated_rnn_walk_tc_shared_floats(padded, H, t, slices, units);

@@ -225,7 +225,10 @@ struct GatedRnnLaunchOptions {
   // Backward: the reverse walk's product of grad_rh and R on tensor cores
   // where tensor_cores allows it: -1 (automatic) and 1 with bf16 weights
   // and tiles of 8 batch rows or more, 0 never (the products stay where
-  // tensor_cores puts them).
+  // tensor_cores puts them). Where it is taken the layout counts the
+  // walk's slice of R as bf16, half the f32 one's shared memory: more
+  // units a block where the f32 slice would not fit (the LSTM at B64 H512:
+  // 32 units in 8 batch groups, against 16 in 4).
   int walk_tensor_cores = -1;
   // The stack's layers in one launch (the wavefront) where it fits, up to
   // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
