@@ -514,7 +514,14 @@ GatedRnnPlan plan_gated_rnn_stack_backward(GatedRnnCell cell, const GatedRnnShap
     layer_options.walk_tensor_cores = 0;
     const GatedRnnPlan lp =
         plan_gated_rnn(GatedRnnDirection::backward, cell, shape, share, layer_options, dtypes);
-    if (share.sm_count >= 1 && lp.resident_weights && !gated_rnn_unsupported(lp, cell, shape, share)) {
+    // Each batch group's rows in one batch tile: a layer checks that the
+    // layer below has staged a ring slot at the group's first row only
+    // (gated_rnn_walk), so with a second tile it could overwrite the slot
+    // before that tile staged it. Up to B4 only a batch_tile asked for
+    // below a group's rows (or a slice that leaves room for less) splits
+    // it; layer by layer then.
+    if (share.sm_count >= 1 && lp.resident_weights && lp.batch_tile >= lp.batch_rows &&
+        !gated_rnn_unsupported(lp, cell, shape, share)) {
       GatedRnnPlan plan = lp;
       plan.device = device;
       plan.blocks = static_cast<int>(L * lp.blocks);
@@ -574,6 +581,9 @@ const char* gated_rnn_stack_unsupported(const GatedRnnPlan& plan, GatedRnnCell c
       return "gated RNN stack backward plan: the blocks do not cover B and H in every layer";
     if (plan.walk_tensor_cores)
       return "gated RNN stack backward plan: the reverse wavefront's walk runs on CUDA cores";
+    if (plan.batch_tile < plan.batch_rows)
+      return "gated RNN stack backward plan: the reverse wavefront takes a batch group's rows in one "
+             "batch tile";
     if (!plan.resident_weights)
       return "gated RNN stack backward plan: the reverse wavefront holds its slices in shared memory";
     if (plan.blocks > device.sm_count)

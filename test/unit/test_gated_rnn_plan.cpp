@@ -797,6 +797,23 @@ TEST_CASE("gated RNN stack backward: the one-layer backward plan and the stack's
       GatedRnnPlan too_many = w;
       too_many.blocks = 2 * w.blocks;
       CHECK(gated_rnn_stack_unsupported(too_many, cell, shape, 3, kH100) != nullptr);
+      // A batch group's rows in one tile: a layer checks the ring below at
+      // a group's first row only. A tile asked for below a group's rows
+      // (B3: tiles of 2 for its 3 rows) runs layer by layer; a wavefront
+      // plan that splits a group is refused, by name.
+      if (shape.batch > 1) {
+        GatedRnnLaunchOptions split;
+        split.batch_tile = 2;
+        const GatedRnnPlan q = plan_gated_rnn_stack_backward(cell, shape, 3, kH100, split, bf16);
+        CHECK(q.stack_depth == 0);
+        CHECK(gated_rnn_stack_unsupported(q, cell, shape, 3, kH100) == nullptr);
+        GatedRnnPlan two_tiles = w;
+        two_tiles.batch_tile = 2;
+        REQUIRE(two_tiles.batch_rows > 2);
+        why = gated_rnn_stack_unsupported(two_tiles, cell, shape, 3, kH100);
+        REQUIRE(why != nullptr);
+        CHECK(std::string(why).find("one batch tile") != std::string::npos);
+      }
     }
 }
 
