@@ -1109,7 +1109,8 @@ void run_layouts(const SectionContext& c, const Problem& p, uint64_t seed) {
                 info.blocks / std::max(info.batch_blocks, 1),
                 info.batch_blocks, static_cast<int>((B + info.batch_blocks - 1) / info.batch_blocks),
                 info.batch_tile, info.resident_weights ? "res" : "str", tf.graph_us, tb.graph_us,
-                bs.ok() && walk.walk_tensor_cores ? ", walk on tensor cores" : "", normwise(y, y_auto), bs.ok() ? normwise(gwx, gwx_auto) : 0.0,
+                bs.ok() && walk.walk_tensor_cores ? ", walk on tensor cores" : "", normwise(y, y_auto),
+                bs.ok() ? normwise(gwx, gwx_auto) : 0.0,
                 count_nonfinite(first.y) + (bs.ok() ? count_nonfinite(first.grad_wx) : 0) == 0 ? "yes"
                                                                                                : "NO");
     if (!bs.ok()) std::printf("      (backward not run in this layout: %s)\n", bs.message().c_str());

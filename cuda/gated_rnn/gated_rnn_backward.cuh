@@ -233,13 +233,10 @@ struct GatedRnnWeightGradA {
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows() && first % 8 == 0; }
-  // Units m + first .. + 7 of row k: h's, the ones (row H), or zeros past
-  // them (those rows are never stored). H and first multiples of 8: a run
-  // never straddles H.
+  // Units m + first .. + 7 of row k (the zeros past the ones are rows
+  // never stored).
   __device__ __forceinline__ const void* src16(const Row& r, int64_t m) const {
-    const int64_t unit = m + first;
-    if (unit + 8 <= h.H) return h.src16(r, unit);
-    return unit == h.H ? gated_rnn_bf16_ones16() : nullptr;
+    return gated_rnn_units_or_ones16(m + first, h.H, [&](int64_t unit) { return h.src16(r, unit); });
   }
 };
 struct GatedRnnGradRhB {

@@ -76,11 +76,9 @@ struct InputGradA {
   bool async_rows() const {
     return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) && first % 8 == 0;
   }
-  // As GatedRnnWeightGradA::src16: y's units, the ones, or zeros.
+  // As GatedRnnWeightGradA::src16.
   __device__ __forceinline__ const void* src16(Row r, int64_t m) const {
-    const int64_t unit = m + first;
-    if (unit + 8 <= H) return r + unit;
-    return unit == H ? gated_rnn_bf16_ones16() : nullptr;
+    return gated_rnn_units_or_ones16(m + first, H, [&](int64_t unit) -> const void* { return r + unit; });
   }
 };
 

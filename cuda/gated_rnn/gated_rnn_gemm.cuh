@@ -457,6 +457,17 @@ __device__ __forceinline__ const void* gated_rnn_bf16_ones16() {
   return kOnes;
 }
 
+// The 16 bytes from unit `unit` of a row of [h; 1]^T (the A of a weight
+// gradient and its bias's): h's units (units(unit), unit + 8 <= H), the
+// ones (unit == H), or zeros past them. H a multiple of 8: a run never
+// straddles H.
+template <class Units>
+__device__ __forceinline__ const void* gated_rnn_units_or_ones16(int64_t unit, int64_t H,
+                                                                 const Units& units) {
+  if (unit + 8 <= H) return units(unit);
+  return unit == H ? gated_rnn_bf16_ones16() : nullptr;
+}
+
 template <class ALoad, class BLoad, class CStore>
 __global__ void __launch_bounds__(kGatedRnnThreads, 2)
     gated_rnn_gemm_async_kernel(int64_t M, int64_t N, int64_t K, int64_t k_per_split,

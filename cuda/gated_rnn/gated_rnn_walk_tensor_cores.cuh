@@ -88,11 +88,7 @@ __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float*
     const float* const gb = g + n0 + gq;  // column b = n0 + gq of B = g
     const int live_c = n0 + gq < rows ? C : 0;  // a tile of fewer than 8 rows: zeros past them
     for (int mt0 = warp; mt0 < mtiles; mt0 += kWarps * kMTiles) {
-      float acc[kMTiles][4];
-#pragma unroll
-      for (int j = 0; j < kMTiles; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+      float acc[kMTiles][4] = {};
       for (int k0 = 0; k0 < depth; k0 += 16) {
         // B: b0 = (c k0 + 2t, + 1), b1 = (c k0 + 2t + 8, + 9), column gq.
         const int c0 = k0 + 2 * t;
