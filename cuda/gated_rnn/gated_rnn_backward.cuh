@@ -513,7 +513,12 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
     gr = smem;
   }
   float* const parts = gr + C * Bt;
-  // [2, Su, B, H]: each slice's part of grad_rh_s R^T, with its step.
+  // [2, Su, B, H]: each slice's part of grad_rh_s R^T, with its step. The
+  // one-layer walk packs two batch rows a word (gated_rnn_pair_word.h: the
+  // word at a tile's even row b holds rows b and b + 1, half the loads a
+  // step); the stack's keeps a row a word, its 32-bit steps read by the
+  // layer above's ring check.
+  constexpr bool kPacked = !kStack;
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);
 
   if constexpr (kTensorCores)
@@ -541,8 +546,11 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
     for (int64_t i = tid; i < 2 * rows * K; i += kGatedRnnThreads) {
       const int64_t r = i / K;  // half * rows + row - g0
       const int64_t half = r / rows;
-      gated_rnn_publish(xchg + ((half * Su + slice) * B + g0 + r - half * rows) * K + (i - r * K),
-                        0.0f, -1);
+      uint64_t* const w = xchg + ((half * Su + slice) * B + g0 + r - half * rows) * K + (i - r * K);
+      if constexpr (kPacked)
+        gated_rnn_publish_pair(w, 0.0f, 0.0f, gated_rnn_pair_no_step(T, static_cast<int>(half)));
+      else
+        gated_rnn_publish(w, 0.0f, -1);
     }
     if constexpr (kStack)
       if (st.to_below)
@@ -575,26 +583,35 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
       if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
       // Every slice's part for these rows and units, staged at
       // dst[(j * nb + b) * live + u] from src [Su, B, K]: the threads sharing
-      // an item (row, unit) take its slices j = slot, slot + per_item, ...
-      const auto stage = [&](float* dst, const uint64_t* src, int step) {
-        const int per_item = kGatedRnnThreads / items;  // 0: more items than threads
+      // an item (row, unit; with pair words, even row b and b + 1) take its
+      // slices j = slot, slot + per_item, ...
+      const auto stage = [&](float* dst, const uint64_t* src, int step, auto pair_words) {
+        constexpr bool kPair = decltype(pair_words)::value;
+        const int rows_per_item = kPair ? 2 : 1;
+        const int row_items = (nb + rows_per_item - 1) / rows_per_item;
+        const int stage_items = row_items * live;
+        const int per_item = kGatedRnnThreads / stage_items;  // 0: more items than threads
         const int stride = per_item > 1 ? per_item : 1;
-        for (int it = per_item > 0 ? tid % items : tid;
-             it < items && (per_item == 0 || tid < items * per_item);
-             it += per_item > 0 ? items : kGatedRnnThreads) {
-          const int slot = per_item > 0 ? tid / items : 0;
-          const int b = it / live, u = it - (it / live) * live;
-          gated_rnn_stage_strided<kTensorCores ? 16 : 8>(
+        for (int it = per_item > 0 ? tid % stage_items : tid;
+             it < stage_items && (per_item == 0 || tid < stage_items * per_item);
+             it += per_item > 0 ? stage_items : kGatedRnnThreads) {
+          const int slot = per_item > 0 ? tid / stage_items : 0;
+          const int b = it / live * rows_per_item, u = it - (it / live) * live;
+          gated_rnn_stage_strided<kTensorCores ? 16 : 8, kPair>(
               dst + (slot * nb + b) * live + u, stride * nb * live,
               src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
-              static_cast<int64_t>(stride) * B * K, (Su - slot + stride - 1) / stride, step);
+              static_cast<int64_t>(stride) * B * K, (Su - slot + stride - 1) / stride, step,
+              kPair && b + 1 < nb ? live : 0);
         }
       };
       // The layer above's parts of the gradient of this layer's y_s.
       const bool from_above = kStack && st.from_above && s >= 0;
-      if (carried) stage(parts, xchg + ((s + 1) & 1) * Su * B * K, static_cast<int>(s + 1));
+      if (carried)
+        stage(parts, xchg + ((s + 1) & 1) * Su * B * K, static_cast<int>(s + 1),
+              std::integral_constant<bool, kPacked>{});
       if (from_above)
-        stage(st.parts_above, st.from_above + (s & (D - 1)) * Su * B * K, static_cast<int>(s));
+        stage(st.parts_above, st.from_above + (s & (D - 1)) * Su * B * K, static_cast<int>(s),
+              std::false_type{});
       if (carried || from_above) __syncthreads();
       for (int i = tid; i < items; i += kGatedRnnThreads) {
         const int b = i / live;
@@ -718,14 +735,20 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
         if (s > last) {
           // This slice's part of grad_rh_s R^T for the tile's rows, every unit.
           uint64_t* const dst = xchg + ((s & 1) * Su + slice) * B * K;
-          const auto publish = [&](int b, int k, float v) {
-            gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
-          };
-          if constexpr (kTensorCores)
-            gated_rnn_part_product_tc(rows, gr, C, reinterpret_cast<const __nv_bfloat16*>(smem), K, nb,
-                                      publish);
-          else
-            gated_rnn_part_product_rows(rows, gr, C, W, K, nb, publish);
+          if constexpr (kPacked) {
+            const auto publish = [&](int b, int k, float v, float next) {
+              gated_rnn_publish_pair(dst + (b0 + b) * K + k, v, next, static_cast<int>(s));
+            };
+            if constexpr (kTensorCores)
+              gated_rnn_part_product_tc(rows, gr, C, reinterpret_cast<const __nv_bfloat16*>(smem), K,
+                                        nb, publish);
+            else
+              gated_rnn_part_product_rows<true>(rows, gr, C, W, K, nb, publish);
+          } else {
+            gated_rnn_part_product_rows(rows, gr, C, W, K, nb, [&](int b, int k, float v) {
+              gated_rnn_publish(dst + (b0 + b) * K + k, v, static_cast<int>(s));
+            });
+          }
         }
         if (to_below) {
           uint64_t* const dst = st.to_below + ((s & (D - 1)) * Su + slice) * B * K;

@@ -8,6 +8,7 @@
 #include "common/dtype.cuh"
 #include "common/state_io.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
+#include "gated_rnn/gated_rnn_pair_word.h"
 #include "gated_rnn/gated_rnn_params.h"
 
 namespace exphil::kernels {
@@ -106,21 +107,36 @@ __device__ __forceinline__ float gated_rnn_wait_word(const uint64_t* src, int st
   return __uint_as_float(static_cast<uint32_t>(w));
 }
 
+// Two batch rows' values in one word, the step's tag in their lowest bits
+// (gated_rnn_pair_word.h): the backward walk's own exchange.
+__device__ __forceinline__ void gated_rnn_publish_pair(uint64_t* p, float row, float next, int step) {
+  const uint64_t w = gated_rnn_pair_word(__float_as_uint(row), __float_as_uint(next), step);
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(w) : "memory");
+}
+
+// Whether word w carries `step`, in the word format kPair says.
+template <bool kPair>
+__device__ __forceinline__ bool gated_rnn_word_has_step(uint64_t w, int step) {
+  return kPair ? gated_rnn_pair_has_step(w, step) : gated_rnn_has_step(w, step);
+}
+
 // Waits until each of the N words w[j] (loaded from address(j), or unused
 // where that is null) carries `step`, reloading in rounds all the words
-// that do not yet: every round's loads are in flight together.
-template <int N, class Address>
+// that do not yet: every round's loads are in flight together. kPair: the
+// words are pair words.
+template <int N, bool kPair = false, class Address>
 __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Address& address,
                                                       int step) {
   for (;;) {
     bool ready = true;
 #pragma unroll
     for (int j = 0; j < N; ++j)
-      if (address(j) && !gated_rnn_has_step(w[j], step)) ready = false;
+      if (address(j) && !gated_rnn_word_has_step<kPair>(w[j], step)) ready = false;
     if (ready) return;
 #pragma unroll
     for (int j = 0; j < N; ++j)
-      if (const uint64_t* p = address(j); p && !gated_rnn_has_step(w[j], step)) w[j] = gated_rnn_peek(p);
+      if (const uint64_t* p = address(j); p && !gated_rnn_word_has_step<kPair>(w[j], step))
+        w[j] = gated_rnn_peek(p);
   }
 }
 
@@ -177,22 +193,33 @@ __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, i
 // default: the walk on CUDA cores was slower with 16 at B32 and 32 raised
 // its registers to 255 (bench/RESULTS.md, issue 30 runs BO and BR); the
 // walk on tensor cores, with registers to spare, takes 16.
-template <int kBatch = 8>
+// With kPair the words are pair words (gated_rnn_pair_word.h): row b's
+// value lands in dst, row b + 1's at dst + next (next 0: the tile has no
+// row b + 1, its value dropped).
+template <int kBatch = 8, bool kPair = false>
 __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst, int dst_stride,
                                                         const uint64_t* src, int64_t src_stride,
-                                                        int count, int step) {
+                                                        int count, int step, int next = 0) {
   for (int n0 = 0; n0 < count; n0 += kBatch) {
     const uint64_t* first = src + n0 * src_stride;
     uint64_t w[kBatch];
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (n0 + j < count) w[j] = gated_rnn_peek(first + j * src_stride);
-    gated_rnn_poll_rounds<kBatch>(w, [&](int j) -> const uint64_t* {
+    gated_rnn_poll_rounds<kBatch, kPair>(w, [&](int j) -> const uint64_t* {
       return n0 + j < count ? first + j * src_stride : nullptr;
     }, step);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (n0 + j < count) dst[(n0 + j) * dst_stride] = __uint_as_float(static_cast<uint32_t>(w[j]));
+    for (int j = 0; j < kBatch; ++j) {
+      if (n0 + j >= count) continue;
+      float* const d = dst + (n0 + j) * dst_stride;
+      if constexpr (kPair) {
+        d[0] = __uint_as_float(gated_rnn_pair_row(w[j]));
+        if (next != 0) d[next] = __uint_as_float(gated_rnn_pair_next(w[j]));
+      } else {
+        d[0] = __uint_as_float(static_cast<uint32_t>(w[j]));
+      }
+    }
   }
 }
 
@@ -356,8 +383,10 @@ __device__ __forceinline__ void gated_rnn_slice_product_rows(int rows, const flo
 // consecutive k on consecutive lanes of W), NB x KW accumulators, c in
 // increasing order: deterministic. The g reads are broadcasts, four rows
 // at a time: one load of W and NB / 4 of g feed NB x KW products (a scalar
-// load per product was this loop's bound at B64 H512).
-template <int NB, int KW, class Publish>
+// load per product was this loop's bound at B64 H512). kPairs: rows b and
+// b + 1 handed together, publish(b, k, row b's, row b + 1's) for even b
+// (row b + 1's zero past NB).
+template <int NB, int KW, bool kPairs, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product(const float* __restrict__ g, int C,
                                                        const float* W, int K, int nb,
                                                        const Publish& publish) {
@@ -398,35 +427,41 @@ __device__ __forceinline__ void gated_rnn_part_product(const float* __restrict__
 #pragma unroll
     for (int j = 0; j < KW; ++j) {
       const int k = k0 + j * kGatedRnnThreads;
+      if constexpr (kPairs) {
 #pragma unroll
-      for (int b = 0; b < NB; ++b)
-        if (b < nb && k < K) publish(b, k, acc[j][b]);
+        for (int b = 0; b < NB; b += 2)
+          if (b < nb && k < K) publish(b, k, acc[j][b], b + 1 < NB ? acc[j][b + 1] : 0.0f);
+      } else {
+#pragma unroll
+        for (int b = 0; b < NB; ++b)
+          if (b < nb && k < K) publish(b, k, acc[j][b]);
+      }
     }
   }
 }
 
 // Two values of k a thread where H > 256 (each g load feeds twice the
 // products), one below; at most 32 accumulators.
-template <int NB, class Publish>
+template <int NB, bool kPairs, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product_k(const float* g, int C, const float* W,
                                                          int K, int nb, const Publish& publish) {
   if (NB <= 16 && K > kGatedRnnThreads)
-    gated_rnn_part_product<NB, NB <= 16 ? 2 : 1>(g, C, W, K, nb, publish);
+    gated_rnn_part_product<NB, NB <= 16 ? 2 : 1, kPairs>(g, C, W, K, nb, publish);
   else
-    gated_rnn_part_product<NB, 1>(g, C, W, K, nb, publish);
+    gated_rnn_part_product<NB, 1, kPairs>(g, C, W, K, nb, publish);
 }
 
-template <class Publish>
+template <bool kPairs = false, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product_rows(int rows, const float* g, int C,
                                                             const float* W, int K, int nb,
                                                             const Publish& publish) {
   switch (rows) {
-    case 1: gated_rnn_part_product_k<1>(g, C, W, K, nb, publish); break;
-    case 2: gated_rnn_part_product_k<2>(g, C, W, K, nb, publish); break;
-    case 4: gated_rnn_part_product_k<4>(g, C, W, K, nb, publish); break;
-    case 8: gated_rnn_part_product_k<8>(g, C, W, K, nb, publish); break;
-    case 16: gated_rnn_part_product_k<16>(g, C, W, K, nb, publish); break;
-    default: gated_rnn_part_product_k<32>(g, C, W, K, nb, publish); break;
+    case 1: gated_rnn_part_product_k<1, kPairs>(g, C, W, K, nb, publish); break;
+    case 2: gated_rnn_part_product_k<2, kPairs>(g, C, W, K, nb, publish); break;
+    case 4: gated_rnn_part_product_k<4, kPairs>(g, C, W, K, nb, publish); break;
+    case 8: gated_rnn_part_product_k<8, kPairs>(g, C, W, K, nb, publish); break;
+    case 16: gated_rnn_part_product_k<16, kPairs>(g, C, W, K, nb, publish); break;
+    default: gated_rnn_part_product_k<32, kPairs>(g, C, W, K, nb, publish); break;
   }
 }
 

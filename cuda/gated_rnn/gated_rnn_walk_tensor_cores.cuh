@@ -69,7 +69,9 @@ __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* _
   }
 }
 
-// part[b, k] for b < nb and k < K, each handed to publish(b, k, value), from
+// part[b, k] for b < nb and k < K, rows b and b + 1 handed together,
+// publish(b, k, row b's, row b + 1's) for even b (row b + 1's meaningless
+// past nb: the consumer drops it), from
 // g [C, rows] (rows a power of two, below 8 only in a group's last tile;
 // zeros past nb and past the live columns) and As.
 template <class Publish>
@@ -112,10 +114,11 @@ __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float*
 #pragma unroll
       for (int j = 0; j < kMTiles; ++j) {
         const int mt = mt0 + j * kWarps;
+        // The accumulator's columns 2t and 2t + 1 are rows b and b + 1.
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int k = mt * 16 + gq + (e >> 1) * 8, b = n0 + 2 * t + (e & 1);
-          if (mt < mtiles && b < nb && k < K) publish(b, k, acc[j][e]);
+        for (int e = 0; e < 4; e += 2) {
+          const int k = mt * 16 + gq + (e >> 1) * 8, b = n0 + 2 * t;
+          if (mt < mtiles && b < nb && k < K) publish(b, k, acc[j][e], acc[j][e + 1]);
         }
       }
     }

@@ -5,12 +5,15 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "gated_rnn/gated_rnn_launch.h"
+#include "gated_rnn/gated_rnn_pair_word.h"
 
 using namespace exphil::kernels;
 using exphil::DType;
@@ -999,4 +1002,48 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
     CHECK(p.batch_tile == 8);
     CHECK(p.batch_rows == 9);
   }
+}
+
+// The backward walk's pair words (gated_rnn_pair_word.h): two rows' values
+// and the step mod 4 in their lowest bits. A word tells its step from the
+// two before and after it (what a consumer may find), each value within
+// one unit in the last place of f32, and a call's "no step" marker never
+// passes for the first step read from its buffer.
+TEST_CASE("gated RNN backward: the walk's pair words", "[gated_rnn][plan]") {
+  const auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return u;
+  };
+  const auto value = [](uint32_t u) {
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  };
+  const float values[] = {0.0f, -0.0f, 1.0f, -3.0e-7f, 1.2345678e4f, 1.0e-40f, -7.5f, 3.4e38f};
+  for (const float row : values)
+    for (const float next : values)
+      for (int step = 0; step < 9; ++step) {
+        const uint64_t w = gated_rnn_pair_word(bits(row), bits(next), step);
+        INFO("row " << row << " next " << next << " step " << step);
+        CHECK(gated_rnn_pair_has_step(w, step));
+        CHECK(gated_rnn_pair_has_step(w, step + 4));
+        for (const int other : {step - 2, step - 1, step + 1, step + 2})
+          CHECK_FALSE(gated_rnn_pair_has_step(w, other));
+        const float got_row = value(gated_rnn_pair_row(w)), got_next = value(gated_rnn_pair_next(w));
+        CHECK(std::abs(got_row - row) <= std::abs(row) * 0x1p-23f + 0x1p-149f);
+        CHECK(std::abs(got_next - next) <= std::abs(next) * 0x1p-23f + 0x1p-149f);
+        CHECK(std::signbit(got_row) == std::signbit(row));
+        CHECK(std::signbit(got_next) == std::signbit(next));
+      }
+  for (int64_t T = 1; T < 12; ++T)
+    for (int half = 0; half < 2; ++half) {
+      // The largest step below T of this parity: the first a consumer waits
+      // for in this buffer.
+      const int64_t first = (T - 1) % 2 == half ? T - 1 : T - 2;
+      if (first < 0) continue;
+      const uint64_t marker = gated_rnn_pair_word(0, 0, gated_rnn_pair_no_step(T, half));
+      INFO("T " << T << " half " << half);
+      CHECK_FALSE(gated_rnn_pair_has_step(marker, static_cast<int>(first)));
+    }
 }
