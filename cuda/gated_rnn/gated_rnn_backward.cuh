@@ -543,15 +543,19 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   // "no step", then one grid-wide barrier.
   if (kStack || T - 1 > last) {
     const int64_t rows = g1 - g0;
-    for (int64_t i = tid; i < 2 * rows * K; i += kGatedRnnThreads) {
-      const int64_t r = i / K;  // half * rows + row - g0
-      const int64_t half = r / rows;
-      uint64_t* const w = xchg + ((half * Su + slice) * B + g0 + r - half * rows) * K + (i - r * K);
-      if constexpr (kPacked)
-        gated_rnn_publish_pair(w, 0.0f, 0.0f, gated_rnn_pair_no_step(T, static_cast<int>(half)));
-      else
-        gated_rnn_publish(w, 0.0f, -1);
-    }
+    // Row by row, no 64-bit division a word: a thread marks 32 words at
+    // B64 H512, where the time from the slice's load to past the barrier
+    // fell from 9 to 3.5 us (runs BX and BZ).
+    for (int half = 0; half < 2; ++half)
+      for (int64_t row = g0; row < g1; ++row) {
+        uint64_t* const w = xchg + ((half * Su + slice) * B + row) * K;
+        for (int k = tid; k < K; k += kGatedRnnThreads) {
+          if constexpr (kPacked)
+            gated_rnn_publish_pair(w + k, 0.0f, 0.0f, gated_rnn_pair_no_step(T, half));
+          else
+            gated_rnn_publish(w + k, 0.0f, -1);
+        }
+      }
     if constexpr (kStack)
       if (st.to_below)
         for (int64_t i = tid; i < D * rows * K; i += kGatedRnnThreads) {

@@ -47,26 +47,28 @@
 #include <cuda_bf16.h>
 
 #include "common/mma_m16n8k16.cuh"
+#include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_gemm.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
 namespace exphil::kernels {
 
-// As (above) from R [H, G*H] (bf16): R's rows read along their units.
+// As (above) from R [H, G*H] (bf16): R's rows read along their units,
+// kGatedRnnLoadsInFlight loads in flight a thread (gated_rnn_gather).
 __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* __restrict__ As,
                                                                 const void* R, int G, int H, int U,
                                                                 int u0, int live, int C) {
   const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
-  const int64_t n = gated_rnn_walk_tc_rows(H) * ld;
-  const __nv_bfloat16* r = static_cast<const __nv_bfloat16*>(R);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    const int k = static_cast<int>(i / ld);
-    const int c = static_cast<int>(i - static_cast<int64_t>(k) * ld);
-    const int g = c / U, u = c - (c / U) * U;
-    As[i] = k < H && g < G && u < live
-                ? r[static_cast<int64_t>(k) * G * H + static_cast<int64_t>(g) * H + u0 + u]
-                : __float2bfloat16_rn(0.0f);
-  }
+  const int n = static_cast<int>(gated_rnn_walk_tc_rows(H)) * ld;
+  const int64_t GH = static_cast<int64_t>(G) * H;
+  gated_rnn_gather(
+      static_cast<const uint16_t*>(R), n,
+      [=](int i) -> int64_t {
+        const int k = i / ld, c = i - k * ld;
+        const int g = c / U, u = c - g * U;
+        return k < H && g < G && u < live ? k * GH + static_cast<int64_t>(g) * H + u0 + u : -1;
+      },
+      [=](int i, uint32_t bits) { As[i] = __ushort_as_bfloat16(static_cast<unsigned short>(bits)); });
 }
 
 // part[b, k] for b < nb and k < K, rows b and b + 1 handed together,
