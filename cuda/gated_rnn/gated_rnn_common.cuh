@@ -48,35 +48,6 @@ __device__ __forceinline__ void gated_rnn_prefetch_runs(const void* base, int64_
   }
 }
 
-// The tensor-core walk's slice of R is read once a call, before the first
-// step, and every block waits for the slowest: its loads go out
-// kGatedRnnLoadsInFlight at a time a thread (bench/RESULTS.md, issue 30
-// runs BX and BZ: 76 -> 51 us at B64 H512, GRU bf16).
-inline constexpr int kGatedRnnLoadsInFlight = 16;
-
-// For i < n, spread over the block's threads: store(i, bits) with the raw
-// bits of src[at(i)] (zero where at(i) < 0), all kGatedRnnLoadsInFlight
-// loads of a round issued before the first store. Raw: uint32_t for f32
-// data, uint16_t for 16-bit data.
-template <class Raw, class At, class Store>
-__device__ __forceinline__ void gated_rnn_gather(const Raw* __restrict__ src, int n, const At& at,
-                                                 const Store& store) {
-  constexpr int kRound = kGatedRnnLoadsInFlight;
-  const int stride = static_cast<int>(blockDim.x);
-  for (int base = static_cast<int>(threadIdx.x); base < n; base += kRound * stride) {
-    uint32_t bits[kRound];
-#pragma unroll
-    for (int j = 0; j < kRound; ++j) {
-      const int i = base + j * stride;
-      const int64_t a = i < n ? at(i) : -1;
-      bits[j] = a >= 0 ? static_cast<uint32_t>(src[a]) : 0u;
-    }
-#pragma unroll
-    for (int j = 0; j < kRound; ++j)
-      if (base + j * stride < n) store(base + j * stride, bits[j]);
-  }
-}
-
 // A block's slice of R for the block layout, forward and backward alike:
 // W[(g*U + u) * H + k] = R[k, g*H + u0 + u] for the live units, zeros past
 // them and in the padding columns [G*U, C). Consecutive threads take

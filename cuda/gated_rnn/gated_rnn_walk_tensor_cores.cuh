@@ -47,28 +47,39 @@
 #include <cuda_bf16.h>
 
 #include "common/mma_m16n8k16.cuh"
-#include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_gemm.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
 namespace exphil::kernels {
 
-// As (above) from R [H, G*H] (bf16): R's rows read along their units,
-// kGatedRnnLoadsInFlight loads in flight a thread (gated_rnn_gather).
+// As (above) from R [H, G*H] (bf16): element i = k * ld + c of As, read
+// along R's units. The slice is read once a call, before the first step,
+// and every block waits for the slowest: a thread's loads go out
+// kLoadsInFlight at a time (one at a time the load took 76 us at B64 H512
+// GRU bf16, this way 51: bench/RESULTS.md, issue 30 runs BX and BZ).
 __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* __restrict__ As,
                                                                 const void* R, int G, int H, int U,
                                                                 int u0, int live, int C) {
+  constexpr int kLoadsInFlight = 16;
   const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
   const int n = static_cast<int>(gated_rnn_walk_tc_rows(H)) * ld;
   const int64_t GH = static_cast<int64_t>(G) * H;
-  gated_rnn_gather(
-      static_cast<const uint16_t*>(R), n,
-      [=](int i) -> int64_t {
-        const int k = i / ld, c = i - k * ld;
-        const int g = c / U, u = c - g * U;
-        return k < H && g < G && u < live ? k * GH + static_cast<int64_t>(g) * H + u0 + u : -1;
-      },
-      [=](int i, uint32_t bits) { As[i] = __ushort_as_bfloat16(static_cast<unsigned short>(bits)); });
+  const uint16_t* const r = static_cast<const uint16_t*>(R);
+  const int stride = static_cast<int>(blockDim.x);
+  for (int base = static_cast<int>(threadIdx.x); base < n; base += kLoadsInFlight * stride) {
+    uint16_t v[kLoadsInFlight];
+#pragma unroll
+    for (int j = 0; j < kLoadsInFlight; ++j) {
+      const int i = base + j * stride;
+      const int k = i / ld, c = i - k * ld;
+      const int g = c / U, u = c - g * U;
+      v[j] = i < n && k < H && g < G && u < live ? r[k * GH + static_cast<int64_t>(g) * H + u0 + u]
+                                                 : uint16_t{0};
+    }
+#pragma unroll
+    for (int j = 0; j < kLoadsInFlight; ++j)
+      if (base + j * stride < n) As[base + j * stride] = __ushort_as_bfloat16(v[j]);
+  }
 }
 
 // part[b, k] for b < nb and k < K, rows b and b + 1 handed together,
