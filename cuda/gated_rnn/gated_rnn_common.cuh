@@ -48,25 +48,57 @@ __device__ __forceinline__ void gated_rnn_prefetch_runs(const void* base, int64_
   }
 }
 
+// A slice of R is read once a call, before the first step, and every block
+// waits for the slowest. With one block of 8 warps a multiprocessor, two
+// warps a scheduler cannot hide a dependent chain: the loads were cheap,
+// the index arithmetic around them was not (64-bit division and modulo for
+// every element: the load took 19 us at B32 H256 and 51 to 107 us at B64
+// H512, bench/RESULTS.md issue 30 runs BX and BZ, whichever way its loads
+// were batched). The loaders below divide once a column, step their
+// addresses, and keep kGatedRnnLoadsInFlight loads in flight a thread.
+inline constexpr int kGatedRnnLoadsInFlight = 16;
+
 // A block's slice of R for the block layout, forward and backward alike:
 // W[(g*U + u) * H + k] = R[k, g*H + u0 + u] for the live units, zeros past
-// them and in the padding columns [G*U, C). Consecutive threads take
-// consecutive u: reads of R come in runs of U.
-__device__ __forceinline__ void gated_rnn_load_slice(float* W, const void* R, DType dtype, int G,
-                                                     int H, int U, int u0, int live, int C) {
-  const int64_t K = H, GU = static_cast<int64_t>(G) * U;
-  for (int64_t i = threadIdx.x; i < C * K; i += blockDim.x) {
-    if (i < GU * K) {
-      const int u = static_cast<int>(i % U);
-      const int64_t rest = i / U;
-      const int g = static_cast<int>(rest % G);
-      const int64_t k = rest / G;
-      W[(g * U + u) * K + k] =
-          u < live ? load_state(R, dtype, k * G * H + static_cast<int64_t>(g) * H + u0 + u) : 0.0f;
-    } else {
-      W[i] = 0.0f;
+// them and in the padding columns [G*U, C). A warp takes 4 consecutive
+// columns and 8 consecutive k at a time (lane = 8 * column + k): its reads
+// fall in 8 runs of 4 units, its shared-memory stores in at least 8 banks.
+template <class Raw>
+__device__ __forceinline__ void gated_rnn_load_slice_raw(float* W, const Raw* __restrict__ R,
+                                                         DType dtype, int G, int H, int U, int u0,
+                                                         int live, int C) {
+  constexpr int kRound = kGatedRnnLoadsInFlight;
+  const int K = H, GU = G * U;
+  const int64_t GH = static_cast<int64_t>(G) * H;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  for (int quad = warp; 4 * quad < C; quad += warps) {
+    const int c = 4 * quad + (lane >> 3);
+    if (c >= C) continue;
+    const int g = c / U, u = c - g * U;
+    const bool in = c < GU && u < live;
+    const Raw* const src = R + (in ? static_cast<int64_t>(g) * H + u0 + u : 0);
+    float* const dst = W + static_cast<int64_t>(c) * K;
+    for (int k0 = lane & 7; k0 < K; k0 += 8 * kRound) {
+      uint32_t bits[kRound];
+#pragma unroll
+      for (int j = 0; j < kRound; ++j) {
+        const int k = k0 + 8 * j;
+        bits[j] = in && k < K ? static_cast<uint32_t>(src[k * GH]) : 0u;
+      }
+#pragma unroll
+      for (int j = 0; j < kRound; ++j)
+        if (k0 + 8 * j < K) dst[k0 + 8 * j] = state_from_bits(bits[j], dtype);
     }
   }
+}
+
+__device__ __forceinline__ void gated_rnn_load_slice(float* W, const void* R, DType dtype, int G,
+                                                     int H, int U, int u0, int live, int C) {
+  if (dtype == DType::f32)
+    gated_rnn_load_slice_raw(W, static_cast<const uint32_t*>(R), dtype, G, H, U, u0, live, C);
+  else
+    gated_rnn_load_slice_raw(W, static_cast<const uint16_t*>(R), dtype, G, H, U, u0, live, C);
 }
 
 // ---------------------------------------------------------------------------

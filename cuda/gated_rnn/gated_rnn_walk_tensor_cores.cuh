@@ -47,38 +47,42 @@
 #include <cuda_bf16.h>
 
 #include "common/mma_m16n8k16.cuh"
+#include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_gemm.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
 namespace exphil::kernels {
 
-// As (above) from R [H, G*H] (bf16): element i = k * ld + c of As, read
-// along R's units. The slice is read once a call, before the first step,
-// and every block waits for the slowest: a thread's loads go out
-// kLoadsInFlight at a time (one at a time the load took 76 us at B64 H512
-// GRU bf16, this way 51: bench/RESULTS.md, issue 30 runs BX and BZ).
+// As (above) from R [H, G*H] (bf16): a lane takes columns lane, lane + 32,
+// ... (one division each), the warps the rows k, kGatedRnnLoadsInFlight of
+// them at a time (gated_rnn_common.cuh says why): reads along R's units,
+// stores along As's rows.
 __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* __restrict__ As,
                                                                 const void* R, int G, int H, int U,
                                                                 int u0, int live, int C) {
-  constexpr int kLoadsInFlight = 16;
+  constexpr int kRound = kGatedRnnLoadsInFlight;
   const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
-  const int n = static_cast<int>(gated_rnn_walk_tc_rows(H)) * ld;
+  const int rows = static_cast<int>(gated_rnn_walk_tc_rows(H));
   const int64_t GH = static_cast<int64_t>(G) * H;
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
   const uint16_t* const r = static_cast<const uint16_t*>(R);
-  const int stride = static_cast<int>(blockDim.x);
-  for (int base = static_cast<int>(threadIdx.x); base < n; base += kLoadsInFlight * stride) {
-    uint16_t v[kLoadsInFlight];
+  uint16_t* const as = reinterpret_cast<uint16_t*>(As);
+  for (int c = lane; c < ld; c += 32) {
+    const int g = c / U, u = c - g * U;
+    const bool in = g < G && u < live;
+    const uint16_t* const src = r + (in ? static_cast<int64_t>(g) * H + u0 + u : 0);
+    for (int k0 = warp; k0 < rows; k0 += warps * kRound) {
+      uint16_t v[kRound];
 #pragma unroll
-    for (int j = 0; j < kLoadsInFlight; ++j) {
-      const int i = base + j * stride;
-      const int k = i / ld, c = i - k * ld;
-      const int g = c / U, u = c - g * U;
-      v[j] = i < n && k < H && g < G && u < live ? r[k * GH + static_cast<int64_t>(g) * H + u0 + u]
-                                                 : uint16_t{0};
+      for (int j = 0; j < kRound; ++j) {
+        const int k = k0 + warps * j;
+        v[j] = in && k < H ? src[k * GH] : uint16_t{0};
+      }
+#pragma unroll
+      for (int j = 0; j < kRound; ++j)
+        if (k0 + warps * j < rows) as[(k0 + warps * j) * ld + c] = v[j];
     }
-#pragma unroll
-    for (int j = 0; j < kLoadsInFlight; ++j)
-      if (base + j * stride < n) As[base + j * stride] = __ushort_as_bfloat16(v[j]);
   }
 }
 
