@@ -101,6 +101,34 @@ __device__ __forceinline__ void gated_rnn_load_slice(float* W, const void* R, DT
     gated_rnn_load_slice_raw(W, static_cast<const uint16_t*>(R), dtype, G, H, U, u0, live, C);
 }
 
+// Row k of a block's slice for the k-split layouts (a thread's columns in
+// registers): w[c] = R[k, g*H + u0 + u] for column c = g*U + u < CP, zeros
+// past the live units, past G*U and for k >= H. The dtype's branch is taken
+// once, so the CP loads are in flight together (load_state's branch at
+// every element kept each load waiting for the last, state_io.cuh).
+template <int CP, class Raw>
+__device__ __forceinline__ void gated_rnn_load_row_raw(uint32_t (&bits)[CP], const Raw* __restrict__ R,
+                                                       int k, int G, int H, int U, int u0, int live) {
+  const int64_t row = static_cast<int64_t>(k) * G * H;
+#pragma unroll
+  for (int c = 0; c < CP; ++c) {
+    const int g = c / U, u = c - g * U;
+    bits[c] = k < H && g < G && u < live ? static_cast<uint32_t>(R[row + g * H + u0 + u]) : 0u;
+  }
+}
+
+template <int CP>
+__device__ __forceinline__ void gated_rnn_load_row(float (&w)[CP], const void* R, DType dtype, int k,
+                                                   int G, int H, int U, int u0, int live) {
+  uint32_t bits[CP];
+  if (dtype == DType::f32)
+    gated_rnn_load_row_raw(bits, static_cast<const uint32_t*>(R), k, G, H, U, u0, live);
+  else
+    gated_rnn_load_row_raw(bits, static_cast<const uint16_t*>(R), k, G, H, U, u0, live);
+#pragma unroll
+  for (int c = 0; c < CP; ++c) w[c] = state_from_bits(bits[c], dtype);
+}
+
 // ---------------------------------------------------------------------------
 // The exchange. One step's values (h_t forward, grad_rh_t backward) travel
 // between blocks through global memory as 64-bit words {value, step}: a

@@ -85,13 +85,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   // Row k = tid of the slice: w[c] = R[k, g*H + u0 + u], column c = g*U + u.
   const int k = tid;
   float w[CP];
-#pragma unroll
-  for (int c = 0; c < CP; ++c) {
-    const int g = c / U, u = c - g * U;
-    w[c] = k < H && g < G && u < live
-               ? load_state(p.d_R, p.weight_dtype, static_cast<int64_t>(k) * G * H + g * H + u0 + u)
-               : 0.0f;
-  }
+  gated_rnn_load_row(w, p.d_R, p.weight_dtype, k, G, H, U, u0, live);
   if (T * G * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes)
     gated_rnn_prefetch_runs(static_cast<const Elem*>(p.d_wx) + u0, sizeof(Elem), T, G, H, live);
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_state);  // [2, 1, H]

@@ -161,15 +161,9 @@ __device__ __forceinline__ void run_layer(const GatedRnnStackParams& p, const Ga
   // Row k = tid of the slices: w[c] = R_l[k, g*H + u0 + u], wi[c] the same
   // of W_l; column c = g*U + u, zeros past G*U.
   const int k = tid;
-  float w[CP], wi[CP];
-#pragma unroll
-  for (int c = 0; c < CP; ++c) {
-    const int g = c / U, u = c - g * U;
-    const bool in = k < H && g < G && u < live;
-    const int64_t at = static_cast<int64_t>(k) * G * H + g * H + u0 + u;
-    w[c] = in ? load_state(ly.R, wdt, at) : 0.0f;
-    wi[c] = kInput && in ? load_state(ly.W, wdt, at) : 0.0f;
-  }
+  float w[CP], wi[CP] = {};
+  gated_rnn_load_row(w, ly.R, wdt, k, G, H, U, u0, live);
+  if constexpr (kInput) gated_rnn_load_row(wi, ly.W, wdt, k, G, H, U, u0, live);
   if constexpr (!kInput)
     if (T * G * H * static_cast<int64_t>(sizeof(Elem)) <= kGatedRnnPrefetchBytes)
       gated_rnn_prefetch_runs(static_cast<const Elem*>(p.layer[0].d_wx) + u0, sizeof(Elem), T, G,
