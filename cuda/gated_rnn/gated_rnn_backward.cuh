@@ -304,39 +304,52 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
       o[3 * H] = rhn;
     }
   } else {
-    // The pre-activations do not depend on the states: every load of a
-    // chunk of steps is issued before the chunk's recurrence, so the walk
-    // costs a memory trip per chunk, not per step.
+    // The pre-activations do not depend on the states: a chunk's loads are
+    // issued a chunk ahead, while the chunk before it walks, and kept raw
+    // (wx in its dtype, rh apart) until used, so that no conversion or sum
+    // waits for them at the load. At B64 T256 H512 (LSTM bf16) the walk
+    // with a chunk's loads issued just before it took 270 us, 3.5x its
+    // bytes' floor, this one 216 us; at B32 T64 H256 60 and 42 us
+    // (bench/RESULTS.md, issue 30 runs BY and CB).
     constexpr int kChunk = 8;
+    struct Chunk {
+      Elem x[kChunk][4];
+      float r[kChunk][4];
+    };
     float* __restrict__ cs = ws + plan.ws_c;
     for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < B * H;
          i += stride) {
       const int64_t row = i / H, u = i - row * H;
+      const auto load = [&](Chunk& k, int64_t t0) {
+#pragma unroll
+        for (int j = 0; j < kChunk; ++j)
+          if (t0 + j < T) {
+            const int64_t m = (row * T + t0 + j) * GH + u;
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+              k.x[j][g] = wx[m + g * H];
+              k.r[j][g] = rh[m + g * H];
+            }
+          }
+      };
       // The LSTM's c in st.c.
       SlstmState st{f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f,
                     f.d_n0 ? load_state(f.d_n0, f.state_dtype, i) : 1.0f,
                     f.d_m0 ? load_state(f.d_m0, f.state_dtype, i) : 0.0f};
-      for (int64_t t0 = 0; t0 < T; t0 += kChunk) {
-        float a[kChunk][4];
+      const auto walk = [&](const Chunk& k, int64_t t0) {
 #pragma unroll
         for (int j = 0; j < kChunk; ++j) {
           if (t0 + j < T) {
             const int64_t m = row * T + t0 + j;
+            float a[4];
 #pragma unroll
-            for (int g = 0; g < 4; ++g)
-              a[j][g] = to_float(wx[m * GH + g * H + u]) + rh[m * GH + g * H + u];
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < kChunk; ++j) {
-          if (t0 + j < T) {
-            const int64_t m = row * T + t0 + j;
+            for (int g = 0; g < 4; ++g) a[g] = to_float(k.x[j][g]) + k.r[j][g];
             float* o = gates + m * 4 * H + u;
             if constexpr (kCell == GatedRnnCell::lstm) {
-              const float ig = gated_rnn_sigmoid(a[j][0]);
-              const float fg = gated_rnn_sigmoid(a[j][1]);
-              const float gg = tanhf(a[j][2]);
-              const float og = gated_rnn_sigmoid(a[j][3]);
+              const float ig = gated_rnn_sigmoid(a[0]);
+              const float fg = gated_rnn_sigmoid(a[1]);
+              const float gg = tanhf(a[2]);
+              const float og = gated_rnn_sigmoid(a[3]);
               st.c = fmaf(fg, st.c, ig * gg);
               o[0] = ig;
               o[H] = fg;
@@ -345,18 +358,28 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
               cs[m * H + u] = st.c;
             } else {
               SlstmGates g;
-              (void)slstm_step(a[j][0], a[j][1], a[j][2], a[j][3], st, g);
+              (void)slstm_step(a[0], a[1], a[2], a[3], st, g);
               o[0] = g.i;
               o[H] = g.f;
               o[2 * H] = g.z;
               o[3 * H] = g.o;
-              float* k = cs + m * 3 * H + u;
-              k[0] = st.c;
-              k[H] = st.n;
-              k[2 * H] = g.share;
+              float* c = cs + m * 3 * H + u;
+              c[0] = st.c;
+              c[H] = st.n;
+              c[2 * H] = g.share;
             }
           }
         }
+      };
+      // Two chunks an iteration, each loading the next while it walks: the
+      // buffers stay in registers (an index by parity would not).
+      Chunk even, odd;
+      load(even, 0);
+      for (int64_t t0 = 0; t0 < T; t0 += 2 * kChunk) {
+        load(odd, t0 + kChunk);
+        walk(even, t0);
+        load(even, t0 + 2 * kChunk);
+        walk(odd, t0 + kChunk);
       }
     }
   }

@@ -301,11 +301,16 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
       return r;
 
     {
+      // The LSTM's and sLSTM's walks (a thread per (b, unit)) in blocks
+      // small enough to reach every multiprocessor: at B32 H256 blocks of
+      // 256 threads took 32 of them, each stepping 8 warps' walks.
       const int64_t items = kCell == GatedRnnCell::gru ? B * T * H : B * H;
-      const auto blocks = static_cast<unsigned>(
-          std::clamp<int64_t>((items + kGatedRnnThreads - 1) / kGatedRnnThreads, 1, 65535));
-      gated_rnn_gates_kernel<Elem, kCell>
-          <<<blocks, kGatedRnnThreads, 0, stream>>>(params, plan, d_workspace);
+      int threads = kGatedRnnThreads;
+      if constexpr (kCell != GatedRnnCell::gru)
+        while (threads > 32 && (items + threads - 1) / threads < plan.device.sm_count) threads /= 2;
+      const auto blocks =
+          static_cast<unsigned>(std::clamp<int64_t>((items + threads - 1) / threads, 1, 65535));
+      gated_rnn_gates_kernel<Elem, kCell><<<blocks, threads, 0, stream>>>(params, plan, d_workspace);
       EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_gates_kernel");
     }
   }
