@@ -42,11 +42,14 @@
  *      order where its tiles are too few to fill half the device (B1 to B4
  *      at short T).
  *   2. the gates from rh and wx (gated_rnn_gates_kernel): GRU r, z, n, rh_n
- *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t, a
- *      thread per (b, unit) walking t (c_t needs c_{t-1}) in chunks of 8
- *      steps whose loads are issued together; sLSTM the same walk through
- *      slstm_step (the forward's own arithmetic), keeping i', f', z, o and
- *      c_t, n_t and max's share for every step.
+ *      for every (b, t, unit) in parallel; LSTM i, f, g, o and c_t
+ *      (gated_rnn_lstm_gates_kernel): c_t = f_t c_{t-1} + i_t g_t is
+ *      linear in c_{t-1}, so chunks of 8 steps run side by side, each from
+ *      c = 0 with the product of its f, folded together in order; sLSTM a
+ *      thread per (b, unit) walking t through slstm_step (the forward's
+ *      own arithmetic, its stabiliser m not linear), in chunks of 8 steps
+ *      whose loads are issued together, keeping i', f', z, o and c_t, n_t
+ *      and max's share for every step.
  *   3. one cooperative launch walks t from T-1 down to 0 (and to -1 for
  *      the initial states' gradients), the forward's mirror, in the
  *      forward's layout: block (group, slice) owns the group's rows, the
@@ -273,8 +276,8 @@ struct GatedRnnWeightGradStore {
 };
 
 // ---------------------------------------------------------------------------
-// Step 2: the gates. GRU: a thread per (b, t, unit); LSTM and sLSTM: a
-// thread per (b, unit) walking t.
+// Step 2: the gates. GRU: a thread per (b, t, unit); sLSTM: a thread per
+// (b, unit) walking t; LSTM: gated_rnn_lstm_gates_kernel below.
 template <class Elem, GatedRnnCell kCell>
 __global__ void __launch_bounds__(kGatedRnnThreads)
     gated_rnn_gates_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
@@ -303,7 +306,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
       o[2 * H] = n;
       o[3 * H] = rhn;
     }
-  } else {
+  } else if constexpr (kCell == GatedRnnCell::slstm) {
     // The pre-activations do not depend on the states: a chunk's loads are
     // issued a chunk ahead, while the chunk before it walks, and kept raw
     // (wx in its dtype, rh apart) until used, so that no conversion or sum
@@ -311,7 +314,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
     // with a chunk's loads issued just before it took 270 us, 3.5x its
     // bytes' floor, this one 216 us; at B32 T64 H256 60 and 42 us
     // (bench/RESULTS.md, issue 30 runs BY and CB).
-    constexpr int kChunk = 8;
+    constexpr int kChunk = kGatedRnnGatesChunk;
     struct Chunk {
       Elem x[kChunk][4];
       float r[kChunk][4];
@@ -332,7 +335,6 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
             }
           }
       };
-      // The LSTM's c in st.c.
       SlstmState st{f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f,
                     f.d_n0 ? load_state(f.d_n0, f.state_dtype, i) : 1.0f,
                     f.d_m0 ? load_state(f.d_m0, f.state_dtype, i) : 0.0f};
@@ -345,29 +347,16 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 #pragma unroll
             for (int g = 0; g < 4; ++g) a[g] = to_float(k.x[j][g]) + k.r[j][g];
             float* o = gates + m * 4 * H + u;
-            if constexpr (kCell == GatedRnnCell::lstm) {
-              const float ig = gated_rnn_sigmoid(a[0]);
-              const float fg = gated_rnn_sigmoid(a[1]);
-              const float gg = tanhf(a[2]);
-              const float og = gated_rnn_sigmoid(a[3]);
-              st.c = fmaf(fg, st.c, ig * gg);
-              o[0] = ig;
-              o[H] = fg;
-              o[2 * H] = gg;
-              o[3 * H] = og;
-              cs[m * H + u] = st.c;
-            } else {
-              SlstmGates g;
-              (void)slstm_step(a[0], a[1], a[2], a[3], st, g);
-              o[0] = g.i;
-              o[H] = g.f;
-              o[2 * H] = g.z;
-              o[3 * H] = g.o;
-              float* c = cs + m * 3 * H + u;
-              c[0] = st.c;
-              c[H] = st.n;
-              c[2 * H] = g.share;
-            }
+            SlstmGates g;
+            (void)slstm_step(a[0], a[1], a[2], a[3], st, g);
+            o[0] = g.i;
+            o[H] = g.f;
+            o[2 * H] = g.z;
+            o[3 * H] = g.o;
+            float* c = cs + m * 3 * H + u;
+            c[0] = st.c;
+            c[H] = st.n;
+            c[2 * H] = g.share;
           }
         }
       };
@@ -380,6 +369,97 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
         walk(even, t0);
         load(even, t0 + 2 * kChunk);
         walk(odd, t0 + kChunk);
+      }
+    }
+  }
+}
+
+// Step 2 for the LSTM. A block takes 32 consecutive (b, unit) columns, a
+// lane each (a warp's loads in runs of 32 units), and the steps in windows
+// of 8 W, warp w the chunk of 8 steps from 8 w. A lane forms its chunk's
+// gates and, from c = 0, each step's local c and the product of f up to
+// it: c_t = local_t + prod_t c_in, c_in the c before the chunk. The
+// chunks' (prod, local) at their ends meet in shared memory, and each lane
+// folds those before its own into its c_in, in chunk order (every lane the
+// same order: bitwise reproducible, within rounding of the step-by-step
+// recurrence). The window's last c starts the next window. A thread per
+// column walking every step, its loads a chunk ahead, had 8192 threads at
+// B32 H256 to hide 64 dependent steps' loads: 42.7 us there (LSTM bf16,
+// T64), 7x its bytes' floor, and 218 us at B64 T256 H512 (f32); this
+// kernel 11.7 and 135 us (bench/RESULTS.md, issue 30 run CD, ncu, one
+// run).
+template <class Elem>
+__global__ void __launch_bounds__(kGatedRnnLstmGatesWarps * 32)
+    gated_rnn_lstm_gates_kernel(const GatedRnnBackwardParams p, const GatedRnnPlan plan,
+                                float* __restrict__ ws) {
+  constexpr int kChunk = kGatedRnnGatesChunk;
+  const GatedRnnForwardParams& f = p.fwd;
+  const int64_t B = f.shape.batch, T = f.shape.steps, H = f.shape.hidden;
+  const int64_t GH = 4 * H, columns = B * H;
+  const Elem* __restrict__ wx = static_cast<const Elem*>(f.d_wx);
+  const float* __restrict__ rh = ws + plan.ws_rh;
+  float* __restrict__ gates = ws + plan.ws_gates;
+  float* __restrict__ cs = ws + plan.ws_c;
+  const int lane = static_cast<int>(threadIdx.x), w = static_cast<int>(threadIdx.y);
+  const int W = static_cast<int>(blockDim.y);
+  // Each chunk's (prod, local) at its end, by window parity: a warp writes
+  // a window's after the barrier of the window before, which every warp
+  // passes only once done reading the buffer it writes.
+  __shared__ float2 ends[2][kGatedRnnLstmGatesWarps][32];
+  int parity = 0;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * 32; base < columns;
+       base += static_cast<int64_t>(gridDim.x) * 32) {
+    const int64_t i = base + lane;
+    const bool live = i < columns;
+    const int64_t row = live ? i / H : 0, u = live ? i - row * H : 0;
+    float c_in = live && f.d_c0 ? load_state(f.d_c0, f.state_dtype, i) : 0.0f;
+    for (int64_t window = 0; window < T; window += kChunk * W, parity ^= 1) {
+      const int64_t t0 = window + kChunk * w;
+      Elem x[kChunk][4];
+      float r[kChunk][4];
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j)
+        if (live && t0 + j < T) {
+          const int64_t m = (row * T + t0 + j) * GH + u;
+#pragma unroll
+          for (int g = 0; g < 4; ++g) {
+            x[j][g] = wx[m + g * H];
+            r[j][g] = rh[m + g * H];
+          }
+        }
+      float local[kChunk], prod[kChunk];
+      float c = 0.0f, fp = 1.0f;
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j) {
+        if (live && t0 + j < T) {
+          const int64_t m = row * T + t0 + j;
+          const float ig = gated_rnn_sigmoid(to_float(x[j][0]) + r[j][0]);
+          const float fg = gated_rnn_sigmoid(to_float(x[j][1]) + r[j][1]);
+          const float gg = tanhf(to_float(x[j][2]) + r[j][2]);
+          const float og = gated_rnn_sigmoid(to_float(x[j][3]) + r[j][3]);
+          float* o = gates + m * 4 * H + u;
+          o[0] = ig;
+          o[H] = fg;
+          o[2 * H] = gg;
+          o[3 * H] = og;
+          c = fmaf(fg, c, ig * gg);
+          fp *= fg;
+        }
+        local[j] = c;
+        prod[j] = fp;
+      }
+      ends[parity][w][lane] = make_float2(fp, c);
+      __syncthreads();
+      for (int k = 0; k < w; ++k) {
+        const float2 e = ends[parity][k][lane];
+        c_in = fmaf(e.x, c_in, e.y);
+      }
+#pragma unroll
+      for (int j = 0; j < kChunk; ++j)
+        if (live && t0 + j < T) cs[(row * T + t0 + j) * H + u] = fmaf(prod[j], c_in, local[j]);
+      for (int k = w; k < W; ++k) {
+        const float2 e = ends[parity][k][lane];
+        c_in = fmaf(e.x, c_in, e.y);
       }
     }
   }

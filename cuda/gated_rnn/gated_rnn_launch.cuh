@@ -300,10 +300,19 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
         !r.ok())
       return r;
 
-    {
-      // The LSTM's and sLSTM's walks (a thread per (b, unit)) in blocks
-      // small enough to reach every multiprocessor: at B32 H256 blocks of
-      // 256 threads took 32 of them, each stepping 8 warps' walks.
+    if constexpr (kCell == GatedRnnCell::lstm) {
+      // 32 columns a block, a warp for each chunk of a window (no more than
+      // T has).
+      const auto warps = static_cast<unsigned>(std::clamp<int64_t>(
+          (T + kGatedRnnGatesChunk - 1) / kGatedRnnGatesChunk, 1, kGatedRnnLstmGatesWarps));
+      const auto blocks = static_cast<unsigned>(std::clamp<int64_t>((B * H + 31) / 32, 1, 65535));
+      gated_rnn_lstm_gates_kernel<Elem>
+          <<<blocks, dim3(32, warps), 0, stream>>>(params, plan, d_workspace);
+      EXPHIL_RETURN_IF_LAUNCH_FAILED("gated_rnn_lstm_gates_kernel");
+    } else {
+      // The sLSTM's walks (a thread per (b, unit)) in blocks small enough
+      // to reach every multiprocessor: at B32 H256 blocks of 256 threads
+      // took 32 of them, each stepping 8 warps' walks.
       const int64_t items = kCell == GatedRnnCell::gru ? B * T * H : B * H;
       int threads = kGatedRnnThreads;
       if constexpr (kCell != GatedRnnCell::gru)

@@ -157,6 +157,12 @@ EXPHIL_GATED_RNN_HD constexpr int gated_rnn_walk_shared_floats(const GatedRnnPla
 // 376 against 361; at B64 H512 in tiles of 8, GRU 2.48 against 2.96 ms:
 // bench/RESULTS.md, issue 30 run BR).
 inline constexpr int kGatedRnnWalkTcMinTile = 8;
+
+// The backward's gates step (gated_rnn_backward.cuh, step 2): the steps of
+// a chunk a thread takes at once, and the LSTM's chunks side by side (the
+// warps of its blocks, 32 columns each).
+inline constexpr int kGatedRnnGatesChunk = 8;
+inline constexpr int kGatedRnnLstmGatesWarps = 8;
 EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_depth(int64_t columns) noexcept {
   return (columns + 15) / 16 * 16;
 }
