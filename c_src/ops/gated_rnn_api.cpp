@@ -29,6 +29,7 @@ void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
   info.k_split = p.k_split;
   info.tensor_cores = p.tensor_cores || p.gemm_tensor_cores;
   info.walk_tensor_cores = p.walk_tensor_cores;
+  info.pair_exchange = p.pair_exchange;
 }
 
 // The API's launch options as the planner takes them (defaults without).
@@ -43,6 +44,7 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
     o.k_split = options->k_split;
     o.tensor_cores = options->tensor_cores;
     o.walk_tensor_cores = options->walk_tensor_cores;
+    o.pair_exchange = options->pair_exchange;
     o.stack_wavefront = options->stack_wavefront;
   }
   return o;

@@ -283,6 +283,56 @@ __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst,
   }
 }
 
+// Waits until the pair word *src carries `step` (the bare reload loop).
+__device__ __forceinline__ uint64_t gated_rnn_wait_pair(const uint64_t* src, int step) {
+  uint64_t w = gated_rnn_peek(src);
+  while (!gated_rnn_pair_has_step(w, step)) w = gated_rnn_peek(src);
+  return w;
+}
+
+// gated_rnn_stage_exchange for the forward's pair words: rows 2j and 2j + 1
+// of the tile (j < ceil(nb / 2)) in the word of row 2j, src [nb, K] as
+// before with the odd rows' words unused. Word i (pair j = i / K, unit k)
+// sits at src[i + j K] (GatedRnnRowStride of K in rows of 2K), its rows at
+// x[at(i + j K)] and one row of x further.
+__device__ __forceinline__ void gated_rnn_stage_pair_exchange(float* __restrict__ x, int nb,
+                                                              int rows, int K,
+                                                              const GatedRnnRowStride& at,
+                                                              const uint64_t* src, int step) {
+  const int n = (nb + 1) / 2 * K;
+  const int both = nb / 2 * K;  // words below this one carry an odd row too
+  const GatedRnnRowStride pair_at = GatedRnnRowStride::make(K, 2 * K);
+  const auto land = [&](int i, uint64_t w) {
+    float* const d = x + at(pair_at(i));
+    d[0] = __uint_as_float(gated_rnn_pair_row(w));
+    if (i < both) d[at.ldx] = __uint_as_float(gated_rnn_pair_next(w));
+  };
+  if (n <= kGatedRnnThreads) {
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < n) land(i, gated_rnn_wait_pair(src + pair_at(i), step));
+  } else {
+    constexpr int kBatch = 8;
+    for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
+      uint64_t w[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = i0 + j * kGatedRnnThreads;
+        if (i < n) w[j] = gated_rnn_peek(src + pair_at(i));
+      }
+      gated_rnn_poll_rounds<kBatch, true>(w, [&](int j) -> const uint64_t* {
+        const int i = i0 + j * kGatedRnnThreads;
+        return i < n ? src + pair_at(i) : nullptr;
+      }, step);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (i0 + j * kGatedRnnThreads < n) land(i0 + j * kGatedRnnThreads, w[j]);
+    }
+  }
+  for (int i = nb * at.ldx + static_cast<int>(threadIdx.x); i < rows * at.ldx;
+       i += kGatedRnnThreads)
+    x[i] = 0.0f;
+}
+
 // Stages rows [0, nb) of one step's exchange buffer (row length K, rows
 // contiguous from `src`) into x [rows, at.ldx], waiting for `step`; rows
 // [nb, rows) are zeros.

@@ -92,13 +92,20 @@
  *   3. a thread per (row, unit): gates, cell update in f32, y_t in the
  *      sequence dtype, h_t published with its step (the LSTM's c_t, the
  *      sLSTM's c_t, n_t, m_t into the block's own rows of a state buffer).
+ *      With tiles of 8 rows or more (plan.pair_exchange) two lanes hold
+ *      rows 2j and 2j + 1 of a tile for one unit and publish one word of
+ *      both (gated_rnn_pair_word.h), so a consumer stages half the words:
+ *      at B64 T256 H512 the forward took 6 to 7% less (GRU bf16, tiles of
+ *      8) and 3 to 4% less (LSTM f32, tiles of 16), at B32 T64 H256 (tiles
+ *      of 4) 14 to 18% more (bench/RESULTS.md, issue 30 runs CB and CD).
  *
  * The state is f32 throughout: y is rounded to the dtype on its way out and
  * never read back by the recurrence. Sums are in fixed order: results are
  * bitwise reproducible.
  *
  * Layout. wx [B, T, G*H], y [B, T, H], states [B, H], row-major. Workspace
- * (GatedRnnPlan): the exchange [2, B, H] of 64-bit words, [B, H] c (LSTM)
+ * (GatedRnnPlan): the exchange [2, B, H] of 64-bit words (pair words: a
+ * tile's even rows' slots, counted from its first row, hold them), [B, H] c (LSTM)
  * or [3, B, H] c, n, m (sLSTM), streamed slices.
  *
  * Limits. G*U <= 256 (columns per block), so H <= 256 / G * SMs (11,264
@@ -175,7 +182,7 @@ struct GatedRnnForwardSlice : GatedRnnTensorCoreSlice<Elem> {};
 template <class Elem>
 struct GatedRnnForwardSlice<Elem, false> {};
 
-template <class Elem, GatedRnnCell kCell, GatedRnnForwardProduct kProduct>
+template <class Elem, GatedRnnCell kCell, GatedRnnForwardProduct kProduct, bool kPairs>
 __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     gated_rnn_forward_kernel(const GatedRnnForwardParams p, const GatedRnnPlan plan,
                              float* __restrict__ ws) {
@@ -231,92 +238,131 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     for (int64_t i = tid; i < 2 * rows * live; i += kGatedRnnThreads) {
       const int64_t r = i / live;  // half * rows + row - g0
       const int64_t half = r / rows;
-      gated_rnn_publish(xchg + (half * B + g0 + r - half * rows) * H + u0 + (i - r * live), 0.0f, -1);
+      uint64_t* const word = xchg + (half * B + g0 + r - half * rows) * H + u0 + (i - r * live);
+      if constexpr (kPairs)
+        gated_rnn_publish_pair(word, 0.0f, 0.0f,
+                               gated_rnn_pair_no_step_upward(static_cast<int>(half)));
+      else
+        gated_rnn_publish(word, 0.0f, -1);
     }
     cooperative_groups::this_grid().sync();
   } else {
     __syncthreads();
   }
 
-  // This thread's first (row, unit) item of a tile, i = tid, and the step
-  // to its next, i + 256: no division inside the step loop (two sat on
-  // every step's critical path, between the product and the cell).
-  const int first_b = tid / live, first_u = tid - first_b * live;
-  const int skip_b = kGatedRnnThreads / live, skip_u = kGatedRnnThreads - skip_b * live;
+  // A tile's items: item i is unit u of row j, (j, u) = divmod(i, live);
+  // with pair words (kPairs, plan.pair_exchange) they come in pairs of lanes, item
+  // i unit u of row 2j + (i & 1), (j, u) = divmod(i / 2, live), so that
+  // lanes i and i ^ 1 hold rows 2j and 2j + 1 of one unit and publish their
+  // h_t as one word (gated_rnn_pair_word.h: half the words a consumer
+  // stages), 2 live ceil(nb / 2) items a tile, the last odd row dead where
+  // nb is odd. This thread's first item, i = tid, and the step to its
+  // next, i + 256: no division inside the step loop (two sat on every
+  // step's critical path, between the product and the cell).
+  constexpr int lanes = kPairs ? 2 : 1;  // lanes a unit of a row pair
+  const int parity = tid & (lanes - 1);
+  const int first_j = tid / lanes / live, first_u = tid / lanes - first_j * live;
+  const int first_b = lanes * first_j + parity;
+  const int skip_j = kGatedRnnThreads / lanes / live;
+  const int skip_u = kGatedRnnThreads / lanes - skip_j * live;
+  const auto tile_items = [live](int64_t nb) {
+    return static_cast<int>(lanes * live * ((nb + lanes - 1) / lanes));
+  };
   // A group of one tile whose items fit a thread each (every B <= 4 with
   // U <= 64): the thread reads its unit's h_{t-1} from x before the
   // product's barrier, so a step needs no barrier at its end. The next
   // step's staging may then overwrite x as soon as the product is done, and
   // its product writes `pre` only after its own staging barrier, which the
   // cell threads reach after their update.
-  const bool one_pass = g1 - g0 <= Bt && (g1 - g0) * live <= kGatedRnnThreads;
+  const bool one_pass = g1 - g0 <= Bt && tile_items(g1 - g0) <= kGatedRnnThreads;
 
   Elem* __restrict__ y = static_cast<Elem*>(p.d_y);
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
       const int nb = static_cast<int>(g1 - b0 < Bt ? g1 - b0 : Bt);
       const int rows = kTensorCores ? xrows : gated_rnn_product_rows(nb);
-      const int items = nb * live;
+      const int items = tile_items(nb);
+      const bool first_live = tid < items && first_b < nb;
       GatedRnnForwardInputs<Elem, kCell> first;
-      if (tid < items) first.load(p, cbuf, b0 + first_b, u0 + first_u, t);
+      if (first_live) first.load(p, cbuf, b0 + first_b, u0 + first_u, t);
       if (t == 0) {
         gated_rnn_stage_state(x, nb, rows, K, x_at, p.d_h0, p.state_dtype, b0 * H);
+      } else if constexpr (kPairs) {
+        gated_rnn_stage_pair_exchange(x, nb, rows, K, x_at, xchg + ((t - 1) & 1) * B * H + b0 * H,
+                                      static_cast<int>(t - 1));
       } else {
         gated_rnn_stage_exchange(x, nb, rows, K, x_at, xchg + ((t - 1) & 1) * B * H + b0 * H,
                                  static_cast<int>(t - 1));
       }
       __syncthreads();
-      const float first_hp = tid < items ? x[first_b * ldx + u0 + first_u] : 0.0f;
+      const float first_hp = first_live ? x[first_b * ldx + u0 + first_u] : 0.0f;
       if constexpr (kTensorCores)
         slice_tc.multiply(x, ldx, nb, pre, xrows, ldp);
       else
         gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
       __syncthreads();
-      int b = first_b, u = first_u;
+      int j = first_j, u = first_u;
       for (int i = tid; i < items; i += kGatedRnnThreads) {
+        const int b = lanes * j + parity;
         const int64_t row = b0 + b;
         const int hu = u0 + u;
         const int64_t sidx = row * H + hu;
-        GatedRnnForwardInputs<Elem, kCell> in;
-        float hp;
-        if (i == tid) {
-          in = first;
-          hp = first_hp;
-        } else {
-          in.load(p, cbuf, row, hu, t);
-          hp = x[b * ldx + hu];
-        }
-        float a[G], wx[G];
+        float h = 0.0f;
+        if (b < nb) {
+          GatedRnnForwardInputs<Elem, kCell> in;
+          float hp;
+          if (i == tid) {
+            in = first;
+            hp = first_hp;
+          } else {
+            in.load(p, cbuf, row, hu, t);
+            hp = x[b * ldx + hu];
+          }
+          float a[G], wx[G];
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          a[g] = (kTensorCores ? gated_rnn_tc_sum(pre, plan.k_parts, xrows, ldp, b, g * U + u)
-                               : pre[b * C + g * U + u]) +
-                 in.b(g, p.weight_dtype);
-          wx[g] = in.x(g);
+          for (int g = 0; g < G; ++g) {
+            a[g] = (kTensorCores ? gated_rnn_tc_sum(pre, plan.k_parts, xrows, ldp, b, g * U + u)
+                                 : pre[b * C + g * U + u]) +
+                   in.b(g, p.weight_dtype);
+            wx[g] = in.x(g);
+          }
+          SlstmState st = in.prev;
+          h = gated_rnn_cell_step<kCell>(wx, a, hp, st);
+          if constexpr (kCell != GatedRnnCell::gru) {
+            // Read back only by this thread, next step.
+            cbuf[sidx] = st.c;
+            if (t == T - 1 && p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, st.c);
+          }
+          if constexpr (kCell == GatedRnnCell::slstm) {
+            cbuf[B * H + sidx] = st.n;
+            cbuf[2 * B * H + sidx] = st.m;
+            if (t == T - 1) {
+              if (p.d_n_final) store_state(p.d_n_final, p.state_dtype, sidx, st.n);
+              if (p.d_m_final) store_state(p.d_m_final, p.state_dtype, sidx, st.m);
+            }
+          }
+          y[(row * T + t) * H + hu] = from_float<Elem>(h);
+          if (t == T - 1 && p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, h);
         }
-        SlstmState st = in.prev;
-        const float h = gated_rnn_cell_step<kCell>(wx, a, hp, st);
-        if constexpr (kCell != GatedRnnCell::gru) {
-          // Read back only by this thread, next step.
-          cbuf[sidx] = st.c;
-          if (t == T - 1 && p.d_c_final) store_state(p.d_c_final, p.state_dtype, sidx, st.c);
-        }
-        if constexpr (kCell == GatedRnnCell::slstm) {
-          cbuf[B * H + sidx] = st.n;
-          cbuf[2 * B * H + sidx] = st.m;
-          if (t == T - 1) {
-            if (p.d_n_final) store_state(p.d_n_final, p.state_dtype, sidx, st.n);
-            if (p.d_m_final) store_state(p.d_m_final, p.state_dtype, sidx, st.m);
+        if (t + 1 < T) {
+          if constexpr (kPairs) {
+            // Lanes i and i ^ 1 (rows 2j and 2j + 1) hand h over, the even
+            // one publishes both. The warp's lanes in this pass: items is
+            // even, so a lane's partner is among them.
+            const int in_pass = items - (i - (tid & 31));
+            const unsigned mask = in_pass >= 32 ? 0xffffffffu : (1u << in_pass) - 1u;
+            const float next = __shfl_xor_sync(mask, h, 1);
+            if (parity == 0)
+              gated_rnn_publish_pair(xchg + (t & 1) * B * H + sidx, h, next, static_cast<int>(t));
+          } else {
+            gated_rnn_publish(xchg + (t & 1) * B * H + sidx, h, static_cast<int>(t));
           }
         }
-        y[(row * T + t) * H + hu] = from_float<Elem>(h);
-        if (t + 1 < T) gated_rnn_publish(xchg + (t & 1) * B * H + sidx, h, static_cast<int>(t));
-        if (t == T - 1 && p.d_h_final) store_state(p.d_h_final, p.state_dtype, sidx, h);
-        b += skip_b;
+        j += skip_j;
         u += skip_u;
         if (u >= live) {
           u -= live;
-          ++b;
+          ++j;
         }
       }
       if (!one_pass) __syncthreads();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_runtime.h>
 
@@ -181,9 +182,21 @@ template <class Elem, GatedRnnCell kCell>
 LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const GatedRnnPlan& plan,
                                    float* d_workspace, cudaStream_t stream) {
   clear_stale_launch_error();
-  static gated_rnn_launch::PersistentKernelCache resident, streamed, tensor_cores, unit_warps,
-      k_split[2];
+  static gated_rnn_launch::PersistentKernelCache resident[2], streamed[2], tensor_cores[2],
+      unit_warps, k_split[2];
   using Product = GatedRnnForwardProduct;
+  // The block layout's kernel for `product`, with or without pair words.
+  const auto block_layout = [&](auto product, gated_rnn_launch::PersistentKernelCache (&caches)[2],
+                                const char* what) {
+    constexpr Product kProduct = decltype(product)::value;
+    if (plan.pair_exchange)
+      return gated_rnn_launch::launch_persistent(
+          gated_rnn_forward_kernel<Elem, kCell, kProduct, true>, caches[1], params, plan,
+          d_workspace, stream, what);
+    return gated_rnn_launch::launch_persistent(
+        gated_rnn_forward_kernel<Elem, kCell, kProduct, false>, caches[0], params, plan,
+        d_workspace, stream, what);
+  };
   if (plan.k_split)
     return gated_rnn_launch::launch_k_split(
         gated_rnn_forward_k_split_kernel<Elem, kCell, 8>,
@@ -198,21 +211,17 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
     // fragments are R's own 16-bit words.
     if constexpr (sizeof(Elem) == 2) {
       if (params.weight_dtype == params.dtype)
-        return gated_rnn_launch::launch_persistent(
-            gated_rnn_forward_kernel<Elem, kCell, Product::tensor_cores>, tensor_cores, params,
-            plan, d_workspace, stream,
-            "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, tensor cores)");
+        return block_layout(std::integral_constant<Product, Product::tensor_cores>{}, tensor_cores,
+                            "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, tensor cores)");
     }
     return {cudaErrorInvalidValue,
             "gated RNN plan (the tensor-core product needs R and the sequence both bf16 or f16)"};
   }
   if (plan.resident_weights)
-    return gated_rnn_launch::launch_persistent(
-        gated_rnn_forward_kernel<Elem, kCell, Product::resident>, resident, params, plan,
-        d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
-  return gated_rnn_launch::launch_persistent(
-      gated_rnn_forward_kernel<Elem, kCell, Product::streamed>, streamed, params, plan,
-      d_workspace, stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
+    return block_layout(std::integral_constant<Product, Product::resident>{}, resident,
+                        "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, resident)");
+  return block_layout(std::integral_constant<Product, Product::streamed>{}, streamed,
+                      "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, streamed)");
 }
 
 // The stack layer by layer (plan.stack_depth == 0): each layer's forward in

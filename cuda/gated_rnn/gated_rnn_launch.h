@@ -163,6 +163,16 @@ inline constexpr int kGatedRnnWalkTcMinTile = 8;
 // warps of its blocks, 32 columns each).
 inline constexpr int kGatedRnnGatesChunk = 8;
 inline constexpr int kGatedRnnLstmGatesWarps = 8;
+
+// The forward's smallest batch tile for its exchange in pair words (two
+// rows a word, gated_rnn_pair_word.h; GatedRnnPlan::pair_exchange). On an
+// H200 (bench/RESULTS.md, issue 30 runs CB and CD, ncu, the forward with
+// and without them in one run) pair words took 6 to 7% less at B64 T256
+// H512 GRU bf16 (tiles of 8, tensor cores) and 3 to 4% less with LSTM f32
+// (tiles of 16), 14 to 18% more at B32 T64 H256 (tiles of 4). A runtime
+// flag rather than the kernel's template parameter cost the unpaired
+// LSTM's forward 3 to 4% (run CD's bench against run CC's).
+inline constexpr int kGatedRnnPairMinTile = 8;
 EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_depth(int64_t columns) noexcept {
   return (columns + 15) / 16 * 16;
 }

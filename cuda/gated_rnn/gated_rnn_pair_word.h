@@ -49,6 +49,17 @@ EXPHIL_GATED_RNN_HD constexpr uint32_t gated_rnn_pair_next(uint64_t w) noexcept 
   return static_cast<uint32_t>(w >> 32) & ~1u;
 }
 
+// The forward's exchange (gated_rnn_forward.cuh) packs its h_t the same
+// way: rows b and b + 1 of a tile (b even, counted from the tile's first
+// row) in the word of row b, steps 0 to T - 2 upward.
+
+// The "no step" marker's step for exchange buffer `half` (step parity) of a
+// forward over steps 0 up to T - 1: the first step read there (`half`)
+// plus 2.
+EXPHIL_GATED_RNN_HD constexpr int gated_rnn_pair_no_step_upward(int half) noexcept {
+  return (half + 2) & 3;
+}
+
 // The "no step" marker's step for exchange buffer `half` (step parity) of a
 // walk over steps T - 1 down to 0: the first step read there (the largest
 // of that parity, T - 1 or T - 2) plus 2.

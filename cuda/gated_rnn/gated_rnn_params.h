@@ -148,6 +148,9 @@ struct GatedRnnLaunchOptions {
   // 8 rows or more and its slice fits (the layout then sized with the
   // slice as bf16: choose_layout in gated_rnn_plan.cpp), 0 never.
   int walk_tensor_cores = -1;
+  // Forward, block layout: its exchange two rows a word; -1 (automatic)
+  // with tiles of kGatedRnnPairMinTile rows or more, 1 at any tile, 0 never.
+  int pair_exchange = -1;
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.
   int stack_wavefront = -1;
@@ -182,6 +185,9 @@ struct GatedRnnPlan {
   // among the warps (gated_rnn_forward_tensor_cores.cuh).
   bool tensor_cores = false;
   int k_parts = 1;
+  // Forward, block layout: h_t exchanged two tile rows a word
+  // (gated_rnn_pair_word.h), from tiles of kGatedRnnPairMinTile rows.
+  bool pair_exchange = false;
   // Backward: the recompute and grad_R products on tensor cores
   // (gated_rnn_gemm_tc_kernel), else on CUDA cores; the stack layer by
   // layer: its input projections.

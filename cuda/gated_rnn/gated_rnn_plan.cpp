@@ -267,11 +267,16 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
                                             kGatedRnnMaxBatchTile);
   const int64_t want_tile = next_pow2(asked);
   const int64_t tc_tile = std::min<int64_t>(want_tile, kGatedRnnTcMaxBatchTile);
+  const auto pair_exchange = [&](int64_t tile) {
+    return forward && (options.pair_exchange == 1 ||
+                       (options.pair_exchange != 0 && tile >= kGatedRnnPairMinTile));
+  };
   if (const int parts = tc_wanted ? gated_rnn_tc_k_parts(columns, H) : 0;
       parts > 0 && gated_rnn_tc_shared_floats(H, columns, tc_tile, parts) <= limit) {
     plan.tensor_cores = true;
     plan.k_parts = parts;
     plan.batch_tile = static_cast<int>(tc_tile);
+    plan.pair_exchange = pair_exchange(tc_tile);
     plan.shared_bytes = static_cast<int>(gated_rnn_tc_shared_floats(H, columns, tc_tile, parts) *
                                          static_cast<int64_t>(sizeof(float)));
     int64_t total = 0;
@@ -288,6 +293,7 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   int64_t tile = want_tile;
   while (tile > 1 && floats(plan.resident_weights, tile) > limit) tile /= 2;
   plan.batch_tile = static_cast<int>(tile);
+  plan.pair_exchange = pair_exchange(tile);
   plan.shared_bytes = static_cast<int>(std::min<int64_t>(
       floats(plan.resident_weights, tile) * static_cast<int64_t>(sizeof(float)), INT32_MAX));
 

@@ -189,6 +189,9 @@ struct GatedRnnLaunchInfo {
   // Backward: the reverse walk's product of grad_rh and R on tensor cores
   // too (bf16 weights, 8 batch rows or more a tile).
   bool walk_tensor_cores = false;
+  // Forward, block layout: h_t exchanged between blocks two batch rows a
+  // word (the default from tiles of 8 rows).
+  bool pair_exchange = false;
   // A stack: its layers in one launch (the forward's wavefront, k_split
   // saying which layout; the backward's reverse walks), else one after
   // another, each in the layout the other fields give.
@@ -230,6 +233,11 @@ struct GatedRnnLaunchOptions {
   // units a block where the f32 slice would not fit (the LSTM at B64 H512:
   // 32 units in 8 batch groups, against 16 in 4).
   int walk_tensor_cores = -1;
+  // Forward, block layout: h_t exchanged between blocks two batch rows a
+  // word, each value's lowest mantissa bit given to the step's tag (23 of
+  // f32's 24 bits travel); -1 (automatic) with tiles of 8 rows or more,
+  // where it measured faster, 1 at any tile, 0 never.
+  int pair_exchange = -1;
   // The stack's layers in one launch (the wavefront) where it fits, up to
   // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
   // for a backward of one step above B = 1, which -1 runs layer by layer.

@@ -124,7 +124,7 @@ struct GatedCase {
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
                   "units=%d groups=%d tile=%d streamed=%d unit_warps=%d k_split=%d "
-                  "tensor_cores=%d",
+                  "tensor_cores=%d pairs=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
                   dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
@@ -139,7 +139,7 @@ struct GatedCase {
                   kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
                   options.units_per_block, options.batch_blocks, options.batch_tile,
                   options.streamed_weights, options.unit_warps, options.k_split,
-                  options.tensor_cores);
+                  options.tensor_cores, options.pair_exchange);
     return buf;
   }
 };
@@ -636,6 +636,18 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
     }
     c.options = {};
     c.options.batch_tile = 1;
+    cases.push_back(c);
+    // The forward's exchange in pair words (automatic from tiles of 8 rows:
+    // here B5's one tile of 8) turned off, and forced on tiles of a row (the
+    // odd row of every pair dead) and of 2 rows in 3 groups (2, 2 and 1).
+    c.options = {};
+    c.options.pair_exchange = 0;
+    cases.push_back(c);
+    c.options.pair_exchange = 1;
+    c.options.batch_tile = 1;
+    cases.push_back(c);
+    c.options.batch_tile = 2;
+    c.options.batch_blocks = 3;
     cases.push_back(c);
     c.options = {};
     c.options.streamed_weights = true;

@@ -487,6 +487,40 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
   }
 }
 
+// The forward's exchange in pair words from tiles of kGatedRnnPairMinTile
+// rows (run CB's shapes on both sides of it), on CUDA and tensor cores,
+// forced either way, never backward nor outside the block layout.
+TEST_CASE("gated RNN plan: the forward's pair words from tiles of 8 rows", "[gated_rnn][plan]") {
+  const GatedRnnDTypes bf16{DType::bf16, DType::bf16}, f32{};
+  const auto fwd = [](GatedRnnCell cell, GatedRnnShape shape, GatedRnnLaunchOptions o,
+                      GatedRnnDTypes d) {
+    return plan_gated_rnn(GatedRnnDirection::forward, cell, shape, kH100, o, d);
+  };
+  for (GatedRnnCell cell : {GatedRnnCell::gru, GatedRnnCell::lstm, GatedRnnCell::slstm}) {
+    INFO("cell " << gated_rnn_gates(cell) << " gates");
+    GatedRnnPlan p = fwd(cell, {32, 64, 256}, {}, bf16);
+    CHECK(p.batch_tile < kGatedRnnPairMinTile);
+    CHECK_FALSE(p.pair_exchange);
+    p = fwd(cell, {64, 256, 512}, {}, bf16);
+    CHECK(p.tensor_cores);
+    CHECK(p.batch_tile >= kGatedRnnPairMinTile);
+    CHECK(p.pair_exchange);
+    p = fwd(cell, {64, 256, 512}, {}, f32);
+    CHECK_FALSE(p.tensor_cores);
+    CHECK(p.batch_tile >= kGatedRnnPairMinTile);
+    CHECK(p.pair_exchange);
+    GatedRnnLaunchOptions o;
+    o.pair_exchange = 0;
+    CHECK_FALSE(fwd(cell, {64, 256, 512}, o, bf16).pair_exchange);
+    o.pair_exchange = 1;
+    CHECK(fwd(cell, {32, 64, 256}, o, bf16).pair_exchange);
+    CHECK(fwd(cell, {5, 3, 37}, o, f32).pair_exchange);
+    CHECK_FALSE(fwd(cell, {1, 32, 256}, o, f32).pair_exchange);  // k split
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, {64, 256, 512}, kH100, o, bf16)
+                    .pair_exchange);
+  }
+}
+
 TEST_CASE("gated RNN plan: the stacked forward", "[gated_rnn][plan]") {
   // The wavefront at B = 1, two blocks a multiprocessor: the smallest
   // power-of-two units a block that fit L x ceil(H / U) blocks on the
@@ -1004,12 +1038,13 @@ TEST_CASE("gated RNN backward: the walk's part product on tensor cores", "[gated
   }
 }
 
-// The backward walk's pair words (gated_rnn_pair_word.h): two rows' values
-// and the step mod 4 in their lowest bits. A word tells its step from the
-// two before and after it (what a consumer may find), each value within
-// one unit in the last place of f32, and a call's "no step" marker never
-// passes for the first step read from its buffer.
-TEST_CASE("gated RNN backward: the walk's pair words", "[gated_rnn][plan]") {
+// The pair words of the forward's and the backward walk's exchanges
+// (gated_rnn_pair_word.h): two rows' values and the step mod 4 in their
+// lowest bits. A word tells its step from the two before and after it
+// (what a consumer may find), each value within one unit in the last place
+// of f32, and a call's "no step" marker never passes for the first step
+// read from its buffer.
+TEST_CASE("gated RNN: the exchanges' pair words", "[gated_rnn][plan]") {
   const auto bits = [](float v) {
     uint32_t u;
     std::memcpy(&u, &v, 4);
@@ -1046,4 +1081,14 @@ TEST_CASE("gated RNN backward: the walk's pair words", "[gated_rnn][plan]") {
       INFO("T " << T << " half " << half);
       CHECK_FALSE(gated_rnn_pair_has_step(marker, static_cast<int>(first)));
     }
+  // The forward runs upward: the first step it waits for in buffer `half`
+  // is `half` itself, and every later one there (half + 2, ...) finds the
+  // marker or the step two before it.
+  for (int half = 0; half < 2; ++half) {
+    const uint64_t marker = gated_rnn_pair_word(0, 0, gated_rnn_pair_no_step_upward(half));
+    INFO("forward half " << half);
+    CHECK_FALSE(gated_rnn_pair_has_step(marker, half));
+    for (int step = half + 2; step < 40; step += 2)
+      CHECK_FALSE(gated_rnn_pair_has_step(gated_rnn_pair_word(0, 0, step - 2), step));
+  }
 }
