@@ -250,15 +250,15 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     __syncthreads();
   }
 
-  // A tile's items: item i is unit u of row j, (j, u) = divmod(i, live);
-  // with pair words (kPairs, plan.pair_exchange) they come in pairs of lanes, item
-  // i unit u of row 2j + (i & 1), (j, u) = divmod(i / 2, live), so that
-  // lanes i and i ^ 1 hold rows 2j and 2j + 1 of one unit and publish their
-  // h_t as one word (gated_rnn_pair_word.h: half the words a consumer
-  // stages), 2 live ceil(nb / 2) items a tile, the last odd row dead where
-  // nb is odd. This thread's first item, i = tid, and the step to its
-  // next, i + 256: no division inside the step loop (two sat on every
-  // step's critical path, between the product and the cell).
+  // A tile's items: item i is unit u of row j, (j, u) = divmod(i, live).
+  // With pair words (kPairs, plan.pair_exchange) they come in pairs of
+  // lanes: item i is unit u of row 2j + (i & 1), (j, u) = divmod(i / 2,
+  // live), so that lanes i and i ^ 1 hold rows 2j and 2j + 1 of one unit
+  // and publish their h_t as one word (gated_rnn_pair_word.h: half the
+  // words a consumer stages), 2 live ceil(nb / 2) items a tile, the last
+  // odd row dead where nb is odd. This thread's first item, i = tid, and
+  // the step to its next, i + 256: no division inside the step loop (two
+  // sat on every step's critical path, between the product and the cell).
   constexpr int lanes = kPairs ? 2 : 1;  // lanes a unit of a row pair
   const int parity = tid & (lanes - 1);
   const int first_j = tid / lanes / live, first_u = tid / lanes - first_j * live;
