@@ -159,14 +159,6 @@ __device__ __forceinline__ bool gated_rnn_has_step(uint64_t w, int step) {
   return static_cast<uint32_t>(w >> 32) == static_cast<uint32_t>(step);
 }
 
-// Waits until the word *src carries `step`; returns its value. One thread,
-// one word: the bare reload loop (what a step waits for at B1).
-__device__ __forceinline__ float gated_rnn_wait_word(const uint64_t* src, int step) {
-  uint64_t w = gated_rnn_peek(src);
-  while (!gated_rnn_has_step(w, step)) w = gated_rnn_peek(src);
-  return __uint_as_float(static_cast<uint32_t>(w));
-}
-
 // Two batch rows' values in one word, the step's tag in their lowest bits
 // (gated_rnn_pair_word.h): the backward walk's own exchange.
 __device__ __forceinline__ void gated_rnn_publish_pair(uint64_t* p, float row, float next, int step) {
@@ -178,6 +170,20 @@ __device__ __forceinline__ void gated_rnn_publish_pair(uint64_t* p, float row, f
 template <bool kPair>
 __device__ __forceinline__ bool gated_rnn_word_has_step(uint64_t w, int step) {
   return kPair ? gated_rnn_pair_has_step(w, step) : gated_rnn_has_step(w, step);
+}
+
+// Waits until the word *src carries `step`; returns it. One thread, one
+// word: the bare reload loop (what a step waits for at B1).
+template <bool kPair = false>
+__device__ __forceinline__ uint64_t gated_rnn_wait(const uint64_t* src, int step) {
+  uint64_t w = gated_rnn_peek(src);
+  while (!gated_rnn_word_has_step<kPair>(w, step)) w = gated_rnn_peek(src);
+  return w;
+}
+
+// The value of a one-value word, once it carries `step`.
+__device__ __forceinline__ float gated_rnn_wait_word(const uint64_t* src, int step) {
+  return __uint_as_float(static_cast<uint32_t>(gated_rnn_wait(src, step)));
 }
 
 // Waits until each of the N words w[j] (loaded from address(j), or unused
@@ -215,16 +221,23 @@ struct GatedRnnRowStride {
   }
 };
 
-// Stages n words of one step's exchange into dst[0, n), word i from
-// address(i), waiting for each to carry `step`. Each thread issues 8 loads
-// before it waits on any, and re-polls every word still short of `step`
-// together, so a wait costs one trip through L2 per round, not one per word
-// (polling the words one at a time made a thread's stale loads wait in
-// series).
-template <class Address>
-__device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, int n,
-                                                      const Address& address, int step,
-                                                      const GatedRnnRowStride& at) {
+// Stages n words of one step's exchange, word i from address(i), waiting
+// for each to carry `step`, and hands each to land(i, word). Up to a word
+// a thread (B1 at H <= 256), the bare reload loop: the batched loop's
+// bookkeeping for 8 words sat between the last load's arrival and the
+// product, on every step's critical path. Above, each thread issues 8
+// loads before it waits on any, and re-polls every word still short of
+// `step` together, so a wait costs one trip through L2 per round, not one
+// per word (polling the words one at a time made a thread's stale loads
+// wait in series). kPair: the words are pair words.
+template <bool kPair, class Address, class Land>
+__device__ __forceinline__ void gated_rnn_stage_words(int n, const Address& address, int step,
+                                                      const Land& land) {
+  if (n <= kGatedRnnThreads) {
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < n) land(i, gated_rnn_wait<kPair>(address(i), step));
+    return;
+  }
   constexpr int kBatch = 8;
   for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
     uint64_t w[kBatch];
@@ -233,15 +246,13 @@ __device__ __forceinline__ void gated_rnn_stage_words(float* __restrict__ dst, i
       const int i = i0 + j * kGatedRnnThreads;
       if (i < n) w[j] = gated_rnn_peek(address(i));
     }
-    gated_rnn_poll_rounds<kBatch>(w, [&](int j) -> const uint64_t* {
+    gated_rnn_poll_rounds<kBatch, kPair>(w, [&](int j) -> const uint64_t* {
       const int i = i0 + j * kGatedRnnThreads;
       return i < n ? address(i) : nullptr;
     }, step);
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) dst[at(i)] = __uint_as_float(static_cast<uint32_t>(w[j]));
-    }
+    for (int j = 0; j < kBatch; ++j)
+      if (i0 + j * kGatedRnnThreads < n) land(i0 + j * kGatedRnnThreads, w[j]);
   }
 }
 
@@ -283,71 +294,31 @@ __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst,
   }
 }
 
-// Waits until the pair word *src carries `step` (the bare reload loop).
-__device__ __forceinline__ uint64_t gated_rnn_wait_pair(const uint64_t* src, int step) {
-  uint64_t w = gated_rnn_peek(src);
-  while (!gated_rnn_pair_has_step(w, step)) w = gated_rnn_peek(src);
-  return w;
-}
-
-// gated_rnn_stage_exchange for the forward's pair words: rows 2j and 2j + 1
-// of the tile (j < ceil(nb / 2)) in the word of row 2j, src [nb, K] as
-// before with the odd rows' words unused. Word i (pair j = i / K, unit k)
-// sits at src[i + j K] (GatedRnnRowStride of K in rows of 2K), its rows at
-// x[at(i + j K)] and one row of x further.
-__device__ __forceinline__ void gated_rnn_stage_pair_exchange(float* __restrict__ x, int nb,
-                                                              int rows, int K,
-                                                              const GatedRnnRowStride& at,
-                                                              const uint64_t* src, int step) {
-  const int n = (nb + 1) / 2 * K;
-  const int both = nb / 2 * K;  // words below this one carry an odd row too
-  const GatedRnnRowStride pair_at = GatedRnnRowStride::make(K, 2 * K);
-  const auto land = [&](int i, uint64_t w) {
-    float* const d = x + at(pair_at(i));
-    d[0] = __uint_as_float(gated_rnn_pair_row(w));
-    if (i < both) d[at.ldx] = __uint_as_float(gated_rnn_pair_next(w));
-  };
-  if (n <= kGatedRnnThreads) {
-    const int i = static_cast<int>(threadIdx.x);
-    if (i < n) land(i, gated_rnn_wait_pair(src + pair_at(i), step));
-  } else {
-    constexpr int kBatch = 8;
-    for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
-      uint64_t w[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = i0 + j * kGatedRnnThreads;
-        if (i < n) w[j] = gated_rnn_peek(src + pair_at(i));
-      }
-      gated_rnn_poll_rounds<kBatch, true>(w, [&](int j) -> const uint64_t* {
-        const int i = i0 + j * kGatedRnnThreads;
-        return i < n ? src + pair_at(i) : nullptr;
-      }, step);
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j)
-        if (i0 + j * kGatedRnnThreads < n) land(i0 + j * kGatedRnnThreads, w[j]);
-    }
-  }
-  for (int i = nb * at.ldx + static_cast<int>(threadIdx.x); i < rows * at.ldx;
-       i += kGatedRnnThreads)
-    x[i] = 0.0f;
-}
-
 // Stages rows [0, nb) of one step's exchange buffer (row length K, rows
 // contiguous from `src`) into x [rows, at.ldx], waiting for `step`; rows
-// [nb, rows) are zeros.
+// [nb, rows) are zeros. kPair (the forward's pair words): rows 2j and
+// 2j + 1 of the tile (j < ceil(nb / 2)) come in the word of row 2j, the
+// odd rows' words unused: word i (pair j = i / K, unit k) sits at src[i +
+// j K] (GatedRnnRowStride of K in rows of 2K), its rows at x[at(i + j K)]
+// and one row of x further.
+template <bool kPair = false>
 __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
                                                          int K, const GatedRnnRowStride& at,
                                                          const uint64_t* src, int step) {
-  const int n = nb * K;
-  if (n <= kGatedRnnThreads) {
-    // A word a thread (B1 at H <= 256): the bare reload loop. The batched
-    // loop's bookkeeping for 8 words sat between the last load's arrival
-    // and the product, on every step's critical path.
-    const int i = static_cast<int>(threadIdx.x);
-    if (i < n) x[at(i)] = gated_rnn_wait_word(src + i, step);
+  if constexpr (kPair) {
+    const int both = nb / 2 * K;  // words below this one carry an odd row too
+    const GatedRnnRowStride pair_at = GatedRnnRowStride::make(K, 2 * K);
+    gated_rnn_stage_words<true>(
+        (nb + 1) / 2 * K, [&](int i) { return src + pair_at(i); }, step,
+        [&](int i, uint64_t w) {
+          float* const d = x + at(pair_at(i));
+          d[0] = __uint_as_float(gated_rnn_pair_row(w));
+          if (i < both) d[at.ldx] = __uint_as_float(gated_rnn_pair_next(w));
+        });
   } else {
-    gated_rnn_stage_words(x, n, [src](int i) { return src + i; }, step, at);
+    gated_rnn_stage_words<false>(
+        nb * K, [src](int i) { return src + i; }, step,
+        [&](int i, uint64_t w) { x[at(i)] = __uint_as_float(static_cast<uint32_t>(w)); });
   }
   for (int i = nb * at.ldx + static_cast<int>(threadIdx.x); i < rows * at.ldx;
        i += kGatedRnnThreads)

@@ -287,12 +287,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       if (first_live) first.load(p, cbuf, b0 + first_b, u0 + first_u, t);
       if (t == 0) {
         gated_rnn_stage_state(x, nb, rows, K, x_at, p.d_h0, p.state_dtype, b0 * H);
-      } else if constexpr (kPairs) {
-        gated_rnn_stage_pair_exchange(x, nb, rows, K, x_at, xchg + ((t - 1) & 1) * B * H + b0 * H,
-                                      static_cast<int>(t - 1));
       } else {
-        gated_rnn_stage_exchange(x, nb, rows, K, x_at, xchg + ((t - 1) & 1) * B * H + b0 * H,
-                                 static_cast<int>(t - 1));
+        gated_rnn_stage_exchange<kPairs>(x, nb, rows, K, x_at,
+                                         xchg + ((t - 1) & 1) * B * H + b0 * H,
+                                         static_cast<int>(t - 1));
       }
       __syncthreads();
       const float first_hp = first_live ? x[first_b * ldx + u0 + first_u] : 0.0f;
