@@ -201,13 +201,24 @@ struct GatedRnnWeightB {
     return static_cast<const __nv_bfloat16*>(R) + r + n;
   }
 };
+// rh = the product + bias, the bias a column term (gated_rnn_gemm.cuh's
+// store protocol: v arrives with it added).
 struct GatedRnnRecomputeStore {
   float* rh;
   const void* bias;
   DType bias_dtype;
   int64_t N;
+  __device__ __forceinline__ float column_addend(int64_t n) const {
+    return bias ? load_state(bias, bias_dtype, n) : 0.0f;
+  }
   __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
-    rh[m * N + n] = v + (bias ? load_state(bias, bias_dtype, n) : 0.0f);
+    rh[m * N + n] = v;
+  }
+  __device__ __forceinline__ bool pairs() const {
+    return N % 2 == 0 && (reinterpret_cast<uintptr_t>(rh) & 7) == 0;
+  }
+  __device__ __forceinline__ void pair(int, int64_t m, int64_t n, float v0, float v1) const {
+    *reinterpret_cast<float2*>(rh + m * N + n) = make_float2(v0, v1);
   }
 };
 

@@ -39,6 +39,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include <cuda_bf16.h>
 
@@ -52,12 +53,86 @@ inline constexpr int kGatedRnnGemmTileM = static_cast<int>(kGatedRnnWeightGradTi
 inline constexpr int kGatedRnnGemmTileN = static_cast<int>(kGatedRnnWeightGradTile);
 inline constexpr int kGatedRnnGemmDepth = static_cast<int>(kGatedRnnWeightGradDepth);
 
+// A store takes an output's sum: operator()(z, m, n, v), z the split. It
+// may also offer, each optional:
+//   column_addend(n)        a term every sum of column n takes (a bias): the
+//                           epilogues read a thread's columns' terms once,
+//                           before any store, and pass v with the term added
+//                           (v + term). Read inside the store, each waited for
+//                           the store before it, which might alias it: 64
+//                           round trips to L1 in a row a thread. Waits on
+//                           loads outside the k loop were 29% of the
+//                           recompute product's stall samples at B32 T64 H256
+//                           (bench/RESULTS.md, issue 30 run CI), 17.3 us a
+//                           product before, 13.2 after (run CJ);
+//   pairs(), pair(z, m, n, v0, v1)
+//                           outputs (m, n) and (m, n + 1), n even, in one
+//                           store where pairs() says the rows allow it (N
+//                           even, aligned): half the store instructions,
+//                           whose queue held up the weight gradient's
+//                           epilogue (stall_lg, run CI; 25.3 us a product
+//                           before, 19.4 after, run CJ).
+template <class S, class = void>
+struct GatedRnnStoreColumnAddend : std::false_type {};
+template <class S>
+struct GatedRnnStoreColumnAddend<
+    S, std::void_t<decltype(std::declval<const S&>().column_addend(int64_t{}))>> : std::true_type {};
+template <class S, class = void>
+struct GatedRnnStorePairs : std::false_type {};
+template <class S>
+struct GatedRnnStorePairs<S, std::void_t<decltype(std::declval<const S&>().pairs())>>
+    : std::true_type {};
+
+template <class S>
+__device__ __forceinline__ float gated_rnn_column_addend(const S& store, int64_t n) {
+  if constexpr (GatedRnnStoreColumnAddend<S>::value)
+    return store.column_addend(n);
+  else
+    return 0.0f;
+}
+// v with its column's term (none: v itself, -0 kept).
+template <class S>
+__device__ __forceinline__ float gated_rnn_with_addend(float v, float addend) {
+  if constexpr (GatedRnnStoreColumnAddend<S>::value)
+    return v + addend;
+  else
+    return v;
+}
+template <class S>
+__device__ __forceinline__ bool gated_rnn_store_pairs(const S& store) {
+  if constexpr (GatedRnnStorePairs<S>::value)
+    return store.pairs();
+  else
+    return false;
+}
+
+// Outputs (m, n) and (m, n + 1) of a row within M, n even: one store where
+// `paired` (gated_rnn_store_pairs) and both columns are within N, else each
+// within N on its own.
+template <class S>
+__device__ __forceinline__ void gated_rnn_gemm_store2(const S& store, bool paired, int z, int64_t m,
+                                                      int64_t n, int64_t N, float v0, float v1) {
+  if constexpr (GatedRnnStorePairs<S>::value)
+    if (paired && n + 1 < N) {
+      store.pair(z, m, n, v0, v1);
+      return;
+    }
+  if (n < N) store(z, m, n, v0);
+  if (n + 1 < N) store(z, m, n + 1, v1);
+}
+
 // Store of split z's partial sums, [splits, M, N].
 struct GatedRnnGemmPartialStore {
   float* partial;
   int64_t M, N;
   __device__ __forceinline__ void operator()(int z, int64_t m, int64_t n, float v) const {
     partial[(z * M + m) * N + n] = v;
+  }
+  __device__ __forceinline__ bool pairs() const {
+    return N % 2 == 0 && (reinterpret_cast<uintptr_t>(partial) & 7) == 0;
+  }
+  __device__ __forceinline__ void pair(int z, int64_t m, int64_t n, float v0, float v1) const {
+    *reinterpret_cast<float2*>(partial + (z * M + m) * N + n) = make_float2(v0, v1);
   }
 };
 
@@ -210,14 +285,24 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
         for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
     }
   });
+  // Rows m0 + ty * 4 + i and columns n0 + tx * 4 + j, each 4 of them and
+  // the 4 after 64 more; the columns' terms first (the store's protocol,
+  // above).
+  const auto column = [&](int j) { return n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4); };
+  float addend[8];
 #pragma unroll
-  for (int i = 0; i < 8; ++i)
+  for (int j = 0; j < 8; ++j) addend[j] = column(j) < N ? gated_rnn_column_addend(store, column(j)) : 0.0f;
+  const bool paired = gated_rnn_store_pairs(store);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int64_t m = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
-      const int64_t n = n0 + (j < 4 ? tx * 4 + j : 64 + tx * 4 + j - 4);
-      if (m < M && n < N) store(z, m, n, acc[i][j]);
-    }
+  for (int i = 0; i < 8; ++i) {
+    const int64_t m = m0 + (i < 4 ? ty * 4 + i : 64 + ty * 4 + i - 4);
+    if (m >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 8; j += 2)
+      gated_rnn_gemm_store2(store, paired, z, m, column(j), N,
+                            gated_rnn_with_addend<CStore>(acc[i][j], addend[j]),
+                            gated_rnn_with_addend<CStore>(acc[i][j + 1], addend[j + 1]));
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -300,16 +385,29 @@ __device__ __forceinline__ void gated_rnn_gemm_tc_store(const float (&acc)[4][4]
                                                         int lane, int64_t M, int64_t N, int z,
                                                         const CStore& store) {
   const int g = lane >> 2, t = lane & 3;
+  // Accumulator e of tile (i, j): row 16 i + g + 8 (e >> 1), column 8 j + 2 t
+  // + (e & 1). The columns' terms first (the store's protocol, above).
+  float addend[4][2];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t n = n0 + j * 8 + 2 * t + c;
+      addend[j][c] = n < N ? gated_rnn_column_addend(store, n) : 0.0f;
+    }
+  const bool paired = gated_rnn_store_pairs(store);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = m0 + i * 16 + g + 8 * h;
+      if (m >= M) continue;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int64_t m = m0 + i * 16 + g + (e >> 1) * 8;
-        const int64_t n = n0 + j * 8 + 2 * t + (e & 1);
-        if (m < M && n < N) store(z, m, n, acc[i][j][e]);
-      }
+      for (int j = 0; j < 4; ++j)
+        gated_rnn_gemm_store2(store, paired, z, m, n0 + j * 8 + 2 * t, N,
+                              gated_rnn_with_addend<CStore>(acc[i][j][2 * h], addend[j][0]),
+                              gated_rnn_with_addend<CStore>(acc[i][j][2 * h + 1], addend[j][1]));
+    }
 }
 
 template <class ALoad, class BLoad, class CStore>
@@ -613,9 +711,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < M * N;
        i += stride) {
+    const int64_t n = i % N;
     float v = 0.0f;
     for (int z = 0; z < splits; ++z) v += partial[z * M * N + i];
-    store(0, i / N, i % N, v);
+    store(0, i / N, n, gated_rnn_with_addend<CStore>(v, gated_rnn_column_addend(store, n)));
   }
 }
 
