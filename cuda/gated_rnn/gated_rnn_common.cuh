@@ -419,6 +419,9 @@ __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict_
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   constexpr int kWarps = kGatedRnnThreads / 32;
+  const bool vector4 =
+      K % 4 == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(W)) & 15) == 0;
+  const int k128 = K / 128 * 128;
   for (int c0 = warp * CW; c0 < C; c0 += kWarps * CW) {
     float acc[CW][NB];
 #pragma unroll
@@ -426,8 +429,35 @@ __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict_
 #pragma unroll
       for (int b = 0; b < NB; ++b) acc[j][b] = 0.0f;
     const float* wc = W + static_cast<int64_t>(c0) * K;
-#pragma unroll 2
-    for (int k = lane; k < K; k += 32) {
+    // Four k a lane at a time (k = 4 lane + 128 i) where the rows are
+    // 16-byte aligned, the rest one at a time: scalar loads made the
+    // product a run of shared-memory instructions, 1.4 of a 3.0-us step at
+    // B32 T64 H256 and 5.6 of 9.6 at B64 T256 H512 f32 (bench/RESULTS.md,
+    // issue 30 run CK). Graphed, the LSTM f32 forward at B64 went from
+    // 2652 to 2455 us, the LSTM bf16 two-layer forward at B32 from 425 to
+    // 405 (runs CJ and CL).
+    int k = lane;
+    if (vector4) {
+      for (int k4 = 4 * lane; k4 < k128; k4 += 128) {
+        float4 w[CW];
+#pragma unroll
+        for (int j = 0; j < CW; ++j)
+          w[j] = *reinterpret_cast<const float4*>(wc + static_cast<int64_t>(j) * K + k4);
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+          const float4 xv = *reinterpret_cast<const float4*>(x + b * K + k4);
+#pragma unroll
+          for (int j = 0; j < CW; ++j) {
+            acc[j][b] = fmaf(xv.x, w[j].x, acc[j][b]);
+            acc[j][b] = fmaf(xv.y, w[j].y, acc[j][b]);
+            acc[j][b] = fmaf(xv.z, w[j].z, acc[j][b]);
+            acc[j][b] = fmaf(xv.w, w[j].w, acc[j][b]);
+          }
+        }
+      }
+      k = k128 + lane;
+    }
+    for (; k < K; k += 32) {
       float w[CW];
 #pragma unroll
       for (int j = 0; j < CW; ++j) w[j] = wc[static_cast<int64_t>(j) * K + k];
