@@ -214,11 +214,9 @@ struct GatedRnnRecomputeStore {
   __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
     rh[m * N + n] = v;
   }
-  __device__ __forceinline__ bool pairs() const {
-    return N % 2 == 0 && (reinterpret_cast<uintptr_t>(rh) & 7) == 0;
-  }
+  __device__ __forceinline__ bool pairs() const { return gated_rnn_elem_pairs(rh, N); }
   __device__ __forceinline__ void pair(int, int64_t m, int64_t n, float v0, float v1) const {
-    *reinterpret_cast<float2*>(rh + m * N + n) = make_float2(v0, v1);
+    VecIO<float, 2>::store(rh + m * N + n, {v0, v1});
   }
 };
 

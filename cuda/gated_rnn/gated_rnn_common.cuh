@@ -4,10 +4,10 @@
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "common/dtype.cuh"
 #include "common/state_io.cuh"
+#include "common/vector_io.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 #include "gated_rnn/gated_rnn_pair_word.h"
 #include "gated_rnn/gated_rnn_params.h"
@@ -18,23 +18,11 @@ namespace exphil::kernels {
 // every error forward through T steps.
 __device__ __forceinline__ float gated_rnn_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Two consecutive elements p[0], p[1] of a sequence dtype in one store; p
-// aligned to the pair (a product store's pair(), gated_rnn_gemm.cuh).
+// Whether rows of width N from p take a pair of elements at even columns
+// in one access (VecIO<Elem, 2>): a product store's pairs(),
+// gated_rnn_gemm.cuh.
 template <class Elem>
-__device__ __forceinline__ void gated_rnn_store_elem_pair(Elem* p, float v0, float v1) {
-  if constexpr (std::is_same_v<Elem, float>) {
-    *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-  } else if constexpr (std::is_same_v<Elem, __nv_bfloat16>) {
-    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-  } else {
-    static_assert(std::is_same_v<Elem, __half>, "sequence dtypes: f32, bf16, f16");
-    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
-  }
-}
-// Whether rows of width N at p take gated_rnn_store_elem_pair at even
-// columns.
-template <class Elem>
-inline bool gated_rnn_elem_pairs(const Elem* p, int64_t N) {
+__device__ __forceinline__ bool gated_rnn_elem_pairs(const Elem* p, int64_t N) {
   return N % 2 == 0 && reinterpret_cast<uintptr_t>(p) % (2 * sizeof(Elem)) == 0;
 }
 

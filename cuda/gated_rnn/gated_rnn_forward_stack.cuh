@@ -293,18 +293,15 @@ struct ProjectionStore {
   const void* bias;  // optional [N]
   DType bias_dtype;
   int64_t N;
-  bool even_rows;  // gated_rnn_elem_pairs(wx, N), asked on the host
-  ProjectionStore(Elem* wx_, const void* bias_, DType bias_dtype_, int64_t N_)
-      : wx(wx_), bias(bias_), bias_dtype(bias_dtype_), N(N_), even_rows(gated_rnn_elem_pairs(wx_, N_)) {}
   __device__ __forceinline__ float column_addend(int64_t n) const {
     return bias ? load_state(bias, bias_dtype, n) : 0.0f;
   }
   __device__ __forceinline__ void operator()(int, int64_t m, int64_t n, float v) const {
     wx[m * N + n] = from_float<Elem>(v);
   }
-  __device__ __forceinline__ bool pairs() const { return even_rows; }
+  __device__ __forceinline__ bool pairs() const { return gated_rnn_elem_pairs(wx, N); }
   __device__ __forceinline__ void pair(int, int64_t m, int64_t n, float v0, float v1) const {
-    gated_rnn_store_elem_pair(wx + m * N + n, v0, v1);
+    VecIO<Elem, 2>::store(wx + m * N + n, {v0, v1});
   }
 };
 

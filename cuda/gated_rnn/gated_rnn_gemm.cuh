@@ -45,6 +45,7 @@
 
 #include "common/cp_async.cuh"
 #include "common/mma_m16n8k16.cuh"
+#include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_launch.h"
 
 namespace exphil::kernels {
@@ -128,11 +129,9 @@ struct GatedRnnGemmPartialStore {
   __device__ __forceinline__ void operator()(int z, int64_t m, int64_t n, float v) const {
     partial[(z * M + m) * N + n] = v;
   }
-  __device__ __forceinline__ bool pairs() const {
-    return N % 2 == 0 && (reinterpret_cast<uintptr_t>(partial) & 7) == 0;
-  }
+  __device__ __forceinline__ bool pairs() const { return gated_rnn_elem_pairs(partial, N); }
   __device__ __forceinline__ void pair(int z, int64_t m, int64_t n, float v0, float v1) const {
-    *reinterpret_cast<float2*>(partial + (z * M + m) * N + n) = make_float2(v0, v1);
+    VecIO<float, 2>::store(partial + (z * M + m) * N + n, {v0, v1});
   }
 };
 
