@@ -64,8 +64,9 @@
  *      the LSTM's dc and the sLSTM's dc, dn, dm stay with their unit),
  *      forms grad_rh_s for its columns and writes it (f32) for step 4, with
  *      grad_wx_s and grad_rh_s in the dtype when asked, then publishes its
- *      part of grad_rh_s R^T for every unit (a thread per unit, the
- *      columns in order; with bf16 weights and tiles of 8 rows or more,
+ *      part of grad_rh_s R^T for every unit (a thread per unit, from 16
+ *      rows a thread per unit and half the rows, the columns in order:
+ *      gated_rnn_part_product; with bf16 weights and tiles of 8 rows or more,
  *      on tensor cores: gated_rnn_part_product_tc, the slice resident as
  *      bf16, transposed). Exchanging the parts [B, H] per slice rather
  *      than grad_rh itself [B, G*H] carries G times fewer words: the

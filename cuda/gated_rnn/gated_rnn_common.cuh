@@ -352,15 +352,30 @@ __device__ __forceinline__ void gated_rnn_stage_state(float* __restrict__ x, int
 // batch row and column: each x they load feeds CW products and each w NB
 // (one x per product was the shared-memory bound of the first version at
 // B >= 8). A butterfly reduce-scatter sums each column's accumulators across
-// the lanes in 31 shuffles or fewer, leaving row index lane >> (5 - log2 NB)
-// on each lane. Every sum is in a fixed order: results are bitwise
-// reproducible. W lives in shared memory (resident) or global memory
-// (streamed); consecutive lanes read consecutive k of W and of x.
+// the lanes in 31 shuffles or fewer, leaving row gated_rnn_lane_row on each
+// lane. Every sum is in a fixed order: results are bitwise reproducible. W
+// lives in shared memory (resident) or global memory (streamed);
+// consecutive lanes read consecutive k of W and of x.
+
+// NB = 2^P rows over 32 lanes: the row a lane holds after the
+// reduce-scatter, its P high bits.
+template <int NB>
+__device__ __forceinline__ int gated_rnn_lane_row(int lane) {
+  constexpr int P = NB == 1 ? 0 : NB == 2 ? 1 : NB == 4 ? 2 : NB == 8 ? 3 : NB == 16 ? 4 : 5;
+  static_assert((1 << P) == NB, "NB is a power of two up to 32");
+  return lane >> (5 - P);
+}
+
 // One halving of the reduce-scatter (step S, lanes exchanging across bit
-// 4 - S): the lower lanes keep the lower half of the live values, the upper
-// lanes the upper half, each adding its partner's; recursion keeps every
-// index a compile-time constant (no local memory).
-template <int NB, int S>
+// 4 - S, which decides row bit P - 1 - S): each lane keeps the half of the
+// live rows whose bit is its own and adds its partner's; recursion keeps
+// every index a compile-time constant (no local memory). kPermuted: slot i
+// of a lane holds row i ^ gated_rnn_lane_row (the slice product loads its
+// rows so), so the half it keeps is always its lower slots and the one it
+// sends its upper: a shuffle and an add a value. Else the lanes pick the
+// halves by their bit, two selects more a value (the k-split kernels, whose
+// slots are columns of registers).
+template <int NB, int S, bool kPermuted>
 __device__ __forceinline__ void gated_rnn_reduce_scatter_step(float (&acc)[NB], int lane) {
   if constexpr ((NB >> S) > 1) {
     constexpr int kOff = 16 >> S;
@@ -368,48 +383,56 @@ __device__ __forceinline__ void gated_rnn_reduce_scatter_step(float (&acc)[NB], 
     const bool upper = (lane & kOff) != 0;
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
-      const float send = upper ? acc[j] : acc[j + kHalf];
-      const float keep = upper ? acc[j + kHalf] : acc[j];
-      acc[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+      if constexpr (kPermuted) {
+        acc[j] += __shfl_xor_sync(0xffffffffu, acc[j + kHalf], kOff);
+      } else {
+        const float send = upper ? acc[j] : acc[j + kHalf];
+        const float keep = upper ? acc[j + kHalf] : acc[j];
+        acc[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+      }
     }
-    gated_rnn_reduce_scatter_step<NB, S + 1>(acc, lane);
+    gated_rnn_reduce_scatter_step<NB, S + 1, kPermuted>(acc, lane);
   }
 }
 
-template <int NB>
+template <int NB, bool kPermuted = false>
 __device__ __forceinline__ void gated_rnn_reduce_scatter_store(float (&acc)[NB], int nb,
                                                                float* __restrict__ out, int ldo,
                                                                int c, int lane) {
-  constexpr int P = NB == 1 ? 0 : NB == 2 ? 1 : NB == 4 ? 2 : NB == 8 ? 3 : NB == 16 ? 4 : 5;
-  static_assert((1 << P) == NB, "NB is a power of two up to 32");
-  gated_rnn_reduce_scatter_step<NB, 0>(acc, lane);
+  gated_rnn_reduce_scatter_step<NB, 0, kPermuted>(acc, lane);
   // Fewer values than lanes: the lanes sharing a value sum it in full.
+  constexpr int kShare = 32 / NB;  // lanes a row
 #pragma unroll
-  for (int off = 16 >> P; off >= 1; off >>= 1) acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], off);
-  constexpr int kShift = 5 - P;
-  const int row = lane >> kShift;
-  if ((lane & ((1 << kShift) - 1)) == 0 && row < nb) out[row * ldo + c] = acc[0];
+  for (int off = kShare / 2; off >= 1; off >>= 1)
+    acc[0] += __shfl_xor_sync(0xffffffffu, acc[0], off);
+  const int row = gated_rnn_lane_row<NB>(lane);
+  if ((lane & (kShare - 1)) == 0 && row < nb) out[row * ldo + c] = acc[0];
 }
 
-// Columns a warp takes at once (CW). At NB <= 2, the latency path, the
-// fewest that cover the block's C columns in one pass of its 8 warps (1, 2
-// or 4): a warp's columns then share one run over k and their
-// reduce-scatters overlap, so the product's latency hardly grows with C.
-// One column at a time, each pass cost ~0.35 us a step on an H100 at B1
+// Columns a warp takes at once (CW; C must be a multiple). At NB <= 2, the
+// latency path, the fewest that cover the block's C columns in one pass of
+// its 8 warps (1, 2 or 4): a warp's columns then share one run over k and
+// their reduce-scatters overlap, so the product's latency hardly grows with
+// C. One column at a time, each pass cost ~0.35 us a step on an H100 at B1
 // T32 H256 (bench/RESULTS.md, issue 30: 84 us a call at 8 units a block,
-// 118 at 16, in run I; one pass, 64 and 84, in run S). Above, as many as
-// keep NB * CW <= 64 accumulators.
-template <int NB, int CW>
+// 118 at 16, in run I; one pass, 64 and 84, in run S). Above, see
+// gated_rnn_slice_product_above: a lane loads NB + CW registers for NB * CW
+// multiply-adds a k.
+template <int NB, int CW, bool kPermuted>
 __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict__ x, int K, int nb,
                                                         const float* W, int C,
                                                         float* __restrict__ out, int ldo) {
-  static_assert(kGatedRnnColumnGroup % CW == 0, "a warp's columns divide a column group");
+  static_assert(NB * CW <= 64, "at most 64 accumulators a lane");
   const int warp = static_cast<int>(threadIdx.x >> 5);
   const int lane = static_cast<int>(threadIdx.x & 31);
   constexpr int kWarps = kGatedRnnThreads / 32;
   const bool vector4 =
       K % 4 == 0 && ((reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(W)) & 15) == 0;
   const int k128 = K / 128 * 128;
+  // kPermuted: slot b of a lane's accumulators holds row b ^
+  // gated_rnn_lane_row, so that the reduce-scatter needs no selects.
+  const int lane_row = kPermuted ? gated_rnn_lane_row<NB>(lane) : 0;
+  const auto row_at = [&](int b) { return (kPermuted ? b ^ lane_row : b) * K; };
   for (int c0 = warp * CW; c0 < C; c0 += kWarps * CW) {
     float acc[CW][NB];
 #pragma unroll
@@ -433,7 +456,7 @@ __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict_
           w[j] = *reinterpret_cast<const float4*>(wc + static_cast<int64_t>(j) * K + k4);
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
-          const float4 xv = *reinterpret_cast<const float4*>(x + b * K + k4);
+          const float4 xv = *reinterpret_cast<const float4*>(x + row_at(b) + k4);
 #pragma unroll
           for (int j = 0; j < CW; ++j) {
             acc[j][b] = fmaf(xv.x, w[j].x, acc[j][b]);
@@ -451,13 +474,14 @@ __device__ __forceinline__ void gated_rnn_slice_product(const float* __restrict_
       for (int j = 0; j < CW; ++j) w[j] = wc[static_cast<int64_t>(j) * K + k];
 #pragma unroll
       for (int b = 0; b < NB; ++b) {
-        const float xv = x[b * K + k];
+        const float xv = x[row_at(b) + k];
 #pragma unroll
         for (int j = 0; j < CW; ++j) acc[j][b] = fmaf(xv, w[j], acc[j][b]);
       }
     }
 #pragma unroll
-    for (int j = 0; j < CW; ++j) gated_rnn_reduce_scatter_store<NB>(acc[j], nb, out, ldo, c0 + j, lane);
+    for (int j = 0; j < CW; ++j)
+      gated_rnn_reduce_scatter_store<NB, kPermuted>(acc[j], nb, out, ldo, c0 + j, lane);
   }
 }
 
@@ -473,24 +497,58 @@ __device__ __forceinline__ void gated_rnn_slice_product_latency(const float* x, 
                                                                 int ldo) {
   constexpr int kWarps = kGatedRnnThreads / 32;
   if (C <= kWarps)
-    gated_rnn_slice_product<NB, 1>(x, K, nb, W, C, out, ldo);
+    gated_rnn_slice_product<NB, 1, false>(x, K, nb, W, C, out, ldo);
   else if (C <= 2 * kWarps)
-    gated_rnn_slice_product<NB, 2>(x, K, nb, W, C, out, ldo);
+    gated_rnn_slice_product<NB, 2, false>(x, K, nb, W, C, out, ldo);
   else
-    gated_rnn_slice_product<NB, kGatedRnnColumnGroup>(x, K, nb, W, C, out, ldo);
+    gated_rnn_slice_product<NB, kGatedRnnColumnGroup, false>(x, K, nb, W, C, out, ldo);
 }
 
+// Above the latency path, 4 columns a warp (2 at 32 rows). With kWide, at
+// 4 rows, the slots permuted (kPermuted) and, where C is a multiple of 8
+// and 4 would take the 8 warps more than one pass over C, 8 columns a warp:
+// each x a lane loads then feeds 8 products. Graph replay on an H200
+// (bench/RESULTS.md, issue 30 runs CO and CP, against main in the same run),
+// the forward at B32 T64 H256 (4 rows, 48 and 64 columns) took 4 to 9%
+// less. At 8 and 16 rows neither paid: 8 columns a warp took 2.0% more at
+// LSTM f32 B64 H512 (16 rows, run CM), the permuted slots with 4 columns
+// 1.2% more (run CO).
+template <int NB, bool kWide>
+__device__ __forceinline__ void gated_rnn_slice_product_above(const float* x, int K, int nb,
+                                                              const float* W, int C, float* out,
+                                                              int ldo) {
+  constexpr int kNarrow = NB <= 16 ? kGatedRnnColumnGroup : kGatedRnnColumnGroup / 2;
+  if constexpr (NB == 4 && kWide) {
+    if (C % (2 * kNarrow) == 0 && C > kNarrow * (kGatedRnnThreads / 32))
+      gated_rnn_slice_product<NB, 2 * kNarrow, true>(x, K, nb, W, C, out, ldo);
+    else
+      gated_rnn_slice_product<NB, kNarrow, true>(x, K, nb, W, C, out, ldo);
+  } else {
+    gated_rnn_slice_product<NB, kNarrow, false>(x, K, nb, W, C, out, ldo);
+  }
+}
+
+// rows: gated_rnn_product_rows's, at most kMaxRows. A kernel that never
+// runs more rows leaves the larger forms out, and one without kWide the
+// 4-row form of gated_rnn_slice_product_above: their code counts against
+// the registers of the rest (the streamed forward, which reads W from
+// global memory, spilled with 8 columns a warp; with pair words, whose tiles
+// are 8 rows or more, the LSTM f32 forward at B64 T64 H512 took 3% more in
+// run CP).
+template <int kMaxRows, bool kWide>
 __device__ __forceinline__ void gated_rnn_slice_product_rows(int rows, const float* x, int K,
                                                              int nb, const float* W, int C,
                                                              float* out, int ldo) {
-  constexpr int CG = kGatedRnnColumnGroup;
+  static_assert(kMaxRows == 4 || kMaxRows == 8 || kMaxRows == 16 || kMaxRows == 32,
+                "kMaxRows is 4, 8, 16 or 32");
+  constexpr int k8 = kMaxRows < 8 ? kMaxRows : 8, k16 = kMaxRows < 16 ? kMaxRows : 16;
   switch (rows) {
     case 1: gated_rnn_slice_product_latency<1>(x, K, nb, W, C, out, ldo); break;
     case 2: gated_rnn_slice_product_latency<2>(x, K, nb, W, C, out, ldo); break;
-    case 4: gated_rnn_slice_product<4, CG>(x, K, nb, W, C, out, ldo); break;
-    case 8: gated_rnn_slice_product<8, CG>(x, K, nb, W, C, out, ldo); break;
-    case 16: gated_rnn_slice_product<16, CG>(x, K, nb, W, C, out, ldo); break;
-    default: gated_rnn_slice_product<32, 2>(x, K, nb, W, C, out, ldo); break;
+    case 4: gated_rnn_slice_product_above<4, kWide>(x, K, nb, W, C, out, ldo); break;
+    case 8: gated_rnn_slice_product_above<k8, kWide>(x, K, nb, W, C, out, ldo); break;
+    case 16: gated_rnn_slice_product_above<k16, kWide>(x, K, nb, W, C, out, ldo); break;
+    default: gated_rnn_slice_product_above<kMaxRows, kWide>(x, K, nb, W, C, out, ldo); break;
   }
 }
 
@@ -499,36 +557,49 @@ __device__ __forceinline__ void gated_rnn_slice_product_rows(int rows, const flo
 // grad_rh_s R^T, part[b, k] = sum_c g[c * NB + b] * W[c * K + k] for every
 // k < K = H and b < nb (g, 16-byte aligned, holds NB rows, zeros past nb,
 // and C columns, zeros past the live ones), each part handed to
-// publish(b, k, value). A thread per KW values of k (k, k + 256, ...;
-// consecutive k on consecutive lanes of W), NB x KW accumulators, c in
-// increasing order: deterministic. The g reads are broadcasts, four rows
-// at a time: one load of W and NB / 4 of g feed NB x KW products (a scalar
-// load per product was this loop's bound at B64 H512). kPairs: rows b and
-// b + 1 handed together, publish(b, k, row b's, row b + 1's) for even b
+// publish(b, k, value). A thread per KW values of k and NB / S rows: the S
+// parts of a warp (lanes 32 / S apart) take the same k and their own rows,
+// consecutive k on consecutive lanes of W (k, k + 256 / S, ...); NB / S x
+// KW accumulators, c in increasing order: deterministic. The g reads are
+// broadcasts, four rows at a time: one load of W and NB / 4S of g feed
+// NB / S x KW products (a scalar load per product was this loop's bound at
+// B64 H512). What shared memory returns to the lanes bounds the loop (one
+// register a lane a cycle for the multiprocessor): KW + NB / S registers a
+// thread for NB / S x KW multiply-adds a column, so from 16 rows the rows
+// are split in two (S = 2) for twice the k a thread: at B64 H512 f32 (16
+// rows, K 512), 12 registers for 32 products instead of 18. kPairs: rows b
+// and b + 1 handed together, publish(b, k, row b's, row b + 1's) for even b
 // (row b + 1's zero past NB).
-template <int NB, int KW, bool kPairs, class Publish>
+template <int NB, int KW, int S, bool kPairs, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product(const float* __restrict__ g, int C,
                                                        const float* W, int K, int nb,
                                                        const Publish& publish) {
-  for (int k0 = static_cast<int>(threadIdx.x); k0 < K; k0 += KW * kGatedRnnThreads) {
-    float acc[KW][NB];
+  static_assert(S == 1 || (S == 2 && NB >= 8), "rows split in two, four or more a part");
+  constexpr int NR = NB / S;                       // rows a thread
+  constexpr int kLanes = 32 / S;                   // lanes a part of a warp
+  constexpr int kStride = kGatedRnnThreads / S;    // between a thread's k
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int r0 = lane / kLanes * NR;
+  for (int k0 = static_cast<int>(threadIdx.x >> 5) * kLanes + lane % kLanes; k0 < K;
+       k0 += KW * kStride) {
+    float acc[KW][NR];
 #pragma unroll
     for (int j = 0; j < KW; ++j)
 #pragma unroll
-      for (int b = 0; b < NB; ++b) acc[j][b] = 0.0f;
+      for (int b = 0; b < NR; ++b) acc[j][b] = 0.0f;
 #pragma unroll 2
     for (int c = 0; c < C; ++c) {
       float w[KW];
 #pragma unroll
       for (int j = 0; j < KW; ++j) {
-        const int k = k0 + j * kGatedRnnThreads;
+        const int k = k0 + j * kStride;
         w[j] = k < K ? W[static_cast<int64_t>(c) * K + k] : 0.0f;
       }
-      float gv[NB];
-      if constexpr (NB >= 4) {
-        const float4* g4 = reinterpret_cast<const float4*>(g + c * NB);
+      float gv[NR];
+      if constexpr (NR >= 4) {
+        const float4* g4 = reinterpret_cast<const float4*>(g + c * NB + r0);
 #pragma unroll
-        for (int q = 0; q < NB / 4; ++q) {
+        for (int q = 0; q < NR / 4; ++q) {
           const float4 v = g4[q];
           gv[4 * q] = v.x;
           gv[4 * q + 1] = v.y;
@@ -537,38 +608,54 @@ __device__ __forceinline__ void gated_rnn_part_product(const float* __restrict__
         }
       } else {
 #pragma unroll
-        for (int b = 0; b < NB; ++b) gv[b] = g[c * NB + b];
+        for (int b = 0; b < NR; ++b) gv[b] = g[c * NB + r0 + b];
       }
 #pragma unroll
       for (int j = 0; j < KW; ++j)
 #pragma unroll
-        for (int b = 0; b < NB; ++b) acc[j][b] = fmaf(gv[b], w[j], acc[j][b]);
+        for (int b = 0; b < NR; ++b) acc[j][b] = fmaf(gv[b], w[j], acc[j][b]);
     }
 #pragma unroll
     for (int j = 0; j < KW; ++j) {
-      const int k = k0 + j * kGatedRnnThreads;
+      const int k = k0 + j * kStride;
       if constexpr (kPairs) {
 #pragma unroll
-        for (int b = 0; b < NB; b += 2)
-          if (b < nb && k < K) publish(b, k, acc[j][b], b + 1 < NB ? acc[j][b + 1] : 0.0f);
+        for (int b = 0; b < NR; b += 2)
+          if (r0 + b < nb && k < K)
+            publish(r0 + b, k, acc[j][b], r0 + b + 1 < NB ? acc[j][b + 1] : 0.0f);
       } else {
 #pragma unroll
-        for (int b = 0; b < NB; ++b)
-          if (b < nb && k < K) publish(b, k, acc[j][b]);
+        for (int b = 0; b < NR; ++b)
+          if (r0 + b < nb && k < K) publish(r0 + b, k, acc[j][b]);
       }
     }
   }
 }
 
-// Two values of k a thread where H > 256 (each g load feeds twice the
-// products), one below; at most 32 accumulators.
+// From 16 rows where H > 128, rows split in two and four values of k a
+// thread (two at 32 rows) where H > 256, two below; under 16 rows two
+// values of k where H > 256, one below. At most 32 accumulators. Graph
+// replay on an H200 (bench/RESULTS.md, issue 30 runs CO and CP, against
+// main in the same run): the LSTM f32 backward at B64 T64 H512 (16 rows)
+// took 2.0 to 2.1% less; the GRU's (8 rows) took 0.7% more with the split
+// (run CO), which therefore starts at 16.
 template <int NB, bool kPairs, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product_k(const float* g, int C, const float* W,
                                                          int K, int nb, const Publish& publish) {
+  if constexpr (NB >= 16) {
+    if (K > kGatedRnnThreads / 2) {
+      constexpr int KW = NB <= 16 ? 4 : 2;
+      if (K > kGatedRnnThreads)
+        gated_rnn_part_product<NB, KW, 2, kPairs>(g, C, W, K, nb, publish);
+      else
+        gated_rnn_part_product<NB, 2, 2, kPairs>(g, C, W, K, nb, publish);
+      return;
+    }
+  }
   if (NB <= 16 && K > kGatedRnnThreads)
-    gated_rnn_part_product<NB, NB <= 16 ? 2 : 1, kPairs>(g, C, W, K, nb, publish);
+    gated_rnn_part_product<NB, NB <= 16 ? 2 : 1, 1, kPairs>(g, C, W, K, nb, publish);
   else
-    gated_rnn_part_product<NB, 1, kPairs>(g, C, W, K, nb, publish);
+    gated_rnn_part_product<NB, 1, 1, kPairs>(g, C, W, K, nb, publish);
 }
 
 template <bool kPairs = false, class Publish>

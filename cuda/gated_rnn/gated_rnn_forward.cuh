@@ -297,7 +297,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       if constexpr (kTensorCores)
         slice_tc.multiply(x, ldx, nb, pre, xrows, ldp);
       else
-        gated_rnn_slice_product_rows(rows, x, K, nb, W, C, pre, C);
+        gated_rnn_slice_product_rows<kGatedRnnMaxBatchTile,
+                                     kProduct == GatedRnnForwardProduct::resident && !kPairs>(
+            rows, x, K, nb, W, C, pre, C);
       __syncthreads();
       int j = first_j, u = first_u;
       for (int i = tid; i < items; i += kGatedRnnThreads) {

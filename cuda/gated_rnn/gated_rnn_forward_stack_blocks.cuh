@@ -237,7 +237,7 @@ __device__ __forceinline__ void run_layer_blocks(const GatedRnnStackParams& p,
     __syncthreads();
     if (steps) {
       const float first_hp = tid < items ? xh[first_b * K + u0 + first_u] : 0.0f;
-      gated_rnn_slice_product_rows(rows, xh, K, nb, Wr, C, pre, C);
+      gated_rnn_slice_product_rows<kGatedRnnLatencyRows, true>(rows, xh, K, nb, Wr, C, pre, C);
       __syncthreads();
       for (int i = tid; i < items; i += kGatedRnnThreads) {
         const int b = i / live, u = i - b * live;
@@ -272,7 +272,7 @@ __device__ __forceinline__ void run_layer_blocks(const GatedRnnStackParams& p,
     if (feeds && t > 0) {
       // The layer above's input for step t-1, from the rows staged above
       // (the other buffer is next step's): its sums, published by item.
-      gated_rnn_slice_product_rows(rows, xh, K, nb, Wi, C, pre_in, C);
+      gated_rnn_slice_product_rows<kGatedRnnLatencyRows, true>(rows, xh, K, nb, Wi, C, pre_in, C);
       __syncthreads();
       uint64_t* const dst = up + ((t - 1) & (D - 1)) * GBH + g0 * G * H;
       for (int i = tid; i < nb * G * live; i += kGatedRnnThreads) {
