@@ -1168,8 +1168,8 @@ void run_stack_backward_plans(const SectionContext& c, const Gemm& gemm, const P
 
 }  // namespace
 
-void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
-  const Gemm gemm(context.stream);
+void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bool exact_f32) {
+  const Gemm gemm(context.stream, exact_f32);
   const Rates rates = measure_rates(context, gemm);
   std::printf("\n== gated_rnn (issue 30): GRU and LSTM, exphil::gated_rnn_forward / _backward ==\n");
   std::printf("f32 FMA rate %.1f TFLOP/s (CUDA cores); products by %s: 4096^3 f32 %.0f, bf16 %.0f "
@@ -1186,12 +1186,15 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
               "/ floor_us; stepwise: one launch per step (bench/gated_rnn_stepwise.h), graph replay; "
               "speedup = stepwise_us / graph_us\n");
   const uint64_t seed = test::test_seed();
+  // (exact_f32 changes only f32's projections.)
+  const std::vector<DType> dtypes =
+      exact_f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, DType::bf16};
   if (layouts) {
     // f32 at every shape of T > 1; bf16 where the forward's product may
     // run on tensor cores (B > 4), with and without them.
     std::printf("\n== gated_rnn layouts: one layer, the kernels alone, f32; bf16 above B4 ==\n");
     uint64_t k = 0;
-    for (DType dtype : {DType::f32, DType::bf16})
+    for (DType dtype : dtypes)
       for (const CellSpec& cell : kCells) {
         GatedRnnForwardArgs probe;
         probe.cell = cell.cell;
@@ -1201,7 +1204,7 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
             run_layouts(context, Problem{cell, dtype, s, has_c}, seed + 31 * ++k);
       }
     std::printf("\n== gated_rnn layouts: the stack's backward, two layers, H256 ==\n");
-    for (DType dtype : {DType::f32, DType::bf16})
+    for (DType dtype : dtypes)
       for (const CellSpec& cell : kCells) {
         GatedRnnForwardArgs probe;
         probe.cell = cell.cell;
@@ -1218,7 +1221,7 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts) {
     GatedRnnForwardArgs probe;
     probe.cell = cell.cell;
     const bool has_c = tensor_slot(probe, "c_final") != nullptr;
-    for (DType dtype : {DType::f32, DType::bf16}) {
+    for (DType dtype : dtypes) {
       std::printf("\n== gated_rnn: %s, %s ==\n", gated_rnn_cell_name(cell.cell), dtype_name(dtype));
       print_header();
       for (const Shape& s : kShapes) {

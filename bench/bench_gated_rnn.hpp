@@ -12,6 +12,8 @@ namespace exphil::bench {
 // `small`: the batch-1 shapes only (B1 T32 H256, B1 T1 H256), as
 // cudnn_rnn.py --small. `layouts`: instead, one layer's kernels in each
 // layout the launch options can ask for, against the automatic plan.
-void bench_gated_rnn(const SectionContext& context, bool small, bool layouts);
+// `exact_f32`: f32 only, the projections' products as f32 FMAs rather than
+// TF32, beside cudnn_rnn.py --exact-f32.
+void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bool exact_f32);
 
 }  // namespace exphil::bench

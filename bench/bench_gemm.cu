@@ -66,7 +66,7 @@ cudaDataType_t cuda_type(DType d) { return d == DType::f32 ? CUDA_R_32F : CUDA_R
 
 }  // namespace
 
-Gemm::Gemm(cudaStream_t stream) : stream_(stream) {
+Gemm::Gemm(cudaStream_t stream, bool exact_f32) : stream_(stream), exact_f32_(exact_f32) {
 #ifdef EXPHIL_BENCH_CUBLAS
   cublasHandle_t h = nullptr;
   check_cublas(cublasCreate(&h), "cublasCreate");
@@ -86,7 +86,8 @@ Gemm::~Gemm() {
 
 const char* Gemm::engine() const {
 #ifdef EXPHIL_BENCH_CUBLAS
-  return "cuBLAS (f32 products as TF32, bf16 with f32 accumulation)";
+  return exact_f32_ ? "cuBLAS (f32 products as f32 FMAs, bf16 with f32 accumulation)"
+                    : "cuBLAS (f32 products as TF32, bf16 with f32 accumulation)";
 #else
   return "a plain tiled kernel (this build found no cuBLAS)";
 #endif
@@ -101,7 +102,7 @@ void Gemm::run(int64_t M, int64_t N, int64_t K, const void* A, bool trans_a, con
   // memory first.
   const float alpha = 1.0f, beta = 0.0f;
   const cublasComputeType_t compute =
-      ab == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      ab == DType::f32 && !exact_f32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   check_cublas(
       cublasGemmEx(static_cast<cublasHandle_t>(handle_), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                    trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),

@@ -3,7 +3,8 @@
 // backward, grad_x = grad_wx W^T and grad_W = x^T grad_wx), and the per-step
 // baseline's grad_R and grad_bias. cuBLAS where the build found it
 // (EXPHIL_BENCH_CUBLAS): f32 with TF32 products, as PyTorch's default
-// cudnn.allow_tf32 lets cuDNN's RNN do; bf16 with f32 accumulation.
+// cudnn.allow_tf32 lets cuDNN's RNN do, or as f32 FMAs (exact_f32, as
+// cuDNN with cudnn.allow_tf32 False); bf16 with f32 accumulation.
 // Otherwise a plain tiled kernel, much slower at large sizes (the section
 // prints which one ran).
 #pragma once
@@ -19,13 +20,14 @@ namespace exphil::bench {
 class Gemm {
  public:
   // Creates the cuBLAS handle (with its own workspace, so that calls can
-  // be captured into CUDA graphs) bound to `stream`. Throws on failure.
-  explicit Gemm(cudaStream_t stream);
+  // be captured into CUDA graphs) bound to `stream`; f32 products as TF32,
+  // or as f32 FMAs where `exact_f32`. Throws on failure.
+  explicit Gemm(cudaStream_t stream, bool exact_f32 = false);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
-  // "cuBLAS (f32 as TF32)" or "tiled kernel (no cuBLAS in this build)".
+  // Which engine, and how it takes f32 products.
   const char* engine() const;
 
   // C [M, N] = op(A) op(B), every matrix row-major and unstrided: op(A) is
@@ -37,6 +39,7 @@ class Gemm {
 
  private:
   cudaStream_t stream_ = nullptr;
+  bool exact_f32_ = false;
   void* handle_ = nullptr;     // cublasHandle_t
   void* workspace_ = nullptr;  // device memory for cuBLAS
 };

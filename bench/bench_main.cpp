@@ -50,7 +50,7 @@ using exphil::bench::require;
 namespace {
 
 constexpr const char* kUsage =
-    "usage: exphil_bench [--quick] [--op NAME] [--small] [--sweep] [--layouts]\n"
+    "usage: exphil_bench [--quick] [--op NAME] [--small] [--sweep] [--layouts] [--exact-f32]\n"
     "                    [--selective-scan-shape B T D N]\n"
     "  --quick   fewer repetitions\n"
     "  --op      only this op: linear_scan, min_gru, min_lstm, liquid, selective_scan,\n"
@@ -58,6 +58,8 @@ constexpr const char* kUsage =
     "  --small   gated_rnn at batch 1 only (B1 T32 H256, B1 T1 H256)\n"
     "  --layouts gated_rnn: instead of the section, one layer's kernels in every layout\n"
     "            (units per block x batch groups) against the automatic plan\n"
+    "  --exact-f32 gated_rnn: f32 only, its projections' products as f32 FMAs rather than\n"
+    "            TF32 (beside bench/peers/cudnn_rnn.py --exact-f32)\n"
     "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
     "            single segment (evidence for the planner's choice)\n"
     "  --selective-scan-shape B T D N\n"
@@ -75,6 +77,7 @@ struct Options {
   bool sweep = false;
   bool small = false;
   bool layouts = false;
+  bool exact_f32 = false;
   std::string only_op;
   long long selective_scan_shape[4] = {0, 0, 0, 0};
 };
@@ -379,6 +382,8 @@ Options parse(int argc, char** argv) {
       o.small = true;
     } else if (arg == "--layouts") {
       o.layouts = true;
+    } else if (arg == "--exact-f32") {
+      o.exact_f32 = true;
     } else if (arg == "--op") {
       if (i + 1 >= argc) throw std::invalid_argument("--op: expected an op name, got nothing");
       o.only_op = argv[++i];
@@ -458,7 +463,8 @@ int main(int argc, char** argv) {
     if (bench.options.only_op.empty() || bench.options.only_op == "attention")
       bench::bench_attention(section);
     if (bench.options.only_op.empty() || bench.options.only_op == "gated_rnn")
-      bench::bench_gated_rnn(section, bench.options.small, bench.options.layouts);
+      bench::bench_gated_rnn(section, bench.options.small, bench.options.layouts,
+                             bench.options.exact_f32);
     if (bench.options.sweep) bench.sweep();
 
     std::printf("\n== targets (issues 2, 4 and 5; issue 30's compare with cuDNN: "

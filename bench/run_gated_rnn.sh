@@ -3,7 +3,12 @@
 # exphil_bench (target only), runs its gated_rnn section (GRU and LSTM: ours,
 # the per-step baseline, the floors, validation), then cuDNN's GRU and LSTM
 # through PyTorch (bench/peers/cudnn_rnn.py) on the same GPU, then prints the
-# comparison and issue 30's targets (bench/peers/compare_gated_rnn.py).
+# comparison and issue 30's targets (bench/peers/compare_gated_rnn.py); then
+# the f32 rows again with every product as f32 FMAs on both sides (cuDNN with
+# cudnn.allow_tf32 False; ours with the projections' cuBLAS products
+# without TF32, exphil_bench --exact-f32; our recurrent kernels take f32
+# FMAs either way, while PyTorch's default lets cuDNN take TF32 for all its
+# products) and that comparison.
 #
 # usage: bench/run_gated_rnn.sh [--small] [--quick]
 #   --small  batch-1 shapes only; --quick  fewer repetitions (both passed to both)
@@ -13,10 +18,14 @@
 #              (no Catch2 needed; -DEXPHIL_BUILD_TESTS=ON later adds them)
 #   OUT_DIR    where the three outputs and the build log go (default
 #              bench/peers/out): gated_rnn_ours.txt, gated_rnn_cudnn.txt,
-#              gated_rnn_compare.txt
+#              gated_rnn_compare.txt, and for f32 in FMAs throughout
+#              gated_rnn_ours_exact_f32.txt, gated_rnn_cudnn_exact_f32.txt,
+#              gated_rnn_compare_exact_f32.txt
 #   PYTHON     the python with torch (default python3)
-# Wall time on an H100 (16 cores), measured: 3 min in all (the build from
-# scratch 35 s, exphil_bench 95 s, cudnn_rnn.py 45 s); --quick 130 s.
+# Wall time, measured: on an H100 (16 cores) 3 min in all before the f32
+# rerun (the build from scratch 35 s, exphil_bench 95 s, cudnn_rnn.py
+# 45 s); with it, --quick 218 s on an H200, the build included
+# (bench/RESULTS.md, issue 30 run CT).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 flags=()
@@ -54,5 +63,17 @@ echo "cudnn_rnn.py: rc ${peer_rc} at ${SECONDS} s"
 "$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours.txt" "$OUT_DIR/gated_rnn_cudnn.txt" |
   tee "$OUT_DIR/gated_rnn_compare.txt"
 compare_rc=${PIPESTATUS[0]}
-echo "done in ${SECONDS} s (exphil_bench rc ${ours_rc}, cudnn_rnn.py rc ${peer_rc}, validation rc ${compare_rc})"
-[ "$ours_rc" -eq 0 ] && [ "$peer_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ]
+echo "== f32, every product as f32 FMAs on both sides =="
+"$BUILD_DIR/bench/exphil_bench" --op gated_rnn --exact-f32 ${flags[@]+"${flags[@]}"} |
+  tee "$OUT_DIR/gated_rnn_ours_exact_f32.txt"
+ours_exact_rc=${PIPESTATUS[0]}
+"$PYTHON" bench/peers/cudnn_rnn.py ${flags[@]+"${flags[@]}"} --exact-f32 --dtypes f32 |
+  tee "$OUT_DIR/gated_rnn_cudnn_exact_f32.txt"
+exact_rc=${PIPESTATUS[0]}
+"$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours_exact_f32.txt" \
+  "$OUT_DIR/gated_rnn_cudnn_exact_f32.txt" | tee "$OUT_DIR/gated_rnn_compare_exact_f32.txt"
+exact_compare_rc=${PIPESTATUS[0]}
+echo "done in ${SECONDS} s (exphil_bench rc ${ours_rc} and ${ours_exact_rc}, cudnn_rnn.py rc" \
+  "${peer_rc} and ${exact_rc}, validation rc ${compare_rc} and ${exact_compare_rc})"
+[ "$ours_rc" -eq 0 ] && [ "$peer_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && [ "$ours_exact_rc" -eq 0 ] &&
+  [ "$exact_rc" -eq 0 ] && [ "$exact_compare_rc" -eq 0 ]

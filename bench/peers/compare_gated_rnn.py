@@ -41,7 +41,8 @@ def parse(path, ours):
             line = line.rstrip("\n")
             m = ROW.match(line)
             if not m:
-                if line.startswith(("exphil_bench", "copy bandwidth", "cudnn_rnn.py", "f32 FMA rate")):
+                if line.startswith(("exphil_bench", "copy bandwidth", "cudnn_rnn.py", "f32 FMA rate",
+                                    "cuDNN accuracy")):
                     header.append(line)
                 if "validation" in line and ("FAIL" in line or "validation pass" in line):
                     notes.append(line)

@@ -25,7 +25,8 @@ and direction
             every weight's and bias's gradient; the gradients are set to None
             before each call, as optimizer.zero_grad() does
 
-it prints the median time per call:
+it prints the median time per call (and for f32 the forward's normwise
+error against the same module in f64, "cuDNN accuracy"):
 
   eager_us  CUDA events around one call: PyTorch's host work included, as a
             PyTorch user runs it (exphil_bench's events_us)
@@ -38,17 +39,23 @@ that exceed twice the L2 cache, as exphil_bench's input sets do. Weights are
 PyTorch's init (U(-1/sqrt(H), 1/sqrt(H)), as exphil_bench's) and flattened
 (un-flattened bf16 weights are copied on every call); f32 runs with PyTorch's
 default cudnn.allow_tf32 (printed), as exphil_bench's projections use TF32.
+With it cuDNN may run an f32 RNN's products, the recurrent ones included, as
+TF32 on tensor cores, where exphil's recurrent products are f32 FMAs:
+--exact-f32 turns it off (cuDNN's FMA math), the like-for-like f32 peer.
 Each measurement gets about 0.2 s of device time (0.05 with --quick): at
 least 5 repetitions, at most 200 (30).
 
 How to run (on a CUDA machine with torch)
 -----------------------------------------
-    python3 bench/peers/cudnn_rnn.py [--small] [--quick] [--seed N]
+    python3 bench/peers/cudnn_rnn.py [--small] [--quick] [--seed N] [--dtypes f32,bf16]
+                                     [--exact-f32]
 
 --small: the batch-1 shapes only (as exphil_bench --small). About 45 s on an
-H100 (25 s with --quick).
+H100 (25 s with --quick). --dtypes f32,bf16: those dtypes only (default
+both). --exact-f32: cudnn.allow_tf32 False.
 """
 import argparse
+import copy
 import math
 import statistics
 import sys
@@ -156,6 +163,25 @@ def make_sets(cell, dtype, B, T, H, layers, in_size, l2_bytes, dev):
             return sets
 
 
+def f32_accuracy(sets):
+    """cuDNN's f32 forward y against the same module in f64 (cuDNN too), on
+    the first input set: the normwise |y - y64| / |y64|. Measured on an
+    H200 (bench/RESULTS.md, issue 30 run CS): with cudnn.allow_tf32, from B4
+    6e-5 to 8e-5 at input size 1 (the recurrent products alone) and 2e-4 to
+    4e-4 with the projections, TF32's (at B1 1e-7 to 3e-4: cuDNN chose
+    by shape); without, 7e-8 to 5e-7 everywhere, f32's, as exphil's
+    recurrent kernels compute."""
+    m, x, _ = sets[0]
+    m64 = copy.deepcopy(m).double()
+    m.eval()
+    m64.eval()
+    with torch.no_grad():
+        y = m(x)[0].double()
+        y64 = m64(x.double())[0]
+    del m64
+    return ((y - y64).norm() / y64.norm()).item()
+
+
 def run_config(cell, dname, B, T, H, layers, proj, budget, l2_bytes, dev):
     dtype = DTYPES[dname]
     in_size = H if proj == "yes" else 1
@@ -185,7 +211,8 @@ def run_config(cell, dname, B, T, H, layers, proj, budget, l2_bytes, dev):
         eager = event_median_us(call, min(10, reps // 4 + 1), reps)
         graph = graph_median_us(call, n, per_graph, budget, estimate)
         rows.append((direction, eager, graph))
-    return rows, n
+    accuracy = f32_accuracy(sets) if dtype == torch.float32 else None
+    return rows, n, accuracy
 
 
 def main():
@@ -194,12 +221,23 @@ def main():
     ap.add_argument("--small", action="store_true", help="batch-1 shapes only")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtypes", default=",".join(DTYPES),
+                    help="comma-separated, of " + ", ".join(DTYPES))
+    ap.add_argument("--exact-f32", action="store_true",
+                    help="cudnn.allow_tf32 False: f32 products as f32 FMAs")
     args = ap.parse_args()
+    dtypes = [d for d in args.dtypes.split(",") if d]
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown or not dtypes:
+        ap.error(f"--dtypes: expected a comma-separated list of {', '.join(DTYPES)}, "
+                 f"got {args.dtypes!r}")
     if not torch.cuda.is_available():
         print("cudnn_rnn.py: no CUDA device visible to torch; nothing was measured.")
         return 0
     torch.manual_seed(args.seed)
     torch.backends.cudnn.benchmark = True
+    if args.exact_f32:
+        torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     l2_bytes = getattr(props, "L2_cache_size", 50 << 20)
@@ -213,16 +251,21 @@ def main():
     print(f"{'cell':5} {'dtype':5} {'shape':14} {'L':>2} {'proj':4} {'dir':8} {'eager_us':>10} "
           f"{'graph_us':>10} {'sets':>5}")
     for cell in ("GRU", "LSTM"):
-        for dname in DTYPES:
+        for dname in dtypes:
             for (B, T, H) in SHAPES:
                 if args.small and B > 1:
                     continue
                 for layers, proj in STACKS:
-                    rows, n = run_config(cell, dname, B, T, H, layers, proj, budget, l2_bytes, dev)
+                    rows, n, accuracy = run_config(cell, dname, B, T, H, layers, proj, budget,
+                                                   l2_bytes, dev)
                     for direction, eager, graph in rows:
                         g = f"{graph:10.2f}" if graph is not None else f"{'n/a':>10}"
                         print(f"{cell.lower():5} {dname:5} {f'B{B} T{T} H{H}':14} {layers:2d} {proj:4} "
                               f"{direction:8} {eager:10.2f} {g} {n:5d}", flush=True)
+                    if accuracy is not None:
+                        print(f"cuDNN accuracy: {cell.lower()} {dname} B{B} T{T} H{H} L{layers} proj {proj}, "
+                              f"cudnn.allow_tf32 {torch.backends.cudnn.allow_tf32}: forward y "
+                              f"|err|/|ref| {accuracy:.1e} against cuDNN in f64", flush=True)
                     torch.cuda.empty_cache()
     print(f"cudnn_rnn.py: done in {time.time() - start:.0f} s")
     return 0

@@ -380,12 +380,12 @@ __device__ __forceinline__ void gated_rnn_reduce_scatter_step(float (&acc)[NB], 
   if constexpr ((NB >> S) > 1) {
     constexpr int kOff = 16 >> S;
     constexpr int kHalf = NB >> (S + 1);
-    const bool upper = (lane & kOff) != 0;
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
       if constexpr (kPermuted) {
         acc[j] += __shfl_xor_sync(0xffffffffu, acc[j + kHalf], kOff);
       } else {
+        const bool upper = (lane & kOff) != 0;
         const float send = upper ? acc[j] : acc[j + kHalf];
         const float keep = upper ? acc[j + kHalf] : acc[j];
         acc[j] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);

@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   // product (one part on CUDA cores).
   const int ldx = kTensorCores ? static_cast<int>(gated_rnn_tc_x_stride(K)) : K;
   const int xrows = kTensorCores ? static_cast<int>(gated_rnn_tc_rows(Bt)) : Bt;
-  const int ldp = kTensorCores ? static_cast<int>(gated_rnn_tc_sum_stride(G * U)) : C;
+  const int ldp =
+      kTensorCores ? static_cast<int>(gated_rnn_tc_sum_stride(G * U)) : gated_rnn_sum_stride(C);
   const GatedRnnRowStride x_at = GatedRnnRowStride::make(K, ldx);
   extern __shared__ float smem[];
   float* W = nullptr;
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
       else
         gated_rnn_slice_product_rows<kGatedRnnMaxBatchTile,
                                      kProduct == GatedRnnForwardProduct::resident && !kPairs>(
-            rows, x, K, nb, W, C, pre, C);
+            rows, x, K, nb, W, C, pre, ldp);
       __syncthreads();
       int j = first_j, u = first_u;
       for (int i = tid; i < items; i += kGatedRnnThreads) {
@@ -322,7 +323,7 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
 #pragma unroll
           for (int g = 0; g < G; ++g) {
             a[g] = (kTensorCores ? gated_rnn_tc_sum(pre, plan.k_parts, xrows, ldp, b, g * U + u)
-                                 : pre[b * C + g * U + u]) +
+                                 : pre[b * ldp + g * U + u]) +
                    in.b(g, p.weight_dtype);
             wx[g] = in.x(g);
           }

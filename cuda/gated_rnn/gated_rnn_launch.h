@@ -41,6 +41,15 @@ inline constexpr int kGatedRnnColumnGroup = 4;
 inline constexpr int64_t gated_rnn_padded_columns(int64_t columns) noexcept {
   return (columns + kGatedRnnColumnGroup - 1) / kGatedRnnColumnGroup * kGatedRnnColumnGroup;
 }
+// The block layout forward's sums [tile, stride] on CUDA cores: an odd row
+// stride, so that the product's stores of a column's rows (lanes a row
+// apart) fall in distinct banks. At a stride of 64 floats they took 16
+// wavefronts a store (bench/RESULTS.md, issue 30 run CN); at C + 1 the
+// forward took 0.6 to 3.5% less at B64 T64 H512 f32 and at the LSTM's B32
+// T64 H256 (runs CR and CS, graph replay against main in the same run).
+EXPHIL_GATED_RNN_HD constexpr int gated_rnn_sum_stride(int64_t padded_columns) noexcept {
+  return static_cast<int>(padded_columns + 1);
+}
 // Batch sizes up to this run as one batch group (the latency layout); above
 // it the rows are split among groups of blocks, at least this many rows a
 // group (gated_rnn_plan.cpp), whose slices then own at most

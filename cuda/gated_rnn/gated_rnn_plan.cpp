@@ -27,12 +27,12 @@ int64_t take(int64_t& total, int64_t floats) {
 
 // The block layout's shared memory (gated_rnn_forward.cuh,
 // gated_rnn_backward.cuh): the slice of R [Cp, H] when resident; forward
-// h_{t-1} [Bt, H] and the products [Bt, Cp]; backward the slices' parts
+// h_{t-1} [Bt, H] and the products [Bt, gated_rnn_sum_stride(Cp)]; backward the slices' parts
 // [Su, Bt, U] and grad_rh [Cp, Bt].
 int64_t shared_floats(bool forward, bool resident, int64_t H, int64_t padded_columns,
                       int64_t slices, int64_t units, int64_t tile) {
   const int64_t slice = resident ? padded_columns * H : 0;
-  return forward ? slice + tile * H + tile * padded_columns
+  return forward ? slice + tile * H + tile * gated_rnn_sum_stride(padded_columns)
                  : slice + slices * tile * units + padded_columns * tile;
 }
 
@@ -126,7 +126,9 @@ GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t 
   const int64_t rows = ceil_div(B, l.groups), groups = ceil_div(B, rows);
   const int64_t tile = next_pow2(rows);
   const int64_t padded = gated_rnn_padded_columns(G * units);
-  const int64_t floats = 2 * shared_floats(true, true, H, padded, slices, units, tile);
+  // The slices of R and W [2, C, H], two buffers of h [2, Bt, H] and the
+  // two products [2, Bt, C] (at most 4 rows: their stores conflict little).
+  const int64_t floats = 2 * (padded * H + tile * H + tile * padded);
   if (slices * groups > sms || tile > kGatedRnnMaxBatchTile || G * units > kGatedRnnThreads ||
       floats > limit)
     return plan;
