@@ -215,10 +215,34 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
   }
 }
 
+// The same with live(j) apart from address(j), so that the check, which
+// runs every step, forms no address: testing formed addresses for null was
+// 170 of the 1400 instructions a warp ran a step in the tensor-core forward
+// at GRU bf16 B64 H512, and the block layout's forwards took 2 to 15% less
+// without it (bench/RESULTS.md, issue 30 run CU). The walk took 4 to 13%
+// more with this form (the same run; why was not measured), so it keeps
+// the form above, as does the unit-warps forward (not timed with this).
+template <int N, bool kPair = false, class Live, class Address>
+__device__ __forceinline__ void gated_rnn_poll_live_rounds(uint64_t (&w)[N], const Live& live,
+                                                           const Address& address, int step) {
+  for (;;) {
+    bool ready = true;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (live(j) && !gated_rnn_word_has_step<kPair>(w[j], step)) ready = false;
+    if (ready) return;
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+      if (live(j) && !gated_rnn_word_has_step<kPair>(w[j], step)) w[j] = gated_rnn_peek(address(j));
+  }
+}
+
 // Where word i of rows of K words lands in rows of ldx >= K floats (the
 // tensor-core product pads its rows, gated_rnn_launch.h): i plus ldx - K
 // for every row before it, the row being i * ceil(2^32 / K) >> 32, exact
-// while i * K < 2^32 (its rows: at most 32 of H <= 2048).
+// while i * K < 2^32 (its rows: at most 32 of H <= 2048). ldx > K needs
+// K >= 2 (ceil(2^32 / 1) has no 32 bits; the padded rows' K is a multiple
+// of 16).
 struct GatedRnnRowStride {
   int ldx, pad;
   uint32_t inverse;
@@ -255,10 +279,9 @@ __device__ __forceinline__ void gated_rnn_stage_words(int n, const Address& addr
       const int i = i0 + j * kGatedRnnThreads;
       if (i < n) w[j] = gated_rnn_peek(address(i));
     }
-    gated_rnn_poll_rounds<kBatch, kPair>(w, [&](int j) -> const uint64_t* {
-      const int i = i0 + j * kGatedRnnThreads;
-      return i < n ? address(i) : nullptr;
-    }, step);
+    gated_rnn_poll_live_rounds<kBatch, kPair>(
+        w, [&](int j) { return i0 + j * kGatedRnnThreads < n; },
+        [&](int j) { return address(i0 + j * kGatedRnnThreads); }, step);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j)
       if (i0 + j * kGatedRnnThreads < n) land(i0 + j * kGatedRnnThreads, w[j]);
@@ -307,20 +330,27 @@ __device__ __forceinline__ void gated_rnn_stage_strided(float* __restrict__ dst,
 // contiguous from `src`) into x [rows, at.ldx], waiting for `step`; rows
 // [nb, rows) are zeros. kPair (the forward's pair words): rows 2j and
 // 2j + 1 of the tile (j < ceil(nb / 2)) come in the word of row 2j, the
-// odd rows' words unused: word i (pair j = i / K, unit k) sits at src[i +
-// j K] (GatedRnnRowStride of K in rows of 2K), its rows at x[at(i + j K)]
-// and one row of x further.
+// odd rows' words unused: word i (pair j = i / K, unit i - j K) sits at
+// src[i + j K], its rows at x[2j ldx + i - j K] and one row of x further.
 template <bool kPair = false>
 __device__ __forceinline__ void gated_rnn_stage_exchange(float* __restrict__ x, int nb, int rows,
                                                          int K, const GatedRnnRowStride& at,
                                                          const uint64_t* src, int step) {
   if constexpr (kPair) {
     const int both = nb / 2 * K;  // words below this one carry an odd row too
-    const GatedRnnRowStride pair_at = GatedRnnRowStride::make(K, 2 * K);
+    // Word i's pair j = i / K, one quotient for both of its addresses
+    // (exact while i K < 2^32; K = 1, which has no 32-bit inverse, is its
+    // own quotient): src[i + j K], and rows 2j and 2j + 1 of x at
+    // x[2j ldx + i - j K] and one row further.
+    const uint32_t inverse = K == 1 ? 0u : 0xffffffffu / static_cast<uint32_t>(K) + 1u;
+    const auto pair = [K, inverse](int i) {
+      return K == 1 ? i : static_cast<int>(__umulhi(static_cast<uint32_t>(i), inverse));
+    };
+    const int skip = 2 * at.ldx - K;
     gated_rnn_stage_words<true>(
-        (nb + 1) / 2 * K, [&](int i) { return src + pair_at(i); }, step,
+        (nb + 1) / 2 * K, [&](int i) { return src + i + pair(i) * K; }, step,
         [&](int i, uint64_t w) {
-          float* const d = x + at(pair_at(i));
+          float* const d = x + i + pair(i) * skip;
           d[0] = __uint_as_float(gated_rnn_pair_row(w));
           if (i < both) d[at.ldx] = __uint_as_float(gated_rnn_pair_next(w));
         });

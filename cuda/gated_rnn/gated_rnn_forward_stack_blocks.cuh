@@ -130,7 +130,8 @@ struct BlockInputs {
         x[g] = to_float(wx_raw[g]);
     }
     if constexpr (kInput) {
-      gated_rnn_poll_rounds<G>(sums, [&](int g) { return from + g * H; }, step);
+      gated_rnn_poll_live_rounds<G>(
+          sums, [](int) { return true; }, [&](int g) { return from + g * H; }, step);
 #pragma unroll
       for (int g = 0; g < G; ++g) x[g] += __uint_as_float(static_cast<uint32_t>(sums[g]));
     }

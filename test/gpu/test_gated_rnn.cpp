@@ -512,9 +512,12 @@ std::vector<GatedCase> shape_grid(GatedRnnKind kind, DType dtype) {
   struct S {
     int64_t B, T, H;
   };
+  // H = 1 and 2 at B6 and B9: the forward's pair words (from tiles of 8
+  // rows) at their narrowest rows, a unit or two a word row.
   const S shapes[] = {{1, 1, 1},    {1, 1, 37},   {1, 2, 3},   {5, 7, 37},
                       {1, 32, 256},  {2, 20, 257}, {5, 300, 64}, {9, 5, 100},
-                      {3, 2, 1024},  {1, 300, 37}, {40, 6, 70},  {33, 3, 257}};
+                      {3, 2, 1024},  {1, 300, 37}, {40, 6, 70},  {33, 3, 257},
+                      {6, 4, 1},     {9, 3, 2}};
   std::vector<GatedCase> cases;
   int i = 0;
   for (const S& s : shapes) {
@@ -649,6 +652,14 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
     c.options.batch_tile = 2;
     c.options.batch_blocks = 3;
     cases.push_back(c);
+    // Pair words at H = 1 and 2: a word row of a unit or two.
+    c.options = {};
+    c.options.pair_exchange = 1;
+    c.B = 6, c.T = 4, c.H = 1;
+    cases.push_back(c);
+    c.B = 9, c.T = 3, c.H = 2;
+    cases.push_back(c);
+    c.B = 5, c.T = 9, c.H = 37;
     c.options = {};
     c.options.streamed_weights = true;
     cases.push_back(c);
