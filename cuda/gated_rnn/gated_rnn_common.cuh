@@ -219,7 +219,7 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
 // runs every step, forms no address: testing formed addresses for null was
 // 170 of the 1400 instructions a warp ran a step in the tensor-core forward
 // at GRU bf16 B64 H512, and the block layout's forwards took 2 to 15% less
-// without it (bench/RESULTS.md, issue 30 run CU). The walk took 4 to 13%
+// without it (bench/RESULTS.md, issue 30 run CU). The walk took 2 to 13%
 // more with this form (the same run; why was not measured), so it keeps
 // the form above, as does the unit-warps forward (not timed with this).
 template <int N, bool kPair = false, class Live, class Address>

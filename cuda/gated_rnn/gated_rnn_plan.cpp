@@ -27,8 +27,8 @@ int64_t take(int64_t& total, int64_t floats) {
 
 // The block layout's shared memory (gated_rnn_forward.cuh,
 // gated_rnn_backward.cuh): the slice of R [Cp, H] when resident; forward
-// h_{t-1} [Bt, H] and the products [Bt, gated_rnn_sum_stride(Cp)]; backward the slices' parts
-// [Su, Bt, U] and grad_rh [Cp, Bt].
+// h_{t-1} [Bt, H] and the products [Bt, gated_rnn_sum_stride(Cp)];
+// backward the slices' parts [Su, Bt, U] and grad_rh [Cp, Bt].
 int64_t shared_floats(bool forward, bool resident, int64_t H, int64_t padded_columns,
                       int64_t slices, int64_t units, int64_t tile) {
   const int64_t slice = resident ? padded_columns * H : 0;
