@@ -690,6 +690,39 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   Elem* __restrict__ gwx = static_cast<Elem*>(p.d_grad_wx);
   Elem* __restrict__ grh_out = static_cast<Elem*>(p.d_grad_rh);
 
+  // What the step loop would otherwise divide for on every step (about ten
+  // 32-bit software divisions a thread a step at B64 H512, run CU's ncu):
+  // the items' rows and units, each thread's first and its step to the
+  // next, and, per tile size (a group's tiles have Bt rows but its last),
+  // the staging's geometry, each kept until the tile size changes. gr's
+  // (and ga's) entries that no unit fills are zeroed then too: no step
+  // writes them. Out of the loop, the walks took 5 to 14% less (run CV,
+  // bench/RESULTS.md, issue 30).
+  const int first_b = tid / live, first_u = tid - first_b * live;
+  const int skip_b = kGatedRnnThreads / live, skip_u = kGatedRnnThreads - skip_b * live;
+  // Every slice's part for a tile's rows and units, staged at
+  // dst[(j * nb + b) * live + u] from src [Su, B, K]: the threads sharing
+  // an item (row, unit; with pair words, even row b and b + 1) take its
+  // slices j = slot, slot + per_item, ... (geometry: item it0, at row b,
+  // unit u, its slot and its count of slices).
+  struct StageGeometry {
+    int items, per_item, stride, it0, slot, count, b, u;
+  };
+  const auto stage_geometry = [&](int nb, int rows_per_item) {
+    StageGeometry g;
+    g.items = (nb + rows_per_item - 1) / rows_per_item * live;
+    g.per_item = kGatedRnnThreads / g.items;  // 0: more items than threads
+    g.stride = g.per_item > 1 ? g.per_item : 1;
+    g.it0 = g.per_item > 0 ? tid % g.items : tid;
+    g.slot = g.per_item > 0 ? tid / g.items : 0;
+    g.count = (Su - g.slot + g.stride - 1) / g.stride;
+    g.b = g.it0 / live * rows_per_item;
+    g.u = g.it0 - g.it0 / live * live;
+    return g;
+  };
+  int tile_nb = -1;  // the tile size the geometries below are for
+  StageGeometry own_geometry{}, above_geometry{};
+
   for (int64_t s = T - 1; s >= last; --s) {
     const bool carried = s < T - 1;
     for (int64_t b0 = g0; b0 < g1; b0 += Bt) {
@@ -697,27 +730,38 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
       const int rows = gated_rnn_product_rows(nb);
       const int items = nb * live;
       GatedRnnBackwardInputs<Elem, kCell> first;
-      if (tid < items) first.load(p, plan, ws, b0 + tid / live, u0 + tid % live, s);
-      // Every slice's part for these rows and units, staged at
-      // dst[(j * nb + b) * live + u] from src [Su, B, K]: the threads sharing
-      // an item (row, unit; with pair words, even row b and b + 1) take its
-      // slices j = slot, slot + per_item, ...
-      const auto stage = [&](float* dst, const uint64_t* src, int step, auto pair_words) {
+      if (tid < items) first.load(p, plan, ws, b0 + first_b, u0 + first_u, s);
+      if (nb != tile_nb) {
+        tile_nb = nb;
+        own_geometry = stage_geometry(nb, kPacked ? 2 : 1);
+        if constexpr (kStack) above_geometry = stage_geometry(nb, 1);
+        // rows is a power of two: column i / rows, row i % rows. (The
+        // previous tile's product has read gr: the barrier ending its body.)
+        const int shift = __ffs(rows) - 1;
+        for (int i = tid; i < C * rows; i += kGatedRnnThreads) {
+          const int c = i >> shift, b = i & (rows - 1);
+          if (b >= nb || c >= G * U || c % U >= live) {
+            gr[i] = 0.0f;
+            if constexpr (kStack)
+              if (st.to_below && kCell == GatedRnnCell::gru) st.ga[i] = 0.0f;
+          }
+        }
+      }
+      const auto stage = [&](float* dst, const uint64_t* src, int step, auto pair_words,
+                             const StageGeometry& g) {
         constexpr bool kPair = decltype(pair_words)::value;
-        const int rows_per_item = kPair ? 2 : 1;
-        const int row_items = (nb + rows_per_item - 1) / rows_per_item;
-        const int stage_items = row_items * live;
-        const int per_item = kGatedRnnThreads / stage_items;  // 0: more items than threads
-        const int stride = per_item > 1 ? per_item : 1;
-        for (int it = per_item > 0 ? tid % stage_items : tid;
-             it < stage_items && (per_item == 0 || tid < stage_items * per_item);
-             it += per_item > 0 ? stage_items : kGatedRnnThreads) {
-          const int slot = per_item > 0 ? tid / stage_items : 0;
-          const int b = it / live * rows_per_item, u = it - (it / live) * live;
+        constexpr int rows_per_item = kPair ? 2 : 1;
+        int b = g.b, u = g.u;
+        for (int it = g.it0; it < g.items && (g.per_item == 0 || tid < g.items * g.per_item);
+             it += g.per_item > 0 ? g.items : kGatedRnnThreads) {
+          if (it != g.it0) {  // more items than threads only
+            b = it / live * rows_per_item;
+            u = it - it / live * live;
+          }
           gated_rnn_stage_strided<kTensorCores ? 16 : 8, kPair>(
-              dst + (slot * nb + b) * live + u, stride * nb * live,
-              src + (static_cast<int64_t>(slot) * B + b0 + b) * K + u0 + u,
-              static_cast<int64_t>(stride) * B * K, (Su - slot + stride - 1) / stride, step,
+              dst + (g.slot * nb + b) * live + u, g.stride * nb * live,
+              src + (static_cast<int64_t>(g.slot) * B + b0 + b) * K + u0 + u,
+              static_cast<int64_t>(g.stride) * B * K, g.count, step,
               kPair && b + 1 < nb ? live : 0);
         }
       };
@@ -725,14 +769,20 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
       const bool from_above = kStack && st.from_above && s >= 0;
       if (carried)
         stage(parts, xchg + ((s + 1) & 1) * Su * B * K, static_cast<int>(s + 1),
-              std::integral_constant<bool, kPacked>{});
+              std::integral_constant<bool, kPacked>{}, own_geometry);
       if (from_above)
         stage(st.parts_above, st.from_above + (s & (D - 1)) * Su * B * K, static_cast<int>(s),
-              std::false_type{});
+              std::false_type{}, above_geometry);
       if (carried || from_above) __syncthreads();
-      for (int i = tid; i < items; i += kGatedRnnThreads) {
-        const int b = i / live;
-        const int u = i - b * live;
+      for (int i = tid, b = first_b, u = first_u; i < items; i += kGatedRnnThreads) {
+        if (i != tid) {  // the next item: kGatedRnnThreads further on
+          b += skip_b;
+          u += skip_u;
+          if (u >= live) {
+            u -= live;
+            ++b;
+          }
+        }
         const int64_t row = b0 + b;
         const int hu = u0 + u;
         const int64_t sidx = row * H + hu;
@@ -830,14 +880,6 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
       const bool to_below = kStack && st.to_below && s >= 0;
       float* const ga = kCell == GatedRnnCell::gru ? st.ga : gr;
       if (s > last || to_below) {
-        // The rows and columns of gr (and ga) no unit filled: zeros.
-        for (int i = tid; i < C * rows; i += kGatedRnnThreads) {
-          const int c = i / rows, b = i - c * rows;
-          if (b >= nb || c >= G * U || c % U >= live) {
-            gr[i] = 0.0f;
-            if (to_below) ga[i] = 0.0f;
-          }
-        }
         // Slot s mod D of the ring below held step s + D: has every block of
         // the layer below in this group staged it? Such a block publishes
         // its own part of step s + D only after.

@@ -220,8 +220,10 @@ __device__ __forceinline__ void gated_rnn_poll_rounds(uint64_t (&w)[N], const Ad
 // 170 of the 1400 instructions a warp ran a step in the tensor-core forward
 // at GRU bf16 B64 H512, and the block layout's forwards took 2 to 15% less
 // without it (bench/RESULTS.md, issue 30 run CU). The walk took 2 to 13%
-// more with this form (the same run; why was not measured), so it keeps
-// the form above, as does the unit-warps forward (not timed with this).
+// more with this form (the same run), and 1 to 13% more with it and a
+// __nanosleep of 100 or 200 ns before each re-poll (run CV), so a faster
+// spin is not why; it keeps the form above, as does the unit-warps
+// forward (not timed with this).
 template <int N, bool kPair = false, class Live, class Address>
 __device__ __forceinline__ void gated_rnn_poll_live_rounds(uint64_t (&w)[N], const Live& live,
                                                            const Address& address, int step) {
