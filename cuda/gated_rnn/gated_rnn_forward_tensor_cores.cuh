@@ -130,37 +130,67 @@ struct GatedRnnTensorCoreSlice {
   // sums[part][n][c] = sum over this part's k of x[n][k] * R[k][column c]
   // for the nb live rows n (and zero rows up to the next multiple of 8) and
   // the slice's columns c: x [>= 8 rows, ldx], sums [parts][rows][lds].
+  // A warp with all kSteps k-steps (H = 256 x k_parts: B64 H512 in bf16,
+  // GRU and LSTM) runs the product for its count of live m-tiles and row
+  // tiles without a guard: the guards were a compare and a branch for each
+  // k-step, row tile and m-tile, about 100 of the 1100 instructions a warp
+  // ran a step (run CU). Without them the bf16 forwards at B64 H512 took
+  // 22% less (bench/RESULTS.md, issue 30 run CX), more than the
+  // instructions saved: perhaps the branches also kept the compiler from
+  // moving a k-step's loads ahead of the one before (not measured).
   __device__ __forceinline__ void multiply(const float* __restrict__ x, int ldx, int nb,
                                            float* __restrict__ sums, int rows, int lds) const {
+    static_assert(kTiles == 2 && kMaxRowTiles == 2, "the dispatch below names every count");
+    const int row_tiles = (nb + 7) / 8;
+    const int live_tiles = tile0 >= tiles ? 0 : tile0 + tile_stride >= tiles ? 1 : 2;
+    if (steps != kSteps || live_tiles == 0)
+      multiply_rows<kTiles, kMaxRowTiles, true>(x, ldx, row_tiles, sums, rows, lds);
+    else if (live_tiles == 2)
+      row_tiles == 1 ? multiply_rows<2, 1, false>(x, ldx, row_tiles, sums, rows, lds)
+                     : multiply_rows<2, 2, false>(x, ldx, row_tiles, sums, rows, lds);
+    else
+      row_tiles == 1 ? multiply_rows<1, 1, false>(x, ldx, row_tiles, sums, rows, lds)
+                     : multiply_rows<1, 2, false>(x, ldx, row_tiles, sums, rows, lds);
+  }
+
+  // The warp's first kLiveTiles m-tiles by kRowTiles row tiles, every
+  // k-step; kChecked: each against tiles, row_tiles and steps instead.
+  template <int kLiveTiles, int kRowTiles, bool kChecked>
+  __device__ __forceinline__ void multiply_rows(const float* __restrict__ x, int ldx, int row_tiles,
+                                                float* __restrict__ sums, int rows,
+                                                int lds) const {
     const int lane = static_cast<int>(threadIdx.x & 31);
     const int g = lane >> 2, t = lane & 3;
-    const int row_tiles = (nb + 7) / 8;
     // The big halves' and the rests' products in accumulators of their
     // own, added at the end: each chain of dependent instructions half as
     // long (a chain is this product's latency, one k-step after another).
-    float acc[2][kTiles][kMaxRowTiles][4];
+    float acc[2][kLiveTiles][kRowTiles][4];
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int j = 0; j < kTiles; ++j)
+      for (int j = 0; j < kLiveTiles; ++j)
 #pragma unroll
-        for (int n = 0; n < kMaxRowTiles; ++n)
+        for (int n = 0; n < kRowTiles; ++n)
 #pragma unroll
           for (int q = 0; q < 4; ++q) acc[h][j][n][q] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      if (s >= steps) break;
+      if (kChecked && s >= steps) break;
       const float* xs = x + (step0 + s) * 16 + 2 * t;
 #pragma unroll
-      for (int n = 0; n < kMaxRowTiles; ++n) {
-        if (n >= row_tiles) break;
+      for (int n = 0; n < kRowTiles; ++n) {
+        if (kChecked && n >= row_tiles) break;
         const float* xr = xs + (n * 8 + g) * ldx;
+        // Each warp of a part splits the same fragments of x as the part's
+        // other warps. Splitting x once a block into shared words instead
+        // (a pass and a barrier more) made the bf16 forwards at B64 H512
+        // 11 to 15% slower (bench/RESULTS.md, issue 30 run CV).
         uint32_t b0, b1, r0, r1;
         gated_rnn_split_pair<Elem>(*reinterpret_cast<const float2*>(xr), b0, r0);
         gated_rnn_split_pair<Elem>(*reinterpret_cast<const float2*>(xr + 8), b1, r1);
 #pragma unroll
-        for (int j = 0; j < kTiles; ++j) {
-          if (tile0 + j * tile_stride >= tiles) break;
+        for (int j = 0; j < kLiveTiles; ++j) {
+          if (kChecked && tile0 + j * tile_stride >= tiles) break;
           MmaOp<Elem>::run(acc[0][j][n], a[j][s], b0, b1);
           MmaOp<Elem>::run(acc[1][j][n], a[j][s], r0, r1);
         }
@@ -168,12 +198,12 @@ struct GatedRnnTensorCoreSlice {
     }
     float* out = sums + static_cast<int64_t>(part) * rows * lds;
 #pragma unroll
-    for (int j = 0; j < kTiles; ++j) {
+    for (int j = 0; j < kLiveTiles; ++j) {
       const int m = (tile0 + j * tile_stride) * 16 + g;
-      if (tile0 + j * tile_stride >= tiles) break;
+      if (kChecked && tile0 + j * tile_stride >= tiles) break;
 #pragma unroll
-      for (int n = 0; n < kMaxRowTiles; ++n) {
-        if (n >= row_tiles) break;
+      for (int n = 0; n < kRowTiles; ++n) {
+        if (kChecked && n >= row_tiles) break;
         float* o = out + (n * 8 + 2 * t) * lds + m;
         o[0] = acc[0][j][n][0] + acc[1][j][n][0];
         o[lds] = acc[0][j][n][1] + acc[1][j][n][1];

@@ -788,12 +788,15 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 // several (H16 to H1024), one or two 8-row tiles of a batch group, whole
 // or not (B9, B17, B33), more rows than a tile (forced tile 8), at B <= 4,
 // long T; asked for (tensor_cores = 1) except at B64 H512 and B17 H1024,
-// where the planner takes it itself. Each case also runs on CUDA cores (tensor_cores = 0),
-// both checked against the reference; the two forwards' y agree within
-// what splitting h into two 16-bit halves allows (2^-14 relative to the
-// largest |h| there can be, 1, in bf16; 2^-20 in f16: far below y's own
-// rounding, so a difference shows only as a change of y's last bit, at
-// |y| < 1, or its relative size above).
+// where the planner takes it itself, and where every warp has all its
+// k-steps (the product without guards, its warps with one live m-tile and
+// with two, over one row tile at B64 and one and two at B17). Each case
+// also runs on CUDA cores (tensor_cores = 0), both checked against the
+// reference; the two forwards' y agree within what splitting h into two
+// 16-bit halves allows (2^-14 relative to the largest |h| there can be, 1,
+// in bf16; 2^-20 in f16: far below y's own rounding, so a difference shows
+// only as a change of y's last bit, at |y| < 1, or its relative size
+// above).
 // The bf16 cases' backwards with tiles of 8 rows or more (all but B2) walk
 // with their part product on tensor cores (gated_rnn_part_product_tc), the
 // f16 ones (f16 weights) on CUDA cores; both against the reference.
