@@ -366,15 +366,19 @@ __device__ __forceinline__ void gated_rnn_gemm_split16(const float (&v)[16], __n
 }
 
 template <bool kTrans>
-__device__ __forceinline__ void gated_rnn_ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+__device__ __forceinline__ void gated_rnn_ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
   if constexpr (kTrans)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(gated_rnn_smem_address(p)));
+                 : "r"(address));
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(gated_rnn_smem_address(p)));
+                 : "r"(address));
+}
+template <bool kTrans>
+__device__ __forceinline__ void gated_rnn_ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  gated_rnn_ldmatrix_x4<kTrans>(r, gated_rnn_smem_address(p));
 }
 
 // A warp's 64 x 32 outputs from its 4 x 4 m16n8 accumulators, from row m0

@@ -104,39 +104,60 @@ __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float*
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int gq = lane >> 2, t = lane & 3;
   const int q = lane >> 3, r8 = lane & 7;  // ldmatrix: the matrix and row this lane addresses
+  // This lane's ldmatrix address in As at m-tile 0 and k0 = 0, converted to
+  // a shared-window address once (converted where used, the k loop read
+  // the block's shared window, S2R, on every pass: run CY's ncu); m-tile
+  // mt's is tile_bytes * mt further on.
+  const uint32_t as_lane = gated_rnn_smem_address(As + ((q & 1) * 8 + r8) * ld + (q >> 1) * 8);
+  const uint32_t tile_bytes = 16u * static_cast<uint32_t>(ld) * sizeof(__nv_bfloat16);
+  // Every column of g a k-step reads is below C, and every lane's row
+  // below rows: C a multiple of 16 and 8 rows or more.
+  const bool whole = C % 16 == 0 && rows >= 8;
   for (int n0 = 0; n0 < rows; n0 += 8) {
     const float* const gb = g + n0 + gq;  // column b = n0 + gq of B = g
     const int live_c = n0 + gq < rows ? C : 0;  // a tile of fewer than 8 rows: zeros past them
     for (int mt0 = warp; mt0 < mtiles; mt0 += kWarps * kMTiles) {
       float acc[kMTiles][4] = {};
-      // kAllLive: every one of the warp's kMTiles m-tiles below mtiles
-      // (every warp at H = 512), so the k loop checks none of them: the
-      // bf16 walks at B64 H512 took 10 to 12% less (issue 30 run CX).
-      const auto multiply = [&](auto all_live) {
-        constexpr bool kAllLive = decltype(all_live)::value;
-        for (int k0 = 0; k0 < depth; k0 += 16) {
-          // B: b0 = (c k0 + 2t, + 1), b1 = (c k0 + 2t + 8, + 9), column gq.
-          const int c0 = k0 + 2 * t;
-          const float v0 = c0 < live_c ? gb[c0 * rows] : 0.0f;
-          const float v1 = c0 + 1 < live_c ? gb[(c0 + 1) * rows] : 0.0f;
-          const float v2 = c0 + 8 < live_c ? gb[(c0 + 8) * rows] : 0.0f;
-          const float v3 = c0 + 9 < live_c ? gb[(c0 + 9) * rows] : 0.0f;
+      const uint32_t a_tile0 = as_lane + static_cast<uint32_t>(mt0) * tile_bytes;
+      // kUnchecked: g whole (above) and every one of the warp's kMTiles
+      // m-tiles below mtiles (every warp at H = 512), so the k loop checks
+      // neither: without the m-tiles' check the bf16 walks at B64 H512
+      // took 10 to 12% less (issue 30 run CX).
+      const auto multiply = [&](auto unchecked) {
+        constexpr bool kUnchecked = decltype(unchecked)::value;
+        // B: b0 = (c k0 + 2t, + 1), b1 = (c k0 + 2t + 8, + 9), column gq;
+        // gk at column k0 + 2t.
+        const float* gk = gb + 2 * t * rows;
+        for (int k0 = 0; k0 < depth; k0 += 16, gk += 16 * rows) {
+          float v0, v1, v2, v3;
+          if constexpr (kUnchecked) {
+            v0 = gk[0];
+            v1 = gk[rows];
+            v2 = gk[8 * rows];
+            v3 = gk[9 * rows];
+          } else {
+            const int c0 = k0 + 2 * t;
+            v0 = c0 < live_c ? gk[0] : 0.0f;
+            v1 = c0 + 1 < live_c ? gk[rows] : 0.0f;
+            v2 = c0 + 8 < live_c ? gk[8 * rows] : 0.0f;
+            v3 = c0 + 9 < live_c ? gk[9 * rows] : 0.0f;
+          }
           uint32_t big0, rest0, big1, rest1;
           gated_rnn_split2(v0, v1, big0, rest0);
           gated_rnn_split2(v2, v3, big1, rest1);
 #pragma unroll
           for (int j = 0; j < kMTiles; ++j) {
-            const int mt = mt0 + j * kWarps;
-            if (!kAllLive && mt >= mtiles) break;  // the same for the whole warp
+            if (!kUnchecked && mt0 + j * kWarps >= mtiles) break;  // the same for the whole warp
             uint32_t a[4];
-            gated_rnn_ldmatrix_x4<false>(a,
-                                         As + (mt * 16 + (q & 1) * 8 + r8) * ld + k0 + (q >> 1) * 8);
+            gated_rnn_ldmatrix_x4<false>(
+                a, a_tile0 + static_cast<uint32_t>(j * kWarps) * tile_bytes +
+                       static_cast<uint32_t>(k0) * static_cast<uint32_t>(sizeof(__nv_bfloat16)));
             MmaOp<__nv_bfloat16>::run(acc[j], a, big0, big1);
             MmaOp<__nv_bfloat16>::run(acc[j], a, rest0, rest1);
           }
         }
       };
-      if (mt0 + (kMTiles - 1) * kWarps < mtiles)
+      if (whole && mt0 + (kMTiles - 1) * kWarps < mtiles)
         multiply(std::true_type{});
       else
         multiply(std::false_type{});
