@@ -653,13 +653,13 @@ TEST_CASE("gated RNN: forced layouts (units per block, batch tile, streamed weig
     c.options.batch_blocks = 3;
     cases.push_back(c);
     // Pair words at H = 1 and 2: a word row of a unit or two.
-    c.options = {};
-    c.options.pair_exchange = 1;
-    c.B = 6, c.T = 4, c.H = 1;
-    cases.push_back(c);
-    c.B = 9, c.T = 3, c.H = 2;
-    cases.push_back(c);
-    c.B = 5, c.T = 9, c.H = 37;
+    GatedCase narrow = c;
+    narrow.options = {};
+    narrow.options.pair_exchange = 1;
+    narrow.B = 6, narrow.T = 4, narrow.H = 1;
+    cases.push_back(narrow);
+    narrow.B = 9, narrow.T = 3, narrow.H = 2;
+    cases.push_back(narrow);
     c.options = {};
     c.options.streamed_weights = true;
     cases.push_back(c);
