@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/dtype.cuh"
 #include "common/state_io.cuh"
@@ -274,20 +275,27 @@ __device__ __forceinline__ void gated_rnn_stage_words(int n, const Address& addr
     return;
   }
   constexpr int kBatch = 8;
-  for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
-    uint64_t w[kBatch];
+  // kWhole: n a multiple of a batch's words (B64 H512's 2048 or more), so
+  // no word of a batch is checked against n.
+  const auto batches = [&](auto whole) {
+    constexpr bool kWhole = decltype(whole)::value;
+    for (int i0 = static_cast<int>(threadIdx.x); i0 < n; i0 += kBatch * kGatedRnnThreads) {
+      const auto live = [&](int j) { return kWhole || i0 + j * kGatedRnnThreads < n; };
+      uint64_t w[kBatch];
 #pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j * kGatedRnnThreads;
-      if (i < n) w[j] = gated_rnn_peek(address(i));
+      for (int j = 0; j < kBatch; ++j)
+        if (live(j)) w[j] = gated_rnn_peek(address(i0 + j * kGatedRnnThreads));
+      gated_rnn_poll_live_rounds<kBatch, kPair>(
+          w, live, [&](int j) { return address(i0 + j * kGatedRnnThreads); }, step);
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j)
+        if (live(j)) land(i0 + j * kGatedRnnThreads, w[j]);
     }
-    gated_rnn_poll_live_rounds<kBatch, kPair>(
-        w, [&](int j) { return i0 + j * kGatedRnnThreads < n; },
-        [&](int j) { return address(i0 + j * kGatedRnnThreads); }, step);
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j)
-      if (i0 + j * kGatedRnnThreads < n) land(i0 + j * kGatedRnnThreads, w[j]);
-  }
+  };
+  if (n % (kBatch * kGatedRnnThreads) == 0)
+    batches(std::true_type{});
+  else
+    batches(std::false_type{});
 }
 
 // Stages `count` words src[n * src_stride] into dst[n * dst_stride] (one
