@@ -144,7 +144,7 @@ struct GatedRnnPrevState {
     return r.p ? load_state(r.p, h0_dtype, k) : 0.0f;
   }
   // Every element a bf16 value: y in bf16, h0 in bf16 or absent.
-  __device__ __forceinline__ bool bf16_exact() const {
+  __device__ __forceinline__ bool bf16_only() const {
     return std::is_same_v<Elem, __nv_bfloat16> && (!h0 || h0_dtype == DType::bf16);
   }
   static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
@@ -180,7 +180,7 @@ struct GatedRnnRecomputeA {
   __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
     h.at8(r, k, v);
   }
-  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
+  __device__ __forceinline__ bool bf16_only() const { return h.bf16_only(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows(); }
   __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const { return h.src16(r, k); }
@@ -195,7 +195,7 @@ struct GatedRnnWeightB {
   __device__ __forceinline__ void at8(Row r, int64_t n, float (&v)[8]) const {
     load_states(R, dtype, r + n, v);
   }
-  __device__ __forceinline__ bool bf16_exact() const { return dtype == DType::bf16; }
+  __device__ __forceinline__ bool bf16_only() const { return dtype == DType::bf16; }
   static constexpr bool kAsyncRows = true;  // bf16 weights with any sequence
   bool async_rows() const { return gated_rnn_bf16_rows(dtype, R, N); }
   __device__ __forceinline__ const void* src16(Row r, int64_t n) const {
@@ -243,7 +243,7 @@ struct GatedRnnWeightGradA {
     }
   }
   // (Row H's ones are bf16 values too.)
-  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
+  __device__ __forceinline__ bool bf16_only() const { return h.bf16_only(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows() && first % 8 == 0; }
   // Units m + first .. + 7 of row k (the zeros past the ones are rows
@@ -252,9 +252,13 @@ struct GatedRnnWeightGradA {
     return gated_rnn_units_or_ones16(m + first, h.H, [&](int64_t unit) { return h.src16(r, unit); });
   }
 };
+// grad_rh [B*T, G*H], f32. nearest_bf16: the products take each element
+// at its nearest bf16 alone, one pass (the launcher's choice where grad_R
+// and grad_bias land in bf16: gated_rnn_gemm.cuh's precision note says why).
 struct GatedRnnGradRhB {
   const float* grad_rh;
   int64_t N;
+  bool nearest_bf16;
   using Row = const float*;
   __device__ __forceinline__ Row row(int64_t k) const { return grad_rh + k * N; }
   __device__ __forceinline__ float at(Row r, int64_t n) const { return r[n]; }
@@ -262,7 +266,7 @@ struct GatedRnnGradRhB {
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = r[n + j];
   }
-  __device__ __forceinline__ bool bf16_exact() const { return false; }  // f32 sums
+  __device__ __forceinline__ bool bf16_only() const { return nearest_bf16; }
   static constexpr bool kAsyncRows = true;
   static constexpr bool kF32Rows = true;
   bool async_rows() const {

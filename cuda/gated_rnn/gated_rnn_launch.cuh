@@ -362,9 +362,13 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   if ((plan.backward_steps & 4) && (params.d_grad_R || params.d_grad_bias)) {
     const int64_t first = params.d_grad_R ? 0 : H;
     const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
+    // grad_rh at its nearest bf16 where the sums land in bf16 (a bf16
+    // sequence with bf16 weights; gated_rnn_gemm.cuh, precision).
+    const bool nearest_bf16 =
+        std::is_same_v<Elem, __nv_bfloat16> && f.weight_dtype == DType::bf16;
     if (const LaunchResult r =
             product(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
-                    GatedRnnGradRhB{d_workspace + plan.ws_rh, GH},
+                    GatedRnnGradRhB{d_workspace + plan.ws_rh, GH, nearest_bf16},
                     GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype,
                                             H, GH, first},
                     plan.weight_grad_splits);

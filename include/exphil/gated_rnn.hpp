@@ -221,7 +221,10 @@ struct GatedRnnLaunchOptions {
   // bf16 and 22 in f16 (the CUDA cores take f32's 24), each sum in f32.
   // Backward: -1 and 1 run its two products on tensor cores where the
   // sequence is bf16 or f16, 0 on CUDA cores; each operand split into two
-  // bf16 halves, about 16 bits of it, each sum in f32. With bf16 weights
+  // bf16 halves, about 16 bits of it, each sum in f32, except grad_rh in
+  // grad_R's product where grad_R is bf16 (a bf16 sequence with bf16
+  // weights): its nearest bf16 alone, no coarser than grad_R's own
+  // rounding. With bf16 weights
   // and tiles of 8 batch rows or more, the reverse walk's product of
   // grad_rh and R too (R exact, grad_rh in two bf16 halves).
   int tensor_cores = -1;
