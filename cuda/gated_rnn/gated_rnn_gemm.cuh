@@ -531,9 +531,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // memory as f32 and split into its bf16 halves at the fragment, by the
 // same arithmetic as gated_rnn_gemm_split16, for the passes big x big and
 // big x rest, or (its loader's bf16_only()) rounded to its nearest bf16
-// for big x big alone. Each output's sum is taken in the same order by the same
-// instructions as the register-staged kernel's: the two kernels' results
-// are bitwise equal.
+// for big x big alone. Each output's sum is taken in the same order by the
+// same instructions as the register-staged kernel's: the two kernels'
+// results are bitwise equal.
 //
 // Loader contract (besides the one above): kAsyncRows, whether the loader
 // can give such rows at all (the kernel is instantiated only where both
