@@ -350,20 +350,18 @@ __device__ __forceinline__ uint32_t gated_rnn_smem_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Two f32 values as a bf16 pair, the nearest (big) and the nearest to
-// what is left (rest).
-__device__ __forceinline__ void gated_rnn_split2(float v0, float v1, uint32_t& big, uint32_t& rest) {
-  const __nv_bfloat162 hb = __floats2bfloat162_rn(v0, v1);
-  const float2 hf = __bfloat1622float2(hb);
-  const __nv_bfloat162 rb = __floats2bfloat162_rn(v0 - hf.x, v1 - hf.y);
-  big = *reinterpret_cast<const uint32_t*>(&hb);
-  rest = *reinterpret_cast<const uint32_t*>(&rb);
-}
-
-// Two f32 values as the nearest bf16 pair (gated_rnn_split2's big).
+// Two f32 values as the nearest bf16 pair.
 __device__ __forceinline__ uint32_t gated_rnn_nearest2(float v0, float v1) {
   const __nv_bfloat162 hb = __floats2bfloat162_rn(v0, v1);
   return *reinterpret_cast<const uint32_t*>(&hb);
+}
+
+// Two f32 values as a bf16 pair, the nearest (big) and the nearest to
+// what is left (rest).
+__device__ __forceinline__ void gated_rnn_split2(float v0, float v1, uint32_t& big, uint32_t& rest) {
+  big = gated_rnn_nearest2(v0, v1);
+  const float2 hf = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&big));
+  rest = gated_rnn_nearest2(v0 - hf.x, v1 - hf.y);
 }
 
 // Sixteen f32 values as bf16 pairs, big and (with_rest) rest, into two
