@@ -112,6 +112,7 @@
 
 #include <cooperative_groups.h>
 
+#include "common/fast_divisor.h"
 #include "gated_rnn/gated_rnn_common.cuh"
 #include "gated_rnn/gated_rnn_gemm.cuh"
 #include "gated_rnn/gated_rnn_walk_tensor_cores.cuh"
@@ -123,28 +124,35 @@ namespace exphil::kernels {
 // The products' operands (gated_rnn_gemm.cuh gives the loader contract).
 
 // h_{t-1} of row m = b*T + t: y_{t-1}, or h0 (zeros) at t = 0. A row is
-// found once (its division by T), then read by unit.
+// found once (its division by T), then read by unit. Where every row is
+// below 2^31 (narrow, B*T < 2^31) by_T divides them as a multiply: grad_R's
+// product finds two rows a thread every step of k, and as divisions they
+// took more instructions than its HMMAs (bench/RESULTS.md, issue 30 run
+// DD).
 template <class Elem>
 struct GatedRnnPrevState {
   const Elem* y;
   const void* h0;
   DType h0_dtype;
   int64_t T, H;
+  bool narrow;
+  FastDivisor by_T;  // T, where narrow
   struct Row {
     const void* p = nullptr;  // null: zeros
     bool from_y = false;      // y (Elem) or h0 (h0_dtype)
   };
   __device__ __forceinline__ Row row(int64_t m) const {
-    if (m % T != 0) return {y + (m - 1) * H, true};
+    const int64_t b = narrow ? by_T.quotient(static_cast<uint32_t>(m)) : m / T;
+    if (m != b * T) return {y + (m - 1) * H, true};
     const int64_t bytes = h0_dtype == DType::f32 ? 4 : 2;
-    return {h0 ? static_cast<const char*>(h0) + (m / T) * H * bytes : nullptr, false};
+    return {h0 ? static_cast<const char*>(h0) + b * H * bytes : nullptr, false};
   }
   __device__ __forceinline__ float at(const Row& r, int64_t k) const {
     if (r.from_y) return to_float(static_cast<const Elem*>(r.p)[k]);
     return r.p ? load_state(r.p, h0_dtype, k) : 0.0f;
   }
   // Every element a bf16 value: y in bf16, h0 in bf16 or absent.
-  __device__ __forceinline__ bool bf16_only() const {
+  __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16> && (!h0 || h0_dtype == DType::bf16);
   }
   static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
@@ -180,7 +188,7 @@ struct GatedRnnRecomputeA {
   __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
     h.at8(r, k, v);
   }
-  __device__ __forceinline__ bool bf16_only() const { return h.bf16_only(); }
+  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows(); }
   __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const { return h.src16(r, k); }
@@ -195,7 +203,7 @@ struct GatedRnnWeightB {
   __device__ __forceinline__ void at8(Row r, int64_t n, float (&v)[8]) const {
     load_states(R, dtype, r + n, v);
   }
-  __device__ __forceinline__ bool bf16_only() const { return dtype == DType::bf16; }
+  __device__ __forceinline__ bool bf16_exact() const { return dtype == DType::bf16; }
   static constexpr bool kAsyncRows = true;  // bf16 weights with any sequence
   bool async_rows() const { return gated_rnn_bf16_rows(dtype, R, N); }
   __device__ __forceinline__ const void* src16(Row r, int64_t n) const {
@@ -243,7 +251,7 @@ struct GatedRnnWeightGradA {
     }
   }
   // (Row H's ones are bf16 values too.)
-  __device__ __forceinline__ bool bf16_only() const { return h.bf16_only(); }
+  __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
   bool async_rows() const { return h.async_rows() && first % 8 == 0; }
   // Units m + first .. + 7 of row k (the zeros past the ones are rows
@@ -252,13 +260,11 @@ struct GatedRnnWeightGradA {
     return gated_rnn_units_or_ones16(m + first, h.H, [&](int64_t unit) { return h.src16(r, unit); });
   }
 };
-// grad_rh [B*T, G*H], f32. nearest_bf16: the products take each element
-// at its nearest bf16 alone, one pass (the launcher's choice where grad_R
-// and grad_bias land in bf16: gated_rnn_gemm.cuh's precision note says why).
+// grad_rh [B*T, G*H] in f32 (GatedRnnPlan::grad_rh_bf16 false; the bf16
+// rows are gated_rnn_stack::SequenceRows).
 struct GatedRnnGradRhB {
   const float* grad_rh;
   int64_t N;
-  bool nearest_bf16;
   using Row = const float*;
   __device__ __forceinline__ Row row(int64_t k) const { return grad_rh + k * N; }
   __device__ __forceinline__ float at(Row r, int64_t n) const { return r[n]; }
@@ -266,7 +272,7 @@ struct GatedRnnGradRhB {
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = r[n + j];
   }
-  __device__ __forceinline__ bool bf16_only() const { return nearest_bf16; }
+  __device__ __forceinline__ bool bf16_exact() const { return false; }  // f32 sums
   static constexpr bool kAsyncRows = true;
   static constexpr bool kF32Rows = true;
   bool async_rows() const {
@@ -687,7 +693,8 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
     __syncthreads();
   }
 
-  float* const grad_rh = ws + plan.ws_rh;  // [B, T, G*H]
+  float* const grad_rh = ws + plan.ws_rh;  // [B, T, G*H], f32 or (grad_rh_bf16) bf16
+  const bool grad_rh_bf16 = std::is_same_v<Elem, __nv_bfloat16> && plan.grad_rh_bf16;
   float* const carry_h = ws + plan.ws_state;
   // LSTM dc; sLSTM [3, B, H] dc, dn, dm.
   float* const carry_cell = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
@@ -871,7 +878,10 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const int64_t at = m * GH + g * H + hu;
-          grad_rh[at] = dr[g];
+          if (grad_rh_bf16)
+            reinterpret_cast<__nv_bfloat16*>(grad_rh)[at] = __float2bfloat16_rn(dr[g]);
+          else
+            grad_rh[at] = dr[g];
           gr[(g * U + u) * rows + b] = dr[g];
           if constexpr (kStack && kCell == GatedRnnCell::gru)
             if (st.to_below) st.ga[(g * U + u) * rows + b] = da[g];

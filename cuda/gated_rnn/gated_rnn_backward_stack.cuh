@@ -69,7 +69,7 @@ struct InputGradA {
     }
   }
   // (The ones are bf16 values too.)
-  __device__ __forceinline__ bool bf16_only() const {
+  __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16>;
   }
   static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;

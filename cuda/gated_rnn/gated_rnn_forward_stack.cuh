@@ -277,7 +277,7 @@ struct SequenceRows {
 #pragma unroll
     for (int j = 0; j < 8; ++j) v[j] = to_float(r[k + j]);
   }
-  __device__ __forceinline__ bool bf16_only() const {
+  __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16>;
   }
   static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;

@@ -31,11 +31,9 @@
  * contiguous in k (a row-major [M, K] operand) or those of one k contiguous
  * in m ([K, M]). A.row(m) and A.at(row, k) when contiguous in k, else
  * A.row(k) and A.at(row, m); B.row(k), B.at(row, n); at8(row, i, v) the
- * eight elements from i, all in range; for the tensor-core kernels also
- * bf16_only(), true where the products take each element at its nearest
- * bf16 alone: every element is a bf16 value, or the loader takes that
- * precision by choice (below). Out-of-range indices never reach the
- * loaders.
+ * eight elements from i, all in range; for the tensor-core kernel also
+ * bf16_exact(), true where every element is a bf16 value. Out-of-range
+ * indices never reach the loaders.
  */
 #pragma once
 
@@ -324,16 +322,17 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // dtype), and of an f32 one (grad_rh, f32 weights or states) 2^-16 or so
 // relative, far inside a 16-bit sequence's tolerances; the terms left out
 // (rest x rest) are below 2^-16 of the product. An operand whose loader
-// says bf16_only() has no rest, and its pass is left out: where every
-// element is a bf16 value, the sums unchanged (in a bf16 sequence with bf16
-// weights the recompute product is one pass). By choice, grad_R's B
-// (grad_rh) where grad_R and grad_bias land in bf16 (a bf16 sequence with
-// bf16 weights): each term h g then errs by at most 2^-9 of itself, signs
-// mixed over B*T terms, beside the store's rounding of the sum by up to
-// 2^-9; the tolerances judge grad_R against the sum of its terms'
-// magnitudes for that reason (test/gpu/test_gated_rnn.cpp). The rest's
-// pass had added 39 to 41% to that product's time (LSTM and GRU bf16 B64
-// T256 H512, bench/RESULTS.md, issue 30 run DC).
+// says bf16_exact() (every element a bf16 value) has no rest, and its pass
+// is left out, the sums unchanged: in a bf16 sequence with bf16 weights
+// the recompute product is one pass, and so is grad_R's, whose grad_rh the
+// walk then stores as bf16 (GatedRnnPlan::grad_rh_bf16). That rounding is
+// a choice: where grad_R and grad_bias land in bf16, each term h g errs by
+// at most 2^-9 of itself, signs mixed over B*T terms, beside the store's
+// rounding of the sum by up to 2^-9; the tolerances judge grad_R against
+// the sum of its terms' magnitudes for that reason
+// (test/gpu/test_gated_rnn.cpp). grad_rh's rest had added 39 to 41% to
+// that product's time (LSTM and GRU bf16 B64 T256 H512, bench/RESULTS.md,
+// issue 30 run DC).
 //
 // Algorithm. 256 threads in 8 warps of 64 x 32 outputs (4 x 4 instruction
 // tiles, 64 f32 accumulators a thread). k in steps of 32: each thread loads
@@ -446,8 +445,8 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
             b_first = tile.b_first;
   float ra[16], rb[16];
   const auto load = [&](int64_t k0) { tile.load(a, b, M, N, k0, ra, rb); };
-  // Whether each operand has a rest (the same for the whole grid).
-  const bool a_rest = !a.bf16_only(), b_rest = !b.bf16_only();
+  // Operands of bf16 values have no rest (the same for the whole grid).
+  const bool a_rest = !a.bf16_exact(), b_rest = !b.bf16_exact();
   const auto stash = [&]() {
     gated_rnn_gemm_split16(ra, &As[0][a_fixed][a_first], &As[1][a_fixed][a_first], a_rest);
     gated_rnn_gemm_split16(rb, &Bs[0][b_k][b_first], &Bs[1][b_k][b_first], b_rest);
@@ -505,8 +504,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // The same tensor-core products from asynchronous copies, where A is bf16
 // values in memory and B bf16 or f32 values, in rows whose 16-byte runs
 // are aligned: in a bf16 sequence with bf16 weights the recompute product
-// h_{t-1} R, grad_R = [h_{t-1}; 1]^T grad_rh (B f32), and the stacks'
-// products y W, grad_wx W^T and [y; 1]^T grad_wx.
+// h_{t-1} R, grad_R = [h_{t-1}; 1]^T grad_rh (B bf16, or f32 where the
+// walk stores grad_rh in f32), and the stacks' products y W, grad_wx W^T
+// and [y; 1]^T grad_wx.
 //
 // Why. The register-staged kernel above is latency-bound there: at B64
 // T256 H512 bf16 its recompute product issued 0.15 warp instructions a
@@ -528,10 +528,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // kernel takes an operand with no rest); an f32 B is read from shared
 // memory as f32 and split into its bf16 halves at the fragment, by the
 // same arithmetic as gated_rnn_gemm_split16, for the passes big x big and
-// big x rest, or (its loader's bf16_only()) rounded to its nearest bf16
-// for big x big alone. Each output's sum is taken in the same order by the
-// same instructions as the register-staged kernel's: the two kernels'
-// results are bitwise equal.
+// big x rest. Each output's sum is taken in the same order by the same
+// instructions as the register-staged kernel's: the two kernels' results
+// are bitwise equal.
 //
 // Loader contract (besides the one above): kAsyncRows, whether the loader
 // can give such rows at all (the kernel is instantiated only where both
@@ -661,10 +660,14 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   const int wm = warp >> 2, wn = warp & 3;
   const int q = lane >> 3, r8 = lane & 7, g = lane >> 2, t = lane & 3;
   float acc[4][4][4] = {};
-  // One step of k from stage s; kRest (an f32 B the loader does not take
-  // at its nearest bf16 alone) adds the big x rest pass.
-  const auto multiply = [&](int s, auto rest) {
-    constexpr bool kRest = decltype(rest)::value;
+  const bool rows_live = m0 + wm * 64 < M;
+  if (k_begin < k_end) copy(0, k_begin);
+  int s = 0;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += TK, s ^= 1) {
+    cp_async_wait<0>();  // (every group is committed)
+    __syncthreads();
+    if (k0 + TK < k_end) copy(s ^ 1, k0 + TK);
+    if (!rows_live) continue;
 #pragma unroll
     for (int kk = 0; kk < TK; kk += 16) {
       uint32_t af[4][4], bf[2][4][2];  // B: [big, rest]
@@ -678,17 +681,13 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
       }
       if constexpr (kBf32) {
         // The fragment's elements (k 2t, 2t + 1 and 2t + 8, 2t + 9 of
-        // column g) as f32, split or rounded as the register-staged kernel
-        // does.
+        // column g) as f32, split as the register-staged kernel splits them.
 #pragma unroll
         for (int j = 0; j < 4; ++j)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const float* col = b32_at(s, kk + 2 * t + 8 * h, wn * 32 + j * 8 + g);
-            if constexpr (kRest)
-              gated_rnn_split2(col[0], col[Layout::kBLd], bf[0][j][h], bf[1][j][h]);
-            else
-              bf[0][j][h] = gated_rnn_nearest2(col[0], col[Layout::kBLd]);
+            gated_rnn_split2(col[0], col[Layout::kBLd], bf[0][j][h], bf[1][j][h]);
           }
       } else {
 #pragma unroll
@@ -698,32 +697,17 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
           bf[0][j][0] = t4[0], bf[0][j][1] = t4[1], bf[0][j + 1][0] = t4[2], bf[0][j + 1][1] = t4[3];
         }
       }
-      // big x big, then (kRest) big x rest, each over all 16 tiles: the
+      // big x big, then (an f32 B) big x rest, each over all 16 tiles: the
       // register-staged kernel's passes in its order.
 #pragma unroll
-      for (int pass = 0; pass < (kRest ? 2 : 1); ++pass)
+      for (int pass = 0; pass < (kBf32 ? 2 : 1); ++pass)
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
           for (int j = 0; j < 4; ++j)
             MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[pass][j][0], bf[pass][j][1]);
     }
-  };
-  const bool rows_live = m0 + wm * 64 < M;
-  const auto steps = [&](auto rest) {
-    if (k_begin < k_end) copy(0, k_begin);
-    int s = 0;
-    for (int64_t k0 = k_begin; k0 < k_end; k0 += TK, s ^= 1) {
-      cp_async_wait<0>();  // (every group is committed)
-      __syncthreads();
-      if (k0 + TK < k_end) copy(s ^ 1, k0 + TK);
-      if (rows_live) multiply(s, rest);
-    }
-  };
-  if (kBf32 && !b.bf16_only())
-    steps(std::true_type{});
-  else
-    steps(std::false_type{});
+  }
   gated_rnn_gemm_tc_store(acc, m0 + wm * 64, n0 + wn * 32, lane, M, N, z, store);
 }
 

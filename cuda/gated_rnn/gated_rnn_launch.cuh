@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -291,7 +292,9 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   const GatedRnnForwardParams& f = params.fwd;
   const int64_t B = f.shape.batch, T = f.shape.steps, H = f.shape.hidden;
   const int64_t GH = G * H;
-  const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H};
+  const bool narrow = B * T <= INT32_MAX;
+  const GatedRnnPrevState<Elem> prev{static_cast<const Elem*>(f.d_y), f.d_h0, f.state_dtype, T, H,
+                                      narrow, narrow ? FastDivisor(static_cast<uint32_t>(T)) : FastDivisor()};
 
   // The products on tensor cores where the plan says.
   const auto product = [&](int64_t M, int64_t N, int64_t K, const auto& a, const auto& b,
@@ -362,18 +365,22 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   if ((plan.backward_steps & 4) && (params.d_grad_R || params.d_grad_bias)) {
     const int64_t first = params.d_grad_R ? 0 : H;
     const int64_t rows = (params.d_grad_bias ? H + 1 : H) - first;
-    // grad_rh at its nearest bf16 where the sums land in bf16 (a bf16
-    // sequence with bf16 weights; gated_rnn_gemm.cuh, precision).
-    const bool nearest_bf16 =
-        std::is_same_v<Elem, __nv_bfloat16> && f.weight_dtype == DType::bf16;
-    if (const LaunchResult r =
-            product(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first},
-                    GatedRnnGradRhB{d_workspace + plan.ws_rh, GH, nearest_bf16},
-                    GatedRnnWeightGradStore{params.d_grad_R, params.d_grad_bias, f.weight_dtype,
-                                            H, GH, first},
-                    plan.weight_grad_splits);
-        !r.ok())
-      return r;
+    const GatedRnnWeightGradStore store{params.d_grad_R, params.d_grad_bias, f.weight_dtype, H, GH,
+                                        first};
+    // grad_rh as the walk stored it (GatedRnnPlan::grad_rh_bf16).
+    const auto grad_rh = [&](const auto& rows_of_grad_rh) {
+      return product(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first}, rows_of_grad_rh,
+                     store, plan.weight_grad_splits);
+    };
+    const GatedRnnGradRhB f32_rows{d_workspace + plan.ws_rh, GH};
+    LaunchResult r;
+    if constexpr (std::is_same_v<Elem, __nv_bfloat16>)
+      r = plan.grad_rh_bf16 ? grad_rh(gated_rnn_stack::SequenceRows<Elem>{
+                                  reinterpret_cast<const Elem*>(d_workspace + plan.ws_rh), GH})
+                            : grad_rh(f32_rows);
+    else
+      r = grad_rh(f32_rows);
+    if (!r.ok()) return r;
   }
   return {};
 }

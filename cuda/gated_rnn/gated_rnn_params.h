@@ -197,6 +197,12 @@ struct GatedRnnPlan {
   // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
   // slice resident (as bf16) and tiles of 8 rows or more.
   bool walk_tensor_cores = false;
+  // Backward: the walk stores grad_rh in the workspace as bf16, each the
+  // nearest to its f32 value, and grad_R's product takes those rows in one
+  // pass from asynchronous copies, as the recompute product takes h: a bf16
+  // sequence with bf16 weights (grad_R and grad_bias land in bf16,
+  // gated_rnn_gemm.cuh's precision note) and gemm_tensor_cores. Else f32.
+  bool grad_rh_bf16 = false;
   // The stacked forward: the slots of each layer's exchange ring (a power
   // of two, at least 2): a layer runs at most this many steps ahead of the
   // layer above it; 0: the layers one after another, each in this plan.

@@ -341,6 +341,8 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
     // issue 30 runs AF and AG).
     plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
+    plan.grad_rh_bf16 = plan.gemm_tensor_cores && dtypes.sequence == DType::bf16 &&
+                        dtypes.weight == DType::bf16;
     // The walk's part product on tensor cores where R is bf16 (exact in
     // one pass) and a tile fills the instruction's 8 columns
     // (kGatedRnnWalkTcMinTile says why not 4). Its slice, transposed

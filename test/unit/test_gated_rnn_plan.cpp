@@ -471,10 +471,18 @@ TEST_CASE("gated RNN plan: the forward's tensor-core product", "[gated_rnn][plan
       CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16_f32r).gemm_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100).gemm_tensor_cores);
       CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, s, kH100, {}, bf16).gemm_tensor_cores);
+      // grad_rh stored as bf16 only where grad_R lands in bf16 (a bf16
+      // sequence with bf16 weights) and its product runs on tensor cores.
+      CHECK(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16).grad_rh_bf16);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, f16).grad_rh_bf16);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100, {}, bf16_f32r).grad_rh_bf16);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, s, kH100).grad_rh_bf16);
+      CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::forward, cell, s, kH100, {}, bf16).grad_rh_bf16);
     }
     o = {};
     o.tensor_cores = 0;
     CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, o, bf16).gemm_tensor_cores);
+    CHECK_FALSE(plan_gated_rnn(GatedRnnDirection::backward, cell, b64, kH100, o, bf16).grad_rh_bf16);
     // More units a block than the warps hold (forced): the CUDA-core product.
     o = {};
     o.units_per_block = 64;
