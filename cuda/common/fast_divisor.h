@@ -12,6 +12,11 @@
 // p = 31 + l, m = ceil(2^p / d) < 2^32 and n / d = floor(n m / 2^p): the
 // error m d - 2^p < d adds less than n / 2^p < 2^-l <= 1/d to n / d, whose
 // fraction is at most (d - 1) / d, so the floor holds. d = 1 is n itself.
+//
+// Where the dividends stay small, n d < 2^32, the gated RNN's staging
+// keeps the shorter form, ceil(2^32 / d) and no shift
+// (gated_rnn_common.cuh's GatedRnnRowStride and pair words); this one
+// serves any n < 2^31, as a row b*T + t of B*T rows needs.
 #pragma once
 
 #include <cstdint>

@@ -245,7 +245,7 @@ __device__ __forceinline__ void gated_rnn_poll_live_rounds(uint64_t (&w)[N], con
 // for every row before it, the row being i * ceil(2^32 / K) >> 32, exact
 // while i * K < 2^32 (its rows: at most 32 of H <= 2048). ldx > K needs
 // K >= 2 (ceil(2^32 / 1) has no 32 bits; the padded rows' K is a multiple
-// of 16).
+// of 16). (common/fast_divisor.h divides any n < 2^31, a shift more.)
 struct GatedRnnRowStride {
   int ldx, pad;
   uint32_t inverse;
