@@ -135,8 +135,18 @@ struct Problem {
   DType dtype;
   Shape s;
   bool has_c;  // the cell has a c_final (tensor_slot knows)
+  // f32 rows with GatedRnnLaunchOptions::f32_tensor_cores (--f32-tensor-cores).
+  bool f32_tensor_cores = false;
   int64_t gh() const { return cell.gates * s.hidden; }
 };
+
+// The launch options of every call of `p`'s rows: the library's choices,
+// with f32 on tensor cores where the run asks for it.
+GatedRnnLaunchOptions row_options(const Problem& p) {
+  GatedRnnLaunchOptions o;
+  o.f32_tensor_cores = p.f32_tensor_cores ? 1 : 0;
+  return o;
+}
 
 // One layer's tensors in one input set. Layer 2's x is layer 1's y.
 struct Layer {
@@ -229,13 +239,15 @@ void project_backward(const Problem& p, const Layer& ly, const Gemm& gemm) {
 
 void enqueue_ours(const Problem& p, const CallSet& set, int layers, bool proj, bool both,
                   const Gemm& gemm, cudaStream_t stream) {
+  const GatedRnnLaunchOptions o = row_options(p);
   for (int l = 0; l < layers; ++l) {
     if (proj) project_forward(p, set.layer[l], gemm);
-    require(gated_rnn_forward(forward_args(p, set.layer[l], proj), stream), "gated_rnn_forward");
+    require(gated_rnn_forward(forward_args(p, set.layer[l], proj), stream, &o), "gated_rnn_forward");
   }
   if (!both) return;
   for (int l = layers - 1; l >= 0; --l) {
-    require(gated_rnn_backward(backward_args(p, set, l, layers, proj), stream), "gated_rnn_backward");
+    require(gated_rnn_backward(backward_args(p, set, l, layers, proj), stream, &o),
+            "gated_rnn_backward");
     if (proj) project_backward(p, set.layer[l], gemm);
   }
 }
@@ -422,8 +434,9 @@ double normwise(const std::vector<double>& got, const std::vector<double>& ref) 
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
-test::Tolerance rnn_tolerance(DType d) {  // test/gpu/test_gated_rnn.cpp's
-  return d == DType::f32 ? test::Tolerance{5e-5, 5e-5} : test::Tolerance{4e-2, 3e-2};
+test::Tolerance rnn_tolerance(const Problem& p) {  // test/gpu/test_gated_rnn.cpp's
+  return p.f32_tensor_cores ? test::gated_rnn_f32_tensor_cores_tolerance()
+                            : test::gated_rnn_tolerance(p.dtype);
 }
 
 bool reference_kind(GatedRnnCell cell, reference::GatedRnnKind* kind) {
@@ -466,8 +479,9 @@ std::string validate(const Problem& p, const CallSet& set, const Stepwise& sw, c
   // Ours, the forward then the backward, one layer, no projection.
   for (const Tensor* t : {&ly.y, &ly.h_final, &ly.c_final, &ly.grad_wx, &ly.grad_R, &ly.grad_bias})
     poison(*t, stream);
-  require(gated_rnn_forward(forward_args(p, ly, false), stream), "gated_rnn_forward");
-  require(gated_rnn_backward(backward_args(p, set, 0, 1, false), stream), "gated_rnn_backward");
+  const GatedRnnLaunchOptions o = row_options(p);
+  require(gated_rnn_forward(forward_args(p, ly, false), stream, &o), "gated_rnn_forward");
+  require(gated_rnn_backward(backward_args(p, set, 0, 1, false), stream, &o), "gated_rnn_backward");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   std::size_t unwritten = count_nonfinite(ly.y) + count_nonfinite(ly.h_final) +
                           count_nonfinite(ly.grad_wx) + count_nonfinite(ly.grad_R) +
@@ -490,7 +504,7 @@ std::string validate(const Problem& p, const CallSet& set, const Stepwise& sw, c
   const auto f = reference::gated_rnn_forward(rp);
   const auto g = reference::gated_rnn_backward(rp, grad_y, {}, {});
 
-  const test::Tolerance tol = rnn_tolerance(p.dtype);
+  const test::Tolerance tol = rnn_tolerance(p);
   const double hscale = std::max(test::max_abs(f.y), test::max_abs(f.h_final));
   const double gscale = std::max({test::max_abs(g.wx), test::max_abs(g.rh), test::max_abs(g.h0),
                                   test::max_abs(g.c0)});
@@ -726,7 +740,7 @@ std::string validate_stack_backward(const Problem& p, const CallSet& set, const 
   for (const Tensor* t : {&set.layer[0].grad_wx, &st.grad_R, &st.grad_bias, &set.layer[1].grad_W})
     poison(*t, stream);
   project_forward(p, set.layer[0], gemm);
-  require(gated_rnn_stack_forward(st.args, stream), "gated_rnn_stack_forward");
+  require(gated_rnn_stack_forward(st.args, stream, options), "gated_rnn_stack_forward");
   require(gated_rnn_stack_backward(st.backward, stream, options), "gated_rnn_stack_backward");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const std::vector<std::vector<double>> got = {download(set.layer[0].grad_wx, 0, sz(BT * GH)),
@@ -821,7 +835,7 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
   std::vector<std::unique_ptr<StackedSet>> stacked;
   for (const auto& set : sets) stacked.push_back(make_stacked_set(p, *set, c.stream));
   GatedRnnLaunchInfo info;
-  GatedRnnLaunchOptions probe;
+  GatedRnnLaunchOptions probe = row_options(p);
   probe.chosen = &info;
   const Status s = gated_rnn_stack_forward(stacked[0]->args, c.stream, &probe);
   check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
@@ -831,10 +845,11 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
                 s.ok() ? "the library ran it layer by layer" : s.message().c_str());
     return;
   }
+  const GatedRnnLaunchOptions options = row_options(p);
   auto run = [&](int rep) {
     const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
     project_forward(p, sets[i]->layer[0], gemm);
-    require(gated_rnn_stack_forward(stacked[i]->args, c.stream), "gated_rnn_stack_forward");
+    require(gated_rnn_stack_forward(stacked[i]->args, c.stream, &options), "gated_rnn_stack_forward");
   };
   const std::string validation = validate_stack(p, *sets[0], *stacked[0], run, c.stream);
   const Times t = time_ours(c.stream, budget, sets.size(), small_call(p.s), run);
@@ -851,14 +866,16 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
   // backwards, layer 2's projection's gradients), then layer 1's
   // projection's gradients, as the "yes" rows.
   GatedRnnLaunchInfo binfo;
-  GatedRnnLaunchOptions bprobe;
+  GatedRnnLaunchOptions bprobe = row_options(p);
   bprobe.chosen = &binfo;
   require(gated_rnn_stack_backward(stacked[0]->backward, c.stream, &bprobe), "gated_rnn_stack_backward");
-  const std::string bvalidation = validate_stack_backward(p, *sets[0], *stacked[0], gemm, c.stream);
+  const std::string bvalidation =
+      validate_stack_backward(p, *sets[0], *stacked[0], gemm, c.stream, &options);
   auto both = [&](int rep) {
     const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
     run(rep);
-    require(gated_rnn_stack_backward(stacked[i]->backward, c.stream), "gated_rnn_stack_backward");
+    require(gated_rnn_stack_backward(stacked[i]->backward, c.stream, &options),
+            "gated_rnn_stack_backward");
     project_backward(p, sets[i]->layer[0], gemm);
   };
   const Times tb = time_ours(c.stream, budget, sets.size(), small_call(p.s), both);
@@ -892,7 +909,7 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
   const std::string validation = validate(p, *sets[0], *sw, gemm, seed, c.stream, &valid);
 
   GatedRnnLaunchInfo fwd_info, bwd_info;
-  GatedRnnLaunchOptions probe;
+  GatedRnnLaunchOptions probe = row_options(p);
   probe.chosen = &fwd_info;
   require(gated_rnn_forward(forward_args(p, sets[0]->layer[0], false), c.stream, &probe), "gated_rnn_forward");
   probe.chosen = &bwd_info;
@@ -961,12 +978,12 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
                 t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us, t.host_us, note);
   };
   if (p.s.batch <= 4) {
-    GatedRnnLaunchOptions o;
+    GatedRnnLaunchOptions o = row_options(p);
     o.unit_warps = 1;
     other_layout("uw", "(unit warps)", o, false);
   }
   if (p.s.batch == 1) {
-    GatedRnnLaunchOptions o;
+    GatedRnnLaunchOptions o = row_options(p);
     o.k_split = 0;
     other_layout("blk", "(block layout)", o, false);
   }
@@ -1130,7 +1147,7 @@ void run_stack_backward_plans(const SectionContext& c, const Gemm& gemm, const P
   const auto set = make_call_set(p, seed, c.stream, &ignored);
   const auto st = make_stacked_set(p, *set, c.stream);
   GatedRnnLaunchInfo automatic;
-  GatedRnnLaunchOptions probe;
+  GatedRnnLaunchOptions probe = row_options(p);
   probe.chosen = &automatic;
   project_forward(p, set->layer[0], gemm);
   require(gated_rnn_stack_forward(st->args, c.stream), "gated_rnn_stack_forward");
@@ -1168,7 +1185,8 @@ void run_stack_backward_plans(const SectionContext& c, const Gemm& gemm, const P
 
 }  // namespace
 
-void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bool exact_f32) {
+void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bool exact_f32,
+                     bool f32_tensor_cores) {
   const Gemm gemm(context.stream, exact_f32);
   const Rates rates = measure_rates(context, gemm);
   std::printf("\n== gated_rnn (issue 30): GRU and LSTM, exphil::gated_rnn_forward / _backward ==\n");
@@ -1186,9 +1204,14 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bo
               "/ floor_us; stepwise: one launch per step (bench/gated_rnn_stepwise.h), graph replay; "
               "speedup = stepwise_us / graph_us\n");
   const uint64_t seed = test::test_seed();
-  // (exact_f32 changes only f32's projections.)
-  const std::vector<DType> dtypes =
-      exact_f32 ? std::vector<DType>{DType::f32} : std::vector<DType>{DType::f32, DType::bf16};
+  // (exact_f32 changes only f32's projections, f32_tensor_cores only f32's
+  // kernels.)
+  const std::vector<DType> dtypes = exact_f32 || f32_tensor_cores
+                                        ? std::vector<DType>{DType::f32}
+                                        : std::vector<DType>{DType::f32, DType::bf16};
+  if (f32_tensor_cores)
+    std::printf("f32 rows with GatedRnnLaunchOptions::f32_tensor_cores = 1 (the forward's product "
+                "and the walk's on tensor cores, TF32's precision or better)\n");
   if (layouts) {
     // f32 at every shape of T > 1; bf16 where the forward's product may
     // run on tensor cores (B > 4), with and without them.
@@ -1227,7 +1250,8 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bo
       for (const Shape& s : kShapes) {
         ++k;
         if (small && s.batch > 1) continue;
-        run_shape(context, rates, gemm, Problem{cell, dtype, s, has_c}, seed + 1000003 * k);
+        run_shape(context, rates, gemm, Problem{cell, dtype, s, has_c, f32_tensor_cores},
+                  seed + 1000003 * k);
       }
     }
   }

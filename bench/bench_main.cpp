@@ -51,7 +51,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: exphil_bench [--quick] [--op NAME] [--small] [--sweep] [--layouts] [--exact-f32]\n"
-    "                    [--selective-scan-shape B T D N]\n"
+    "                    [--f32-tensor-cores] [--selective-scan-shape B T D N]\n"
     "  --quick   fewer repetitions\n"
     "  --op      only this op: linear_scan, min_gru, min_lstm, liquid, selective_scan,\n"
     "            attention or gated_rnn (GRU and LSTM; bench/run_gated_rnn.sh adds cuDNN)\n"
@@ -60,6 +60,8 @@ constexpr const char* kUsage =
     "            (units per block x batch groups) against the automatic plan\n"
     "  --exact-f32 gated_rnn: f32 only, its projections' products as f32 FMAs rather than\n"
     "            TF32 (beside bench/peers/cudnn_rnn.py --exact-f32)\n"
+    "  --f32-tensor-cores gated_rnn: f32 only, the kernels with f32_tensor_cores = 1 (TF32's\n"
+    "            precision or better, beside cudnn_rnn.py's default TF32)\n"
     "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
     "            single segment (evidence for the planner's choice)\n"
     "  --selective-scan-shape B T D N\n"
@@ -78,6 +80,7 @@ struct Options {
   bool small = false;
   bool layouts = false;
   bool exact_f32 = false;
+  bool f32_tensor_cores = false;
   std::string only_op;
   long long selective_scan_shape[4] = {0, 0, 0, 0};
 };
@@ -384,6 +387,8 @@ Options parse(int argc, char** argv) {
       o.layouts = true;
     } else if (arg == "--exact-f32") {
       o.exact_f32 = true;
+    } else if (arg == "--f32-tensor-cores") {
+      o.f32_tensor_cores = true;
     } else if (arg == "--op") {
       if (i + 1 >= argc) throw std::invalid_argument("--op: expected an op name, got nothing");
       o.only_op = argv[++i];
@@ -464,7 +469,7 @@ int main(int argc, char** argv) {
       bench::bench_attention(section);
     if (bench.options.only_op.empty() || bench.options.only_op == "gated_rnn")
       bench::bench_gated_rnn(section, bench.options.small, bench.options.layouts,
-                             bench.options.exact_f32);
+                             bench.options.exact_f32, bench.options.f32_tensor_cores);
     if (bench.options.sweep) bench.sweep();
 
     std::printf("\n== targets (issues 2, 4 and 5; issue 30's compare with cuDNN: "

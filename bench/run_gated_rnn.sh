@@ -8,7 +8,9 @@
 # cudnn.allow_tf32 False; ours with the projections' cuBLAS products
 # without TF32, exphil_bench --exact-f32; our recurrent kernels take f32
 # FMAs either way, while PyTorch's default lets cuDNN take TF32 for all its
-# products) and that comparison.
+# products) and that comparison; then the f32 rows once more with our
+# kernels at TF32's precision or better (exphil_bench --f32-tensor-cores:
+# GatedRnnLaunchOptions::f32_tensor_cores) against cuDNN's default run.
 #
 # usage: bench/run_gated_rnn.sh [--small] [--quick]
 #   --small  batch-1 shapes only; --quick  fewer repetitions (both passed to both)
@@ -20,7 +22,9 @@
 #              bench/peers/out): gated_rnn_ours.txt, gated_rnn_cudnn.txt,
 #              gated_rnn_compare.txt, and for f32 in FMAs throughout
 #              gated_rnn_ours_exact_f32.txt, gated_rnn_cudnn_exact_f32.txt,
-#              gated_rnn_compare_exact_f32.txt
+#              gated_rnn_compare_exact_f32.txt; with our f32 on tensor cores
+#              gated_rnn_ours_f32_tensor_cores.txt and
+#              gated_rnn_compare_f32_tensor_cores.txt
 #   PYTHON     the python with torch (default python3)
 # Wall time, measured: on an H100 (16 cores) 3 min in all before the f32
 # rerun (the build from scratch 35 s, exphil_bench 95 s, cudnn_rnn.py
@@ -73,7 +77,15 @@ exact_rc=${PIPESTATUS[0]}
 "$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours_exact_f32.txt" \
   "$OUT_DIR/gated_rnn_cudnn_exact_f32.txt" | tee "$OUT_DIR/gated_rnn_compare_exact_f32.txt"
 exact_compare_rc=${PIPESTATUS[0]}
-echo "done in ${SECONDS} s (exphil_bench rc ${ours_rc} and ${ours_exact_rc}, cudnn_rnn.py rc" \
-  "${peer_rc} and ${exact_rc}, validation rc ${compare_rc} and ${exact_compare_rc})"
+echo "== f32 at TF32's precision or better on both sides: ours with f32_tensor_cores, cuDNN's default =="
+"$BUILD_DIR/bench/exphil_bench" --op gated_rnn --f32-tensor-cores ${flags[@]+"${flags[@]}"} |
+  tee "$OUT_DIR/gated_rnn_ours_f32_tensor_cores.txt"
+ours_tc_rc=${PIPESTATUS[0]}
+"$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours_f32_tensor_cores.txt" \
+  "$OUT_DIR/gated_rnn_cudnn.txt" | tee "$OUT_DIR/gated_rnn_compare_f32_tensor_cores.txt"
+tc_compare_rc=${PIPESTATUS[0]}
+echo "done in ${SECONDS} s (exphil_bench rc ${ours_rc}, ${ours_exact_rc} and ${ours_tc_rc}, cudnn_rnn.py" \
+  "rc ${peer_rc} and ${exact_rc}, validation rc ${compare_rc}, ${exact_compare_rc} and ${tc_compare_rc})"
 [ "$ours_rc" -eq 0 ] && [ "$peer_rc" -eq 0 ] && [ "$compare_rc" -eq 0 ] && [ "$ours_exact_rc" -eq 0 ] &&
-  [ "$exact_rc" -eq 0 ] && [ "$exact_compare_rc" -eq 0 ]
+  [ "$exact_rc" -eq 0 ] && [ "$exact_compare_rc" -eq 0 ] && [ "$ours_tc_rc" -eq 0 ] &&
+  [ "$tc_compare_rc" -eq 0 ]

@@ -46,6 +46,7 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
     o.walk_tensor_cores = options->walk_tensor_cores;
     o.pair_exchange = options->pair_exchange;
     o.stack_wavefront = options->stack_wavefront;
+    o.f32_tensor_cores = options->f32_tensor_cores;
   }
   return o;
 }

@@ -155,13 +155,19 @@ struct GatedRnnPrevState {
   __device__ __forceinline__ bool bf16_exact() const {
     return std::is_same_v<Elem, __nv_bfloat16> && (!h0 || h0_dtype == DType::bf16);
   }
-  static constexpr bool kAsyncRows = std::is_same_v<Elem, __nv_bfloat16>;
+  // Rows of bf16, or of f32 (an f32 sequence, h0 f32 or absent).
+  static constexpr bool kAsyncRows =
+      std::is_same_v<Elem, __nv_bfloat16> || std::is_same_v<Elem, float>;
+  static constexpr bool kF32Rows = std::is_same_v<Elem, float>;
   bool async_rows() const {
-    return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) &&
-           (!h0 || gated_rnn_bf16_rows(h0_dtype, h0, H));
+    if constexpr (kF32Rows)
+      return gated_rnn_f32_rows(DType::f32, y, H) && (!h0 || gated_rnn_f32_rows(h0_dtype, h0, H));
+    else
+      return kAsyncRows && gated_rnn_bf16_rows(DType::bf16, y, H) &&
+             (!h0 || gated_rnn_bf16_rows(h0_dtype, h0, H));
   }
   __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const {
-    return r.p ? static_cast<const __nv_bfloat16*>(r.p) + k : nullptr;
+    return r.p ? static_cast<const Elem*>(r.p) + k : nullptr;
   }
   // Elements k .. k + 7, each branch taken once (gated_rnn_gemm_load8).
   __device__ __forceinline__ void at8(const Row& r, int64_t k, float (&v)[8]) const {
@@ -190,6 +196,7 @@ struct GatedRnnRecomputeA {
   }
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
+  static constexpr bool kF32Rows = GatedRnnPrevState<Elem>::kF32Rows;
   bool async_rows() const { return h.async_rows(); }
   __device__ __forceinline__ const void* src16(const Row& r, int64_t k) const { return h.src16(r, k); }
 };
@@ -253,20 +260,23 @@ struct GatedRnnWeightGradA {
   // (Row H's ones are bf16 values too.)
   __device__ __forceinline__ bool bf16_exact() const { return h.bf16_exact(); }
   static constexpr bool kAsyncRows = GatedRnnPrevState<Elem>::kAsyncRows;
-  bool async_rows() const { return h.async_rows() && first % 8 == 0; }
-  // Units m + first .. + 7 of row k (the zeros past the ones are rows
-  // never stored).
+  static constexpr bool kF32Rows = GatedRnnPrevState<Elem>::kF32Rows;
+  bool async_rows() const { return h.async_rows() && first % (16 / sizeof(Elem)) == 0; }
+  // Units m + first .. of row k, 16 bytes (the zeros past the ones are
+  // rows never stored).
   __device__ __forceinline__ const void* src16(const Row& r, int64_t m) const {
-    return gated_rnn_units_or_ones16(m + first, h.H, [&](int64_t unit) { return h.src16(r, unit); });
+    return gated_rnn_units_or_ones16<Elem>(m + first, h.H,
+                                           [&](int64_t unit) { return h.src16(r, unit); });
   }
 };
-// grad_rh [B*T, G*H] in f32 (GatedRnnPlan::grad_rh_bf16 false; the bf16
-// rows are gated_rnn_stack::SequenceRows).
-struct GatedRnnGradRhB {
-  const float* grad_rh;
+// An f32 B [K, N] in rows: grad_rh [B*T, G*H] (GatedRnnPlan::grad_rh_bf16
+// false; the bf16 rows are gated_rnn_stack::SequenceRows), and an f32
+// sequence's R [H, G*H].
+struct GatedRnnF32RowsB {
+  const float* rows;
   int64_t N;
   using Row = const float*;
-  __device__ __forceinline__ Row row(int64_t k) const { return grad_rh + k * N; }
+  __device__ __forceinline__ Row row(int64_t k) const { return rows + k * N; }
   __device__ __forceinline__ float at(Row r, int64_t n) const { return r[n]; }
   __device__ __forceinline__ void at8(Row r, int64_t n, float (&v)[8]) const {
 #pragma unroll
@@ -275,9 +285,7 @@ struct GatedRnnGradRhB {
   __device__ __forceinline__ bool bf16_exact() const { return false; }  // f32 sums
   static constexpr bool kAsyncRows = true;
   static constexpr bool kF32Rows = true;
-  bool async_rows() const {
-    return N % 4 == 0 && (reinterpret_cast<uintptr_t>(grad_rh) & 15) == 0;
-  }
+  bool async_rows() const { return gated_rnn_f32_rows(DType::f32, rows, N); }
   __device__ __forceinline__ const void* src16(Row r, int64_t n) const { return r + n; }
 };
 struct GatedRnnWeightGradStore {
@@ -598,8 +606,11 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
                                                int block, float* smem,
                                                const GatedRnnWalkStack& st) {
   static_assert(!kStack || kResident, "the stack's walk holds its slices in shared memory");
-  static_assert(!kTensorCores || (kResident && !kStack && sizeof(Elem) == 2),
-                "the tensor-core walk: one layer, a 16-bit sequence, its slice resident");
+  static_assert(!kTensorCores || (kResident && !kStack),
+                "the tensor-core walk: one layer, its slice resident");
+  // f32 weights on tensor cores (an f32 sequence: the planner takes bf16
+  // weights there with 16-bit sequences only): the slice in two bf16 arrays.
+  constexpr bool kSplitWeights = kTensorCores && sizeof(Elem) == 4;
   constexpr int G = kGatedRnnGates<kCell>;
   const GatedRnnForwardParams& f = p.fwd;
   const int64_t B = f.shape.batch, T = f.shape.steps;
@@ -627,7 +638,7 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   float* gr;
   if constexpr (kTensorCores) {
     W = nullptr;
-    gr = smem + gated_rnn_walk_tc_slice_floats(C, K);
+    gr = smem + gated_rnn_walk_tc_slice_floats(C, K, kSplitWeights);
   } else if constexpr (kResident) {
     W = smem;
     gr = smem + static_cast<int64_t>(C) * K;
@@ -644,8 +655,12 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
   constexpr bool kPacked = !kStack;
   uint64_t* const xchg = reinterpret_cast<uint64_t*>(ws + plan.ws_exchange);
 
-  if constexpr (kTensorCores)
-    gated_rnn_load_slice_transposed(reinterpret_cast<__nv_bfloat16*>(smem), f.d_R, G, H, U, u0, live, C);
+  if constexpr (kSplitWeights)
+    gated_rnn_load_slice_transposed(reinterpret_cast<__nv_bfloat16*>(smem),
+                                    static_cast<const float*>(f.d_R), G, H, U, u0, live, C);
+  else if constexpr (kTensorCores)
+    gated_rnn_load_slice_transposed(reinterpret_cast<__nv_bfloat16*>(smem),
+                                    static_cast<const uint16_t*>(f.d_R), G, H, U, u0, live, C);
   else
     gated_rnn_load_slice(W, f.d_R, f.weight_dtype, G, H, U, u0, live, C);  // as the forward's
   // grad_y (and the GRU's y) of this block's rows and units, every step,
@@ -913,8 +928,8 @@ __device__ __forceinline__ void gated_rnn_walk(const GatedRnnBackwardParams& p,
               gated_rnn_publish_pair(dst + (b0 + b) * K + k, v, next, static_cast<int>(s));
             };
             if constexpr (kTensorCores)
-              gated_rnn_part_product_tc(rows, gr, C, reinterpret_cast<const __nv_bfloat16*>(smem), K,
-                                        nb, publish);
+              gated_rnn_part_product_tc<kSplitWeights>(
+                  rows, gr, C, reinterpret_cast<const __nv_bfloat16*>(smem), K, nb, publish);
             else
               gated_rnn_part_product_rows<true>(rows, gr, C, W, K, nb, publish);
           } else {

@@ -78,7 +78,8 @@ struct InputGradA {
   }
   // As GatedRnnWeightGradA::src16.
   __device__ __forceinline__ const void* src16(Row r, int64_t m) const {
-    return gated_rnn_units_or_ones16(m + first, H, [&](int64_t unit) -> const void* { return r + unit; });
+    return gated_rnn_units_or_ones16<__nv_bfloat16>(m + first, H,
+                                                    [&](int64_t unit) -> const void* { return r + unit; });
   }
 };
 

@@ -43,6 +43,10 @@ inline constexpr int64_t kGatedRnnPrefetchBytes = int64_t{16} << 20;
 inline bool gated_rnn_bf16_rows(DType dtype, const void* p, int64_t row_length) {
   return dtype == DType::bf16 && row_length % 8 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
+// The same for f32 elements (rows of a multiple of 4).
+inline bool gated_rnn_f32_rows(DType dtype, const void* p, int64_t row_length) {
+  return dtype == DType::f32 && row_length % 4 == 0 && (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 // Prefetches, for every (row, step) m < rows and part q < parts, the run of
 // `live` elements of size `elem` at base + (m * parts + q) * stride (in

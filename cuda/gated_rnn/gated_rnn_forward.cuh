@@ -173,12 +173,13 @@ struct GatedRnnForwardInputs {
 
 // Where the block's slice of R lives and what multiplies it: shared memory
 // (resident) or the workspace (streamed) on CUDA cores, or registers on
-// tensor cores (gated_rnn_forward_tensor_cores.cuh, 16-bit Elem only).
+// tensor cores (gated_rnn_forward_tensor_cores.cuh: a 16-bit Elem, or f32
+// as f16).
 enum class GatedRnnForwardProduct { resident, streamed, tensor_cores };
 
 // The tensor-core slice where the product takes it, else nothing.
 template <class Elem, bool kOn>
-struct GatedRnnForwardSlice : GatedRnnTensorCoreSlice<Elem> {};
+struct GatedRnnForwardSlice : GatedRnnTensorCoreSlice<typename GatedRnnTcOperand<Elem>::type> {};
 template <class Elem>
 struct GatedRnnForwardSlice<Elem, false> {};
 
@@ -187,7 +188,6 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
     gated_rnn_forward_kernel(const GatedRnnForwardParams p, const GatedRnnPlan plan,
                              float* __restrict__ ws) {
   constexpr bool kTensorCores = kProduct == GatedRnnForwardProduct::tensor_cores;
-  static_assert(!kTensorCores || sizeof(Elem) == 2, "tensor cores take bf16 and f16");
   constexpr int G = kGatedRnnGates<kCell>;
   const int64_t B = p.shape.batch, T = p.shape.steps;
   const int H = static_cast<int>(p.shape.hidden);
@@ -224,8 +224,10 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 1)
   float* const cbuf = kCell != GatedRnnCell::gru ? ws + plan.ws_cell : nullptr;
 
   GatedRnnForwardSlice<Elem, kTensorCores> slice_tc;
-  if constexpr (kTensorCores)
-    slice_tc.load(p.d_R, G, H, U, u0, live, plan.k_parts);
+  if constexpr (kTensorCores && sizeof(Elem) == 2)
+    slice_tc.load(static_cast<const uint16_t*>(p.d_R), G, H, U, u0, live, plan.k_parts);
+  else if constexpr (kTensorCores)
+    slice_tc.load(static_cast<const float*>(p.d_R), G, H, U, u0, live, plan.k_parts);
   else
     gated_rnn_load_slice(W, p.d_R, p.weight_dtype, G, H, U, u0, live, C);
   // wx of this block's rows and units, every step, into L2 (if small enough).

@@ -30,8 +30,14 @@
  * order: results are bitwise reproducible.
  *
  * Precision. R is stored in the 16-bit dtype already (the planner takes
- * this product only where R and the sequence share bf16 or f16), so its
- * fragments are exact. h_{t-1} is f32: each value is split into the
+ * this product where R and the sequence share bf16 or f16), so its
+ * fragments are exact. An f32 sequence with f32 R, where asked
+ * (GatedRnnLaunchOptions::f32_tensor_cores), runs as f16: each weight
+ * rounded to the nearest f16, the 11 significant bits of TF32 (cuDNN's and
+ * PyTorch's default for f32 products on tensor cores) in half its register
+ * bits, so that the slice fits the registers a 16-bit one does; |R| must
+ * stay below 65504, and weights below 2^-14 keep an absolute error of
+ * 2^-25 rather than a relative one. h_{t-1} is f32: each value is split into the
  * nearest 16-bit number and the 16-bit rounding of what is left, and both
  * halves are multiplied (two instructions a fragment), so the product sees
  * about 16 bits of h (bf16) or 22 (f16) rather than 8 or 11, accumulated in
@@ -47,6 +53,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -78,6 +85,17 @@ __device__ __forceinline__ void gated_rnn_split_pair(float2 v, uint32_t& big, ui
   rest = MmaOp<Elem>::pack(v.x - b.x, v.y - b.y);
 }
 
+// R's element as a fragment's 16-bit word: a 16-bit R's own bits, an f32
+// R's nearest f16 (the Precision paragraph above).
+__device__ __forceinline__ uint32_t gated_rnn_tc_word(uint16_t v) { return v; }
+__device__ __forceinline__ uint32_t gated_rnn_tc_word(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+
+// The instruction's operand type for a sequence of Elem: f32 runs as f16.
+template <class Elem> struct GatedRnnTcOperand { using type = Elem; };
+template <> struct GatedRnnTcOperand<float> { using type = __half; };
+
 template <class Elem>
 struct GatedRnnTensorCoreSlice {
   static constexpr int kTiles = kGatedRnnTcWarpTiles;
@@ -89,10 +107,15 @@ struct GatedRnnTensorCoreSlice {
   int step0, steps;               // its k-steps: [step0, step0 + steps)
   int part;                       // which part of H it sums
 
-  // This warp's fragments of the slice: R [H, G*H] in Elem, the block's
-  // columns g * H + u0 + u for gate g and unit u < live (U a slice).
-  __device__ __forceinline__ void load(const void* R, int G, int H, int U, int u0, int live,
+  // This warp's fragments of the slice: R [H, G*H] as stored (Elem's 16-bit
+  // words, or f32 where Elem is f16), the block's columns g * H + u0 + u
+  // for gate g and unit u < live (U a slice).
+  template <class Stored>
+  __device__ __forceinline__ void load(const Stored* r, int G, int H, int U, int u0, int live,
                                        int parts) {
+    static_assert(std::is_same_v<Stored, uint16_t> ||
+                      (std::is_same_v<Stored, float> && std::is_same_v<Elem, __half>),
+                  "R's own 16-bit words, or f32 rounded to f16");
     const int warp = static_cast<int>(threadIdx.x >> 5), lane = static_cast<int>(threadIdx.x & 31);
     const int g = lane >> 2, t = lane & 3;
     const int groups = (kGatedRnnThreads / 32) / parts;
@@ -104,7 +127,6 @@ struct GatedRnnTensorCoreSlice {
     const int depth = H / 16, per = (depth + parts - 1) / parts;
     step0 = part * per;
     steps = max(0, min(per, depth - step0));
-    const uint16_t* r = static_cast<const uint16_t*>(R);
     const int64_t GH = static_cast<int64_t>(G) * H;
 #pragma unroll
     for (int j = 0; j < kTiles; ++j)
@@ -120,7 +142,8 @@ struct GatedRnnTensorCoreSlice {
           const int gate = m / U, u = m - gate * U;
           const bool in = s < steps && m < columns && u < live;
           const int64_t at = in ? static_cast<int64_t>(k) * GH + gate * H + u0 + u : 0;
-          const uint32_t lo = in ? r[at] : 0u, hi = in ? r[at + GH] : 0u;
+          const uint32_t lo = in ? gated_rnn_tc_word(r[at]) : 0u;
+          const uint32_t hi = in ? gated_rnn_tc_word(r[at + GH]) : 0u;
           a[j][s][q] = lo | (hi << 16);
           // Rounds of 8 loads: all of them at once would spill.
           if (q == 3) __syncwarp();

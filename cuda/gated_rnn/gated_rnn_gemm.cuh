@@ -501,12 +501,14 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 }
 
 // ---------------------------------------------------------------------------
-// The same tensor-core products from asynchronous copies, where A is bf16
-// values in memory and B bf16 or f32 values, in rows whose 16-byte runs
-// are aligned: in a bf16 sequence with bf16 weights the recompute product
+// The same tensor-core products from asynchronous copies, where A and B
+// are each bf16 or f32 values in memory, in rows whose 16-byte runs are
+// aligned: in a bf16 sequence with bf16 weights the recompute product
 // h_{t-1} R, grad_R = [h_{t-1}; 1]^T grad_rh (B bf16, or f32 where the
 // walk stores grad_rh in f32), and the stacks' products y W, grad_wx W^T
-// and [y; 1]^T grad_wx.
+// and [y; 1]^T grad_wx; in an f32 sequence with f32 weights, where asked
+// (GatedRnnLaunchOptions::f32_tensor_cores), the recompute product and
+// grad_R with both operands f32.
 //
 // Why. The register-staged kernel above is latency-bound there: at B64
 // T256 H512 bf16 its recompute product issued 0.15 warp instructions a
@@ -524,17 +526,20 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 // i + 1 go to the other stage and the warps multiply step i. A step's A
 // tile is 512 runs of 8 bf16 (two a thread), B's 512 runs of 8 bf16 or
 // 1024 of 4 f32; runs past M, N or the split's k end are zeros (cp.async's
-// source size 0). A bf16 B is one pass (big x big, as the register-staged
-// kernel takes an operand with no rest); an f32 B is read from shared
-// memory as f32 and split into its bf16 halves at the fragment, by the
-// same arithmetic as gated_rnn_gemm_split16, for the passes big x big and
-// big x rest. Each output's sum is taken in the same order by the same
-// instructions as the register-staged kernel's: the two kernels' results
-// are bitwise equal.
+// source size 0); an f32 A's tile is 1024 runs of 4 f32 likewise. A bf16
+// B is one pass (big x big, as the register-staged kernel takes an operand
+// with no rest); an f32 B is read from shared memory as f32 and split into
+// its bf16 halves at the fragment, by the same arithmetic as
+// gated_rnn_gemm_split16, for the passes big x big and big x rest. An f32
+// A is split at the fragment too, an m-tile at a time (its halves for all
+// four at once would not fit two blocks' registers), and adds the pass
+// rest x big. Each output's sum takes big x big, big x rest, rest x big at
+// every step of 16, as the register-staged kernel's does, by the same
+// instructions: the two kernels' results are bitwise equal.
 //
 // Loader contract (besides the one above): kAsyncRows, whether the loader
 // can give such rows at all (the kernel is instantiated only where both
-// can); kF32Rows (B, optional), its elements f32; async_rows() (host),
+// can); kF32Rows (optional), its elements f32; async_rows() (host),
 // true where this call's rows qualify (bf16 or, kF32Rows, f32 elements;
 // every 16-byte run the kernel copies aligned); src16(row, i) the address
 // of the 16 bytes from element i of a prepared row (along k for an A
@@ -547,39 +552,49 @@ template <class Load>
 struct GatedRnnGemmF32Rows<Load, std::void_t<decltype(Load::kF32Rows)>>
     : std::bool_constant<Load::kF32Rows> {};
 
-// Shared memory of gated_rnn_gemm_async_kernel: two stages of A (bf16, [m][k]
-// rows when kAk, else [k][m]) then two of B ([k][n], bf16 or f32), rows
-// padded so that ldmatrix's 8 rows (and the f32 fragment reads) fall in
-// distinct banks.
-template <bool kAk, bool kBf32>
+// Shared memory of gated_rnn_gemm_async_kernel: two stages of A ([m][k]
+// rows when kAk, else [k][m]; bf16 or f32) then two of B ([k][n], bf16 or
+// f32), rows padded so that ldmatrix's 8 rows, and the f32 fragment reads,
+// fall in distinct banks: an f32 [m][k] row by 8 floats (a half-warp's
+// 8-byte reads of rows g, words 2t: 8 g + 2 t, distinct pairs), an f32
+// [k][m] or [k][n] row by 4 (a warp's reads of rows 2t, word g: 8 t + g).
+template <bool kAk, bool kAf32, bool kBf32>
 struct GatedRnnGemmAsyncLayout {
   static constexpr int kARows = kAk ? kGatedRnnGemmTileM : kGatedRnnGemmTcDepth;
-  static constexpr int kALd = (kAk ? kGatedRnnGemmTcDepth : kGatedRnnGemmTileM) + 8;
+  static constexpr int kALd =
+      (kAk ? kGatedRnnGemmTcDepth : kGatedRnnGemmTileM) + (kAf32 && !kAk ? 4 : 8);
   static constexpr int kBLd = kGatedRnnGemmTileN + (kBf32 ? 4 : 8);
-  static constexpr int kAStage = kARows * kALd;                // bf16 elements
+  static constexpr int kAStage = kARows * kALd;                // A elements
   static constexpr int kBStage = kGatedRnnGemmTcDepth * kBLd;  // B elements
-  static constexpr int kABytes = kGatedRnnGemmAsyncStages * kAStage * 2;
+  static constexpr int kABytes = kGatedRnnGemmAsyncStages * kAStage * (kAf32 ? 4 : 2);
   static constexpr int kBytes =
       kABytes + kGatedRnnGemmAsyncStages * kBStage * (kBf32 ? 4 : 2);
 };
 
-// Eight bf16 ones, for the row of ones of an A that gives a bias's
-// gradient ([h; 1]^T).
-__device__ __forceinline__ const void* gated_rnn_bf16_ones16() {
-  static __device__ __align__(16) const unsigned short kOnes[8] = {0x3F80, 0x3F80, 0x3F80, 0x3F80,
+// Sixteen bytes of ones (eight bf16, four f32), for the row of ones of an
+// A that gives a bias's gradient ([h; 1]^T).
+template <class Elem>
+__device__ __forceinline__ const void* gated_rnn_ones16() {
+  static_assert(std::is_same_v<Elem, __nv_bfloat16> || std::is_same_v<Elem, float>,
+                "bf16 or f32 rows");
+  static __device__ __align__(16) const unsigned short kBf16[8] = {0x3F80, 0x3F80, 0x3F80, 0x3F80,
                                                                    0x3F80, 0x3F80, 0x3F80, 0x3F80};
-  return kOnes;
+  static __device__ __align__(16) const float kF32[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+  if constexpr (std::is_same_v<Elem, float>)
+    return kF32;
+  else
+    return kBf16;
 }
 
 // The 16 bytes from unit `unit` of a row of [h; 1]^T (the A of a weight
-// gradient and its bias's): h's units (units(unit), unit + 8 <= H), the
-// ones (unit == H), or zeros past them. H a multiple of 8: a run never
-// straddles H.
-template <class Units>
+// gradient and its bias's) in Elem: h's units (units(unit), the run within
+// H), the ones (unit == H), or zeros past them. H a multiple of the run
+// (8 bf16, 4 f32): a run never straddles H.
+template <class Elem, class Units>
 __device__ __forceinline__ const void* gated_rnn_units_or_ones16(int64_t unit, int64_t H,
                                                                  const Units& units) {
-  if (unit + 8 <= H) return units(unit);
-  return unit == H ? gated_rnn_bf16_ones16() : nullptr;
+  if (unit + static_cast<int64_t>(16 / sizeof(Elem)) <= H) return units(unit);
+  return unit == H ? gated_rnn_ones16<Elem>() : nullptr;
 }
 
 template <class ALoad, class BLoad, class CStore>
@@ -590,13 +605,17 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   static_assert(kGatedRnnThreads == 256 && TM == 128 && TN == 128 && TK == 32,
                 "the thread mappings below assume 256 threads and 128 x 128 x 32 tiles");
   constexpr bool kAk = ALoad::kContiguousK;
+  constexpr bool kAf32 = GatedRnnGemmF32Rows<ALoad>::value;
   constexpr bool kBf32 = GatedRnnGemmF32Rows<BLoad>::value;
-  using Layout = GatedRnnGemmAsyncLayout<kAk, kBf32>;
+  using Layout = GatedRnnGemmAsyncLayout<kAk, kAf32, kBf32>;
   extern __shared__ float4 gemm_smem[];
   __nv_bfloat16* const As = reinterpret_cast<__nv_bfloat16*>(gemm_smem);
   unsigned char* const Bs = reinterpret_cast<unsigned char*>(gemm_smem) + Layout::kABytes;
   const auto a_at = [&](int s, int row, int col) {
     return As + s * Layout::kAStage + row * Layout::kALd + col;
+  };
+  const auto a32_at = [&](int s, int row, int col) {
+    return reinterpret_cast<float*>(gemm_smem) + s * Layout::kAStage + row * Layout::kALd + col;
   };
   const auto b16_at = [&](int s, int k, int n) {
     return reinterpret_cast<__nv_bfloat16*>(Bs) + s * Layout::kBStage + k * Layout::kBLd + n;
@@ -612,17 +631,22 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   const int64_t k_begin = z * k_per_split;
   const int64_t k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
 
-  // A contiguous in k: rows tid / 4 and 64 + tid / 4, k at (tid % 4) * 8,
-  // the rows prepared once. Else k rows tid / 16 and 16 + tid / 16, m at
-  // (tid % 16) * 8.
-  const int a_r = kAk ? tid >> 2 : tid >> 4, a_c = kAk ? (tid & 3) * 8 : (tid & 15) * 8;
-  typename ALoad::Row a_rows[2]{};
-  bool a_live[2] = {false, false};
+  // A contiguous in k: rows tid / 4 + 64 i (i < 2), k at (tid % 4) * 8,
+  // the rows prepared once; f32: rows tid / 8 + 32 i (i < 4), k at (tid %
+  // 8) * 4. Else k rows tid / 16 + 16 i, m at (tid % 16) * 8; f32: k rows
+  // tid / 32 + 8 i (i < 4), m at (tid % 32) * 4.
+  constexpr int kARuns = kAf32 ? 4 : 2;
+  constexpr int kARowStep = kAk ? (kAf32 ? 32 : 64) : (kAf32 ? 8 : 16);
+  const int a_r = kAk ? (kAf32 ? tid >> 3 : tid >> 2) : (kAf32 ? tid >> 5 : tid >> 4);
+  const int a_c = kAk ? (kAf32 ? (tid & 7) * 4 : (tid & 3) * 8)
+                      : (kAf32 ? (tid & 31) * 4 : (tid & 15) * 8);
+  typename ALoad::Row a_rows[kARuns]{};
+  bool a_live[kARuns] = {};
   if constexpr (kAk) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      a_live[i] = m0 + a_r + 64 * i < M;
-      if (a_live[i]) a_rows[i] = a.row(m0 + a_r + 64 * i);
+    for (int i = 0; i < kARuns; ++i) {
+      a_live[i] = m0 + a_r + kARowStep * i < M;
+      if (a_live[i]) a_rows[i] = a.row(m0 + a_r + kARowStep * i);
     }
   }
   const bool a_cols_live = kAk || m0 + a_c < M;
@@ -631,16 +655,22 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
   constexpr int kBRuns = kBf32 ? 4 : 2, kBRowStep = kBf32 ? 8 : 16;
   const int b_r = kBf32 ? tid >> 5 : tid >> 4, b_n = kBf32 ? (tid & 31) * 4 : (tid & 15) * 8;
   const bool b_live = n0 + b_n < N;
+  const auto a_dst = [&](int s, int row, int col) -> void* {
+    if constexpr (kAf32)
+      return a32_at(s, row, col);
+    else
+      return a_at(s, row, col);
+  };
   const auto copy = [&](int s, int64_t k0) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kARuns; ++i) {
       if constexpr (kAk) {
         const int64_t k = k0 + a_c;
-        cp_async16_or_zeros(a_at(s, a_r + 64 * i, a_c),
+        cp_async16_or_zeros(a_dst(s, a_r + kARowStep * i, a_c),
                              a_live[i] && k < k_end ? a.src16(a_rows[i], k) : nullptr);
       } else {
-        const int64_t k = k0 + a_r + 16 * i;
-        cp_async16_or_zeros(a_at(s, a_r + 16 * i, a_c),
+        const int64_t k = k0 + a_r + kARowStep * i;
+        cp_async16_or_zeros(a_dst(s, a_r + kARowStep * i, a_c),
                              a_cols_live && k < k_end ? a.src16(a.row(k), m0 + a_c) : nullptr);
       }
     }
@@ -670,14 +700,17 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
     if (!rows_live) continue;
 #pragma unroll
     for (int kk = 0; kk < TK; kk += 16) {
-      uint32_t af[4][4], bf[2][4][2];  // B: [big, rest]
+      uint32_t bf[2][4][2];                     // B: [big, rest]
+      [[maybe_unused]] uint32_t af[4][4];  // a bf16 A's (an f32 A: split below)
+      if constexpr (!kAf32) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int mr = wm * 64 + i * 16;
-        if constexpr (kAk)
-          gated_rnn_ldmatrix_x4<false>(af[i], a_at(s, mr + (q & 1) * 8 + r8, kk + (q >> 1) * 8));
-        else
-          gated_rnn_ldmatrix_x4<true>(af[i], a_at(s, kk + (q >> 1) * 8 + r8, mr + (q & 1) * 8));
+        for (int i = 0; i < 4; ++i) {
+          const int mr = wm * 64 + i * 16;
+          if constexpr (kAk)
+            gated_rnn_ldmatrix_x4<false>(af[i], a_at(s, mr + (q & 1) * 8 + r8, kk + (q >> 1) * 8));
+          else
+            gated_rnn_ldmatrix_x4<true>(af[i], a_at(s, kk + (q >> 1) * 8 + r8, mr + (q & 1) * 8));
+        }
       }
       if constexpr (kBf32) {
         // The fragment's elements (k 2t, 2t + 1 and 2t + 8, 2t + 9 of
@@ -697,15 +730,41 @@ __global__ void __launch_bounds__(kGatedRnnThreads, 2)
           bf[0][j][0] = t4[0], bf[0][j][1] = t4[1], bf[0][j + 1][0] = t4[2], bf[0][j + 1][1] = t4[3];
         }
       }
-      // big x big, then (an f32 B) big x rest, each over all 16 tiles: the
-      // register-staged kernel's passes in its order.
+      if constexpr (kAf32) {
+        // An m-tile's fragment (a0..a3: rows g + 8 (e & 1), k 2t + 8 (e >> 1)
+        // and the next) as f32, split, then its three passes.
 #pragma unroll
-      for (int pass = 0; pass < (kBf32 ? 2 : 1); ++pass)
+        for (int i = 0; i < 4; ++i) {
+          const int mr = wm * 64 + i * 16;
+          uint32_t big[4], rest[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+          for (int e = 0; e < 4; ++e) {
+            const int m = mr + g + 8 * (e & 1), k = kk + 2 * t + 8 * (e >> 1);
+            float2 v;
+            if constexpr (kAk)
+              v = *reinterpret_cast<const float2*>(a32_at(s, m, k));
+            else
+              v = make_float2(*a32_at(s, k, m), *a32_at(s, k + 1, m));
+            gated_rnn_split2(v.x, v.y, big[e], rest[e]);
+          }
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[pass][j][0], bf[pass][j][1]);
+          for (int j = 0; j < 4; ++j) {
+            MmaOp<__nv_bfloat16>::run(acc[i][j], big, bf[0][j][0], bf[0][j][1]);
+            if constexpr (kBf32) MmaOp<__nv_bfloat16>::run(acc[i][j], big, bf[1][j][0], bf[1][j][1]);
+            MmaOp<__nv_bfloat16>::run(acc[i][j], rest, bf[0][j][0], bf[0][j][1]);
+          }
+        }
+      } else {
+        // big x big, then (an f32 B) big x rest, each over all 16 tiles: the
+        // register-staged kernel's passes in its order.
+#pragma unroll
+        for (int pass = 0; pass < (kBf32 ? 2 : 1); ++pass)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              MmaOp<__nv_bfloat16>::run(acc[i][j], af[i], bf[pass][j][0], bf[pass][j][1]);
+      }
     }
   }
   gated_rnn_gemm_tc_store(acc, m0 + wm * 64, n0 + wn * 32, lane, M, N, z, store);

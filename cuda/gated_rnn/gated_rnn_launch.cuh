@@ -125,7 +125,8 @@ LaunchResult gemm_launch(int64_t M, int64_t N, int64_t K, int64_t per_split, uns
     // (Runs of 8 along k, for an A contiguous in k, and along n.)
     if ((!ALoad::kContiguousK || K % 8 == 0) && N % 8 == 0 && a.async_rows() && b.async_rows()) {
       constexpr int bytes =
-          GatedRnnGemmAsyncLayout<ALoad::kContiguousK, GatedRnnGemmF32Rows<BLoad>::value>::kBytes;
+          GatedRnnGemmAsyncLayout<ALoad::kContiguousK, GatedRnnGemmF32Rows<ALoad>::value,
+                                  GatedRnnGemmF32Rows<BLoad>::value>::kBytes;
       const auto kernel = gated_rnn_gemm_async_kernel<ALoad, BLoad, Store>;
       if constexpr (bytes > 48 * 1024) {
         static std::atomic<uint64_t> allowed{0};
@@ -166,13 +167,15 @@ LaunchResult gemm_split(int64_t M, int64_t N, int64_t K, const ALoad& a, const B
   return {};
 }
 
-// A product on tensor cores where `tensor_cores` says (16-bit sequences
-// only: the tensor-core kernel has no f32 instance), else on CUDA cores.
+// A product on tensor cores where `tensor_cores` says, else on CUDA cores.
+// The tensor-core kernels are built for 16-bit sequences and, in f32, for
+// an A of f32 rows (the backward's two products: GatedRnnLaunchOptions::
+// f32_tensor_cores); the stack's f32 projections take CUDA cores.
 template <class Elem, class ALoad, class BLoad, class CStore>
 LaunchResult gemm_product(bool tensor_cores, int64_t M, int64_t N, int64_t K, const ALoad& a,
                           const BLoad& b, const CStore& c, int splits, float* partial,
                           cudaStream_t stream) {
-  if constexpr (sizeof(Elem) == 2)
+  if constexpr (sizeof(Elem) == 2 || GatedRnnGemmF32Rows<ALoad>::value)
     if (tensor_cores) return gemm_split<true>(M, N, K, a, b, c, splits, partial, stream);
   return gemm_split<false>(M, N, K, a, b, c, splits, partial, stream);
 }
@@ -209,14 +212,16 @@ LaunchResult run_gated_rnn_forward(const GatedRnnForwardParams& params, const Ga
         stream, "cudaLaunchCooperativeKernel (gated_rnn_forward_unit_warps_kernel)");
   if (plan.tensor_cores) {
     // The planner's condition, checked again against the operands: the
-    // fragments are R's own 16-bit words.
-    if constexpr (sizeof(Elem) == 2) {
+    // fragments are R's own 16-bit words, or an f32 R's f16 (GRU and LSTM:
+    // the sLSTM's f32 instance of this kernel is not built).
+    if constexpr (sizeof(Elem) == 2 || kCell != GatedRnnCell::slstm) {
       if (params.weight_dtype == params.dtype)
         return block_layout(std::integral_constant<Product, Product::tensor_cores>{}, tensor_cores,
                             "cudaLaunchCooperativeKernel (gated_rnn_forward_kernel, tensor cores)");
     }
     return {cudaErrorInvalidValue,
-            "gated RNN plan (the tensor-core product needs R and the sequence both bf16 or f16)"};
+            "gated RNN plan (the tensor-core product needs R and the sequence both bf16, both "
+            "f16, or both f32 in a GRU or LSTM)"};
   }
   if (plan.resident_weights)
     return block_layout(std::integral_constant<Product, Product::resident>{}, resident,
@@ -305,12 +310,16 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
 
   // 1. rh = h_{t-1} R + bias for every step; 2. the gates (and the LSTM's c).
   if (plan.backward_steps & 1) {
-    if (const LaunchResult r = product(
-            B * T, GH, H, GatedRnnRecomputeA<Elem>{prev}, GatedRnnWeightB{f.d_R, f.weight_dtype, GH},
-            GatedRnnRecomputeStore{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH},
-            plan.recompute_splits);
-        !r.ok())
-      return r;
+    const GatedRnnRecomputeStore rh{d_workspace + plan.ws_rh, f.d_bias, f.weight_dtype, GH};
+    // (An f32 sequence's R is f32: rows the asynchronous kernel can copy.)
+    LaunchResult r;
+    if constexpr (std::is_same_v<Elem, float>)
+      r = product(B * T, GH, H, GatedRnnRecomputeA<Elem>{prev},
+                  GatedRnnF32RowsB{static_cast<const float*>(f.d_R), GH}, rh, plan.recompute_splits);
+    else
+      r = product(B * T, GH, H, GatedRnnRecomputeA<Elem>{prev},
+                  GatedRnnWeightB{f.d_R, f.weight_dtype, GH}, rh, plan.recompute_splits);
+    if (!r.ok()) return r;
 
     if constexpr (kCell == GatedRnnCell::lstm) {
       // 32 columns a block, a warp for each chunk of a window (no more than
@@ -337,18 +346,26 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
   }
 
   // 3. The reverse walk, its part product on tensor cores where the plan
-  // says (16-bit sequences only: no f32 instance of that walk is built).
+  // says (16-bit sequences with bf16 weights; f32 with f32 weights, split,
+  // in a GRU or LSTM: the sLSTM's f32 instance of that walk is not built).
   if (plan.backward_steps & 2) {
     static PersistentKernelCache resident, streamed, tensor_cores;
     LaunchResult walk;
     if (plan.walk_tensor_cores) {
-      if constexpr (sizeof(Elem) == 2)
+      constexpr bool kF32 = sizeof(Elem) == 4;
+      if constexpr (!kF32 || kCell != GatedRnnCell::slstm) {
+        if (params.fwd.weight_dtype != (kF32 ? DType::f32 : DType::bf16) ||
+            plan.walk_split_weights != kF32)
+          return {cudaErrorInvalidValue,
+                  "gated RNN plan (the walk's tensor-core product takes bf16 weights, or f32 "
+                  "weights split in an f32 sequence)"};
         walk = launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true, true>, tensor_cores,
                                  params, plan, d_workspace, stream,
                                  "cudaLaunchCooperativeKernel (gated_rnn_backward_kernel, tensor cores)");
-      else
+      } else {
         return {cudaErrorInvalidValue,
-                "gated RNN plan (the walk's tensor-core product takes a 16-bit sequence)"};
+                "gated RNN plan (the sLSTM's walk on tensor cores takes a 16-bit sequence)"};
+      }
     } else if (plan.resident_weights) {
       walk = launch_persistent(gated_rnn_backward_kernel<Elem, kCell, true>, resident, params, plan,
                                d_workspace, stream,
@@ -372,7 +389,7 @@ LaunchResult run_gated_rnn_backward(const GatedRnnBackwardParams& params, const 
       return product(rows, GH, B * T, GatedRnnWeightGradA<Elem>{prev, first}, rows_of_grad_rh,
                      store, plan.weight_grad_splits);
     };
-    const GatedRnnGradRhB f32_rows{d_workspace + plan.ws_rh, GH};
+    const GatedRnnF32RowsB f32_rows{d_workspace + plan.ws_rh, GH};
     LaunchResult r;
     if constexpr (std::is_same_v<Elem, __nv_bfloat16>)
       r = plan.grad_rh_bf16 ? grad_rh(gated_rnn_stack::SequenceRows<Elem>{

@@ -191,13 +191,21 @@ EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_ld(int64_t columns) noex
 EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_rows(int64_t hidden) noexcept {
   return (hidden + 15) / 16 * 16;
 }
-EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_slice_floats(int64_t columns, int64_t hidden) noexcept {
+// One bf16 array of the slice; `split` (GatedRnnPlan::walk_split_weights):
+// two, the rests' right after the nearest values'.
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_array_floats(int64_t columns, int64_t hidden) noexcept {
   return (gated_rnn_walk_tc_rows(hidden) * gated_rnn_walk_tc_ld(columns) / 2 + 3) / 4 * 4;
+}
+EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_slice_floats(int64_t columns, int64_t hidden,
+                                                                  bool split = false) noexcept {
+  return (split ? 2 : 1) * gated_rnn_walk_tc_array_floats(columns, hidden);
 }
 EXPHIL_GATED_RNN_HD constexpr int64_t gated_rnn_walk_tc_shared_floats(int64_t columns, int64_t hidden,
                                                                    int64_t tile, int64_t slices,
-                                                                   int64_t units) noexcept {
-  return gated_rnn_walk_tc_slice_floats(columns, hidden) + columns * tile + slices * tile * units;
+                                                                   int64_t units,
+                                                                   bool split = false) noexcept {
+  return gated_rnn_walk_tc_slice_floats(columns, hidden, split) + columns * tile +
+         slices * tile * units;
 }
 
 // Layer l's one-layer backward plan within the stack's reverse wavefront

@@ -154,6 +154,15 @@ struct GatedRnnLaunchOptions {
   // The stacked forward: -1 (automatic) and 1 run the layers in one launch
   // (the wavefront) where it fits, 0 one after another.
   int stack_wavefront = -1;
+  // GRU and LSTM with an f32 sequence and f32 weights: 1 runs the forward's
+  // product (gated_rnn_forward_tensor_cores.cuh) and the backward's walk
+  // (gated_rnn_walk_tensor_cores.cuh) on tensor cores where tensor_cores
+  // and walk_tensor_cores allow them, and the backward's two products
+  // (gated_rnn_gemm.cuh) where tensor_cores does, at TF32's precision or
+  // better: the forward's R rounded to f16 (TF32's 11 significant bits) and
+  // h in two f16 halves; the walk's and the products' operands each in two
+  // bf16 halves. 0 (the default) keeps f32's multiply-adds.
+  int f32_tensor_cores = 0;
 };
 
 // How one call is laid out (gated_rnn_plan.cpp).
@@ -197,6 +206,10 @@ struct GatedRnnPlan {
   // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
   // slice resident (as bf16) and tiles of 8 rows or more.
   bool walk_tensor_cores = false;
+  // With walk_tensor_cores, f32 weights (GatedRnnLaunchOptions::
+  // f32_tensor_cores): the slice held as two bf16 arrays, each weight's
+  // nearest bf16 and the bf16 of what it leaves, about 16 bits of R.
+  bool walk_split_weights = false;
   // Backward: the walk stores grad_rh in the workspace as bf16, each the
   // nearest to its f32 value, and grad_R's product takes those rows in one
   // pass from asynchronous copies, as the recompute product takes h: a bf16

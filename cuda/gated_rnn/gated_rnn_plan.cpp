@@ -63,7 +63,7 @@ struct Layout {
 // (bench/RESULTS.md, issue 30 run BR).
 Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit,
                      const GatedRnnLaunchOptions& options, bool forward, bool tensor_cores,
-                     bool walk_tensor_cores) {
+                     bool walk_tensor_cores, bool walk_split) {
   const auto units_for = [&](int64_t groups) {
     return std::min(ceil_div(H, std::max<int64_t>(sms / groups, 1)), H);
   };
@@ -77,7 +77,7 @@ Layout choose_layout(int64_t G, int64_t B, int64_t H, int64_t sms, int64_t limit
     const int64_t pc = gated_rnn_padded_columns(G * units);
     const int64_t slices = ceil_div(H, units);
     if (walk_tensor_cores && tile >= kGatedRnnWalkTcMinTile &&
-        gated_rnn_walk_tc_shared_floats(pc, H, tile, slices, units) <= limit)
+        gated_rnn_walk_tc_shared_floats(pc, H, tile, slices, units, walk_split) <= limit)
       return true;
     return shared_floats(forward, true, H, pc, slices, units, tile) <= limit;
   };
@@ -121,7 +121,7 @@ GatedRnnPlan stack_blocks_plan(GatedRnnCell cell, int64_t B, int64_t H, int64_t 
   const int64_t sms = std::max(device.sm_count, 1) / L;
   const int64_t limit = device.max_shared_per_block / static_cast<int64_t>(sizeof(float));
   if (sms < 1 || B > kGatedRnnLatencyRows) return plan;
-  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false, false);
+  const Layout l = choose_layout(G, B, H, sms, limit / 2, options, true, false, false, false);
   const int64_t units = l.units, slices = ceil_div(H, units);
   const int64_t rows = ceil_div(B, l.groups), groups = ceil_div(B, rows);
   const int64_t tile = next_pow2(rows);
@@ -231,21 +231,28 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
   // 0.82x (GRU) and 0.70x (LSTM) of the CUDA cores' best layout's time, at
   // B32 H256 (8 x 24 or 32 x 256, a sixteenth of that) 1.18x and 1.15x.
   const bool sequence16 = dtypes.sequence == DType::bf16 || dtypes.sequence == DType::f16;
+  // f32 on tensor cores where asked (GatedRnnLaunchOptions::f32_tensor_cores):
+  // the forward's R as f16 (the same fragments as an f16 R's), the walk's
+  // in two bf16 halves.
+  const bool f32_tc = options.f32_tensor_cores == 1 && cell != GatedRnnCell::slstm &&
+                      dtypes.sequence == DType::f32 && dtypes.weight == DType::f32;
   bool tc_wanted = forward && options.tensor_cores != 0 && !options.streamed_weights &&
-                   sequence16 && dtypes.weight == dtypes.sequence &&
+                   ((sequence16 && dtypes.weight == dtypes.sequence) || f32_tc) &&
                    H % 16 == 0 && (options.tensor_cores == 1 || B > kGatedRnnLatencyRows);
   // The backward's walk on tensor cores, where its tile reaches
   // kGatedRnnWalkTcMinTile (decided below, with the tile).
-  const bool walk_tc_wanted = !forward && options.tensor_cores != 0 && sequence16 &&
-                              options.walk_tensor_cores != 0 && dtypes.weight == DType::bf16 &&
-                              !options.streamed_weights;
-  Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted, walk_tc_wanted);
+  const bool walk_tc_wanted = !forward && options.tensor_cores != 0 &&
+                              options.walk_tensor_cores != 0 && !options.streamed_weights &&
+                              ((sequence16 && dtypes.weight == DType::bf16) || f32_tc);
+  const bool walk_split = walk_tc_wanted && f32_tc;
+  Layout l = choose_layout(G, B, H, sms, limit, options, forward, tc_wanted, walk_tc_wanted,
+                           walk_split);
   if (tc_wanted && options.tensor_cores != 1) {
     const int64_t rows = ceil_div(B, l.groups);
     const int64_t tile = std::min<int64_t>(next_pow2(rows), kGatedRnnTcMaxBatchTile);
     if (rows < 8 || tile * G * l.units * H < kGatedRnnTcMinProduct) {
       tc_wanted = false;
-      l = choose_layout(G, B, H, sms, limit, options, forward, false, false);
+      l = choose_layout(G, B, H, sms, limit, options, forward, false, false, false);
     }
   }
   const int64_t units = l.units;
@@ -339,8 +346,9 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // Their products on tensor cores in a 16-bit sequence: at B64 T256
     // H512 bf16 on an H200 the backward took 0.84 to 0.89x of its time with
     // them on CUDA cores, at B32 T64 H256 0.91 to 0.94x (bench/RESULTS.md,
-    // issue 30 runs AF and AG).
-    plan.gemm_tensor_cores = options.tensor_cores != 0 && sequence16;
+    // issue 30 runs AF and AG). In f32 where asked (f32_tc), each f32
+    // operand in two bf16 halves.
+    plan.gemm_tensor_cores = options.tensor_cores != 0 && (sequence16 || f32_tc);
     plan.grad_rh_bf16 = plan.gemm_tensor_cores && dtypes.sequence == DType::bf16 &&
                         dtypes.weight == DType::bf16;
     // The walk's part product on tensor cores where R is bf16 (exact in
@@ -352,12 +360,13 @@ GatedRnnPlan plan_gated_rnn(GatedRnnDirection direction, GatedRnnCell cell,
     // exchanged a block a step).
     if (walk_tc_wanted) {
       const auto tc_floats = [&](int64_t t) {
-        return gated_rnn_walk_tc_shared_floats(padded, H, t, slices, units);
+        return gated_rnn_walk_tc_shared_floats(padded, H, t, slices, units, walk_split);
       };
       int64_t t = want_tile;
       while (t > kGatedRnnWalkTcMinTile && tc_floats(t) > limit) t /= 2;
       if (t >= kGatedRnnWalkTcMinTile && tc_floats(t) <= limit) {
         plan.walk_tensor_cores = true;
+        plan.walk_split_weights = walk_split;
         plan.resident_weights = true;
         plan.batch_tile = static_cast<int>(t);
         plan.shared_bytes = static_cast<int>(tc_floats(t) * static_cast<int64_t>(sizeof(float)));
@@ -418,11 +427,13 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
   if (plan.walk_tensor_cores &&
-      (!plan.resident_weights || !plan.gemm_tensor_cores || plan.unit_warps || plan.k_split ||
-       plan.tensor_cores || plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
+      (!plan.resident_weights || (!plan.gemm_tensor_cores && !plan.walk_split_weights) ||
+       plan.unit_warps || plan.k_split || plan.tensor_cores ||
+       plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
        plan.shared_bytes < gated_rnn_walk_tc_shared_floats(plan.stored_columns, shape.hidden,
                                                             plan.batch_tile, plan.unit_slices,
-                                                            plan.units_per_block) *
+                                                            plan.units_per_block,
+                                                            plan.walk_split_weights) *
                                static_cast<int64_t>(sizeof(float))))
     return "gated RNN plan: the walk's tensor-core product takes a backward with its slice "
            "resident, tiles of 8 rows or more and the shared memory they need";

@@ -7,12 +7,17 @@
  * c] g[c, b], in m16n8k16 instructions (common/mma_m16n8k16.cuh): the
  * slice's H outputs k on the instruction's 16-row side, the tile's rows b
  * on its 8-column side, the slice's columns c along its depth of 16. R is
- * bf16 (the plan takes this only with bf16 weights), exact in one pass;
+ * bf16 (the plan takes this with bf16 weights), exact in one pass;
  * grad_rh (f32) is split into its nearest bf16 and the bf16 of the rest
  * (gated_rnn_split2), two passes, about 16 bits of it, each sum in f32.
+ * f32 weights, where asked (kSplit: GatedRnnLaunchOptions::
+ * f32_tensor_cores), are split the same way when the slice is loaded, and
+ * a third pass multiplies R's rests by big(g): W x big(g), W x rest(g),
+ * rest(W) x big(g), about 16 bits of each operand (TF32 keeps 11; the
+ * dropped rest(W) x rest(g) is below 2^-16 of a product).
  * Each warp takes k tiles warp, warp + 8, ... (four at a time: 16
  * accumulators a thread), the rows in tiles of 8, c in steps of 16 in
- * increasing order, each step as W x big(g) then W x rest(g): every sum in
+ * increasing order, each step's passes in the order above: every sum in
  * a fixed order, bitwise reproducible.
  *
  * Why. Timed from inside (bench/RESULTS.md, issue 30 runs BN and BP), the
@@ -33,8 +38,9 @@
  * K16 = H rounded up to 16, ld the stored columns rounded up to 16 plus 8,
  * an odd number of 16-byte units a row, so the 8 rows an ldmatrix reads
  * fall in distinct banks); zeros past the live units, past H and in the
- * padding. grad_rh of the slice as the CUDA-core product takes it, f32 [C,
- * rows].
+ * padding; with kSplit the rests' array of the same shape right after it
+ * (gated_rnn_walk_tc_array_floats further on). grad_rh of the slice as the
+ * CUDA-core product takes it, f32 [C, rows].
  *
  * Limits. Tiles of 8 rows or more (kGatedRnnWalkTcMinTile; a group's last
  * tile may have fewer, its missing rows zeros); the slice and the rest of
@@ -54,35 +60,53 @@
 
 namespace exphil::kernels {
 
-// As (above) from R [H, G*H] (bf16): a lane takes columns lane, lane + 32,
-// ... (one division each), the warps the rows k, kGatedRnnLoadsInFlight of
-// them at a time (gated_rnn_common.cuh says why): reads along R's units,
-// stores along As's rows.
+// R's element as As's words: bf16 R's own; f32 R's nearest bf16 (low
+// half) and the bf16 of what it leaves (high half).
+__device__ __forceinline__ uint32_t gated_rnn_walk_tc_words(uint16_t v) { return v; }
+__device__ __forceinline__ uint32_t gated_rnn_walk_tc_words(float v) {
+  uint32_t big, rest;
+  gated_rnn_split2(v, 0.0f, big, rest);
+  return (big & 0xffffu) | (rest << 16);
+}
+
+// As (above) from R [H, G*H] (bf16, or f32 into the two arrays): a lane
+// takes columns lane, lane + 32, ... (one division each), the warps the
+// rows k, kGatedRnnLoadsInFlight of them at a time (gated_rnn_common.cuh
+// says why): reads along R's units, stores along As's rows.
+template <class Stored>
 __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* __restrict__ As,
-                                                                const void* R, int G, int H, int U,
-                                                                int u0, int live, int C) {
+                                                                const Stored* r, int G, int H,
+                                                                int U, int u0, int live, int C) {
+  static_assert(std::is_same_v<Stored, uint16_t> || std::is_same_v<Stored, float>,
+                "bf16 or f32 weights");
+  constexpr bool kSplit = std::is_same_v<Stored, float>;
   constexpr int kRound = kGatedRnnLoadsInFlight;
   const int ld = static_cast<int>(gated_rnn_walk_tc_ld(C));
   const int rows = static_cast<int>(gated_rnn_walk_tc_rows(H));
   const int64_t GH = static_cast<int64_t>(G) * H;
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
   const int warps = static_cast<int>(blockDim.x) >> 5;
-  const uint16_t* const r = static_cast<const uint16_t*>(R);
   uint16_t* const as = reinterpret_cast<uint16_t*>(As);
+  // The rests' array (kSplit), in 16-bit words from As.
+  const int64_t rests = gated_rnn_walk_tc_array_floats(C, H) * 2;
   for (int c = lane; c < ld; c += 32) {
     const int g = c / U, u = c - g * U;
     const bool in = g < G && u < live;
-    const uint16_t* const src = r + (in ? static_cast<int64_t>(g) * H + u0 + u : 0);
+    const Stored* const src = r + (in ? static_cast<int64_t>(g) * H + u0 + u : 0);
     for (int k0 = warp; k0 < rows; k0 += warps * kRound) {
-      uint16_t v[kRound];
+      uint32_t v[kRound];
 #pragma unroll
       for (int j = 0; j < kRound; ++j) {
         const int k = k0 + warps * j;
-        v[j] = in && k < H ? src[k * GH] : uint16_t{0};
+        v[j] = in && k < H ? gated_rnn_walk_tc_words(src[k * GH]) : 0u;
       }
 #pragma unroll
       for (int j = 0; j < kRound; ++j)
-        if (k0 + warps * j < rows) as[(k0 + warps * j) * ld + c] = v[j];
+        if (k0 + warps * j < rows) {
+          uint16_t* const at = as + (k0 + warps * j) * ld + c;
+          at[0] = static_cast<uint16_t>(v[j]);
+          if constexpr (kSplit) at[rests] = static_cast<uint16_t>(v[j] >> 16);
+        }
     }
   }
 }
@@ -91,8 +115,8 @@ __device__ __forceinline__ void gated_rnn_load_slice_transposed(__nv_bfloat16* _
 // publish(b, k, row b's, row b + 1's) for even b (row b + 1's meaningless
 // past nb: the consumer drops it), from
 // g [C, rows] (rows a power of two, below 8 only in a group's last tile;
-// zeros past nb and past the live columns) and As.
-template <class Publish>
+// zeros past nb and past the live columns) and As (kSplit: and its rests).
+template <bool kSplit, class Publish>
 __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float* __restrict__ g,
                                                           int C, const __nv_bfloat16* As, int K,
                                                           int nb, const Publish& publish) {
@@ -110,6 +134,8 @@ __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float*
   // mt's is tile_bytes * mt further on.
   const uint32_t as_lane = gated_rnn_smem_address(As + ((q & 1) * 8 + r8) * ld + (q >> 1) * 8);
   const uint32_t tile_bytes = 16u * static_cast<uint32_t>(ld) * sizeof(__nv_bfloat16);
+  const uint32_t rests_bytes =
+      static_cast<uint32_t>(gated_rnn_walk_tc_array_floats(C, K)) * sizeof(float);
   // Every column of g a k-step reads is below C, and every lane's row
   // below rows: C a multiple of 16 and 8 rows or more.
   const bool whole = C % 16 == 0 && rows >= 8;
@@ -149,11 +175,16 @@ __device__ __forceinline__ void gated_rnn_part_product_tc(int rows, const float*
           for (int j = 0; j < kMTiles; ++j) {
             if (!kUnchecked && mt0 + j * kWarps >= mtiles) break;  // the same for the whole warp
             uint32_t a[4];
-            gated_rnn_ldmatrix_x4<false>(
-                a, a_tile0 + static_cast<uint32_t>(j * kWarps) * tile_bytes +
-                       static_cast<uint32_t>(k0) * static_cast<uint32_t>(sizeof(__nv_bfloat16)));
+            const uint32_t at =
+                a_tile0 + static_cast<uint32_t>(j * kWarps) * tile_bytes +
+                static_cast<uint32_t>(k0) * static_cast<uint32_t>(sizeof(__nv_bfloat16));
+            gated_rnn_ldmatrix_x4<false>(a, at);
             MmaOp<__nv_bfloat16>::run(acc[j], a, big0, big1);
             MmaOp<__nv_bfloat16>::run(acc[j], a, rest0, rest1);
+            if constexpr (kSplit) {
+              gated_rnn_ldmatrix_x4<false>(a, at + rests_bytes);
+              MmaOp<__nv_bfloat16>::run(acc[j], a, big0, big1);
+            }
           }
         }
       };

@@ -200,8 +200,8 @@ struct GatedRnnLaunchInfo {
 };
 
 // Launch overrides for tests and benchmarks; zero or false chooses.
-// Results do not depend on them beyond f32 rounding (tensor_cores: see
-// there).
+// Results do not depend on them beyond f32 rounding (tensor_cores and
+// f32_tensor_cores: see there).
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;
   int batch_blocks = 0;                 // batch groups (capped at B)
@@ -245,6 +245,16 @@ struct GatedRnnLaunchOptions {
   // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
   // for a backward of one step above B = 1, which -1 runs layer by layer.
   int stack_wavefront = -1;
+  // GRU and LSTM in f32 with f32 weights: 1 runs the forward's product and
+  // the backward's reverse walk on tensor cores (where tensor_cores and
+  // walk_tensor_cores do not say 0) at TF32's precision or better, as
+  // cuDNN and PyTorch run f32 by default: the forward rounds R to f16
+  // (TF32's 11 significant bits; |R| below 65504, and below 2^-14 an
+  // absolute error of 2^-25) and multiplies h in two f16 halves (22 bits);
+  // the walk, and the backward's products of h and R and of h and
+  // grad_rh, multiply each operand in two bf16 halves (16 bits), each sum
+  // in f32. 0 (the default): f32's multiply-adds throughout.
+  int f32_tensor_cores = 0;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 

@@ -46,8 +46,10 @@
 // and at exact ties; forced units per block (1, 3, 37, and the most
 // columns: 85 for the GRU, 64 for the (s)LSTM), forced batch tile 1, forced streamed weights (the tiled path);
 // the forward's tensor-core product in bf16 and f16 (H 16 to 1024, against
-// the CUDA-core product too); the backward's asynchronous tensor-core
-// product against the register-staged one, bitwise; bitwise
+// the CUDA-core product too); f32 on tensor cores (f32_tensor_cores, its
+// own tolerance line); the backward's asynchronous tensor-core
+// product against the register-staged one, bitwise (bf16, and f32 on tensor
+// cores); bitwise
 // determinism of two runs; capture into a CUDA graph and replay. The
 // hidden [.timing] case prints device times (bench/RESULTS.md, issue 30).
 #include <catch2/catch.hpp>
@@ -124,7 +126,7 @@ struct GatedCase {
     std::snprintf(buf, sizeof buf,
                   "%s %s (R %s, states %s) B%lld T%lld H%lld bias=%d h0=%d c0=%d finals=%d%s%s "
                   "units=%d groups=%d tile=%d streamed=%d unit_warps=%d k_split=%d "
-                  "tensor_cores=%d pairs=%d",
+                  "tensor_cores=%d pairs=%d f32_tensor_cores=%d",
                   kind == GatedRnnKind::gru ? "GRU" : kind == GatedRnnKind::lstm ? "LSTM" : "sLSTM",
                   dtype_name(dtype), dtype_name(weight_dtype), dtype_name(state_dtype),
                   static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H), bias, h0,
@@ -139,7 +141,7 @@ struct GatedCase {
                   kind == GatedRnnKind::slstm && finals && !cell_finals ? " (h only)" : "",
                   options.units_per_block, options.batch_blocks, options.batch_tile,
                   options.streamed_weights, options.unit_warps, options.k_split,
-                  options.tensor_cores, options.pair_exchange);
+                  options.tensor_cores, options.pair_exchange, options.f32_tensor_cores);
     return buf;
   }
 };
@@ -364,11 +366,15 @@ class GatedRun {
   // Compares every output with the reference; returns the worst
   // error / allowed over all of them (<= 1 passes).
   double check_against_reference() const {
-    const Tolerance tol = gated_rnn_tolerance(c_.dtype);
-    const Tolerance wtol = gated_rnn_tolerance(c_.weight_dtype == DType::f32 ? c_.dtype
-                                                                              : c_.weight_dtype);
-    const Tolerance stol = gated_rnn_tolerance(c_.state_dtype == DType::f32 ? c_.dtype
-                                                                             : c_.state_dtype);
+    // f32 on tensor cores (only where asked: the plans take it with f32
+    // weights in a GRU or LSTM) takes its own line for every output.
+    const bool f32_tc = c_.options.f32_tensor_cores == 1 && c_.dtype == DType::f32;
+    const auto line = [&](DType d) {
+      return f32_tc ? gated_rnn_f32_tensor_cores_tolerance() : gated_rnn_tolerance(d);
+    };
+    const Tolerance tol = line(c_.dtype);
+    const Tolerance wtol = line(c_.weight_dtype == DType::f32 ? c_.dtype : c_.weight_dtype);
+    const Tolerance stol = line(c_.state_dtype == DType::f32 ? c_.dtype : c_.state_dtype);
     const auto f = exphil::reference::gated_rnn_forward(p_);
     const auto g =
         exphil::reference::gated_rnn_backward(p_, grad_y_, grad_hf_, grad_cf_, grad_nf_, grad_mf_);
@@ -762,25 +768,28 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
     // resident, streamed, unit warps, batch groups, k split, bf16, tensor
     // cores (bf16 at H48: 3 or 4 m-tiles of 16 columns, 3 k-steps), and the
     // backward's walk on tensor cores (bf16, one group of 9 rows in tiles
-    // of 8: a whole tile and one of a row; H37: a partial k tile of 16)
-    for (int layout : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    // of 8: a whole tile and one of a row; H37: a partial k tile of 16),
+    // and f32 on tensor cores (f32_tensor_cores: the forward's product and
+    // the walk's split slice, the same 9 rows at H48; the sLSTM ignores it)
+    for (int layout : {0, 1, 2, 3, 4, 5, 6, 7, 8}) {
       GatedCase c;
       c.kind = kind;
-      if (layout >= 5) c.dtype = c.weight_dtype = DType::bf16;
+      if (layout >= 5 && layout <= 7) c.dtype = c.weight_dtype = DType::bf16;
       c.cell_finals = c.dtype == DType::f32;  // (see the top)
       c.bias = c.h0 = c.c0 = c.finals = c.n0 = c.m0 = true;
       // (k split at H64: the backward's recompute product split in two.)
-      c.B = layout == 3 || layout == 6 ? 6 : layout == 4 ? 1 : layout == 7 ? 9 : 3, c.T = 4;
-      c.H = layout == 4 ? 64 : layout == 6 ? 48 : 37;
+      c.B = layout == 3 || layout == 6 ? 6 : layout == 4 ? 1 : layout >= 7 ? 9 : 3, c.T = 4;
+      c.H = layout == 4 ? 64 : layout == 6 || layout == 8 ? 48 : 37;
       c.options.streamed_weights = layout == 1;
       c.options.unit_warps = layout == 2 ? 1 : -1;
       c.options.units_per_block = layout == 4 ? 2 : 8;
-      c.options.batch_blocks = layout == 3 || layout == 6 ? 3 : layout == 7 ? 1 : 0;
-      c.options.batch_tile = layout == 7 ? 8 : 0;
-      c.options.tensor_cores = layout == 6 ? 1 : layout == 7 ? -1 : 0;
+      c.options.batch_blocks = layout == 3 || layout == 6 ? 3 : layout >= 7 ? 1 : 0;
+      c.options.batch_tile = layout >= 7 ? 8 : 0;
+      c.options.tensor_cores = layout == 6 || layout == 8 ? 1 : layout == 7 ? -1 : 0;
+      c.options.f32_tensor_cores = layout == 8 ? 1 : 0;
       cases.push_back(c);
     }
-  CHECK(run_cases("sanitizer cases", cases) == 3);
+  CHECK(run_cases("sanitizer cases", cases) == 5);
 }
 
 // The forward's tensor-core product (gated_rnn_forward_tensor_cores.cuh):
@@ -800,35 +809,40 @@ TEST_CASE("gated RNN: small cases (for compute-sanitizer)", "[gpu][gated_rnn][sa
 // The bf16 cases' backwards with tiles of 8 rows or more (all but B2) walk
 // with their part product on tensor cores (gated_rnn_part_product_tc), the
 // f16 ones (f16 weights) on CUDA cores; both against the reference.
+struct TensorCoreShape {
+  int64_t B, T, H;
+  int tensor_cores, tile;
+};
+constexpr TensorCoreShape kTensorCoreShapes[] = {
+    {9, 7, 64, 1, 0},   {33, 5, 256, 1, 0}, {64, 3, 512, -1, 0}, {17, 4, 1024, -1, 0},
+    {40, 200, 16, 1, 0}, {2, 9, 32, 1, 0},  {24, 6, 48, 1, 8}};
+
+// Case i of a tensor-core test at `sh`: its optional inputs by i, R in the
+// sequence's dtype.
+GatedCase tensor_core_case(GatedRnnKind kind, DType dtype, const TensorCoreShape& sh, int i) {
+  GatedCase c;
+  c.kind = kind;
+  c.dtype = c.weight_dtype = dtype;
+  c.B = sh.B, c.T = sh.T, c.H = sh.H;
+  c.set_optional(static_cast<unsigned>(i == 0 ? 63 : (13 * i + 5) & 63));
+  c.options.tensor_cores = sh.tensor_cores;
+  c.options.batch_tile = sh.tile;
+  return c;
+}
+
 TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
-  GatedRnnDevice device{};
-  int current = 0;
-  REQUIRE(cudaGetDevice(&current) == cudaSuccess);
-  REQUIRE(exphil::kernels::query_gated_rnn_device(current, device) == cudaSuccess);
+  const GatedRnnDevice device = gated_rnn_device();
   const uint64_t seed = test_seed();
   INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
   RnnStream stream;
-  struct Shape {
-    int64_t B, T, H;
-    int tensor_cores, tile;
-  };
   std::vector<GatedCase> cases;
   int i = 0;
   for (DType dtype : {DType::bf16, DType::f16})
     for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
-      for (const Shape& sh : {Shape{9, 7, 64, 1, 0}, Shape{33, 5, 256, 1, 0},
-                              Shape{64, 3, 512, -1, 0}, Shape{17, 4, 1024, -1, 0},
-                              Shape{40, 200, 16, 1, 0}, Shape{2, 9, 32, 1, 0},
-                              Shape{24, 6, 48, 1, 8}}) {
-        GatedCase c;
-        c.kind = kind;
-        c.dtype = c.weight_dtype = dtype;
+      for (const TensorCoreShape& sh : kTensorCoreShapes) {
+        GatedCase c = tensor_core_case(kind, dtype, sh, i);
         c.state_dtype = i % 2 ? dtype : DType::f32;
         c.cell_finals = false;  // (see the top)
-        c.B = sh.B, c.T = sh.T, c.H = sh.H;
-        c.set_optional(static_cast<unsigned>(i == 0 ? 63 : (13 * i + 5) & 63));
-        c.options.tensor_cores = sh.tensor_cores;
-        c.options.batch_tile = sh.tile;
         ++i;
         const auto plan = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
                                                           {c.B, c.T, c.H}, device, c.options,
@@ -860,24 +874,93 @@ TEST_CASE("gated RNN: the tensor-core product", "[gpu][gated_rnn]") {
   CHECK(run_cases("tensor-core product", cases) == 18);
 }
 
+// f32 on tensor cores where asked (f32_tensor_cores = 1): GRU and LSTM with
+// f32 weights, the forward's product with R rounded to f16, the walk's
+// with R and grad_rh in two bf16 halves each, the backward's two products
+// with both operands so (gated_rnn_forward_tensor_cores.cuh,
+// gated_rnn_walk_tensor_cores.cuh, gated_rnn_gemm.cuh), every output
+// against the reference on its own tolerance line (tolerance.hpp), the
+// shapes of the 16-bit test above with B2 at tensor_cores = 1 (the forward
+// on tensor cores, the walk, at 2 rows a tile, on CUDA cores). The same
+// inputs without the option run f32's multiply-adds and pass the f32 line:
+// the option is what moved the results. The sLSTM ignores it. Two runs
+// give the same bytes.
+TEST_CASE("gated RNN: f32 on tensor cores (f32_tensor_cores)", "[gpu][gated_rnn]") {
+  const GatedRnnDevice device = gated_rnn_device();
+  const uint64_t seed = test_seed();
+  INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
+  RnnStream stream;
+  std::vector<GatedCase> cases;
+  int i = 0;
+  double worst_exact = 0;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
+    for (const TensorCoreShape& sh : kTensorCoreShapes) {
+      GatedCase c = tensor_core_case(kind, DType::f32, sh, i);
+      c.state_dtype = DType::f32;
+      c.cell_finals = true;  // f32 (see the top)
+      c.options.f32_tensor_cores = 1;
+      ++i;
+      const auto dtypes = c.dtypes();
+      const auto fwd = exphil::kernels::plan_gated_rnn(GatedRnnDirection::forward, cell_of(kind),
+                                                       {c.B, c.T, c.H}, device, c.options, dtypes);
+      const auto bwd = exphil::kernels::plan_gated_rnn(GatedRnnDirection::backward, cell_of(kind),
+                                                       {c.B, c.T, c.H}, device, c.options, dtypes);
+      INFO(c.describe() << " | forward " << fwd.blocks << " blocks of " << fwd.units_per_block
+                        << " units, tile " << fwd.batch_tile << ", " << fwd.k_parts
+                        << " k parts; backward tile " << bwd.batch_tile);
+      const bool taken = kind != GatedRnnKind::slstm;
+      CHECK(fwd.tensor_cores == taken);
+      CHECK(bwd.walk_tensor_cores == (taken && sh.B > 2));
+      CHECK(bwd.walk_split_weights == bwd.walk_tensor_cores);
+      CHECK(bwd.gemm_tensor_cores == taken);
+      cases.push_back(c);
+
+      // The same inputs on f32's multiply-adds, on the f32 line.
+      GatedCase exact = c;
+      exact.options.f32_tensor_cores = 0;
+      GatedRun run(exact, seed + 1000 + i);
+      run.forward(stream.s);
+      run.backward(stream.s);
+      worst_exact = std::max(worst_exact, run.check_against_reference());
+    }
+  std::printf("f32 on tensor cores: the same inputs without it, worst error/allowed %.3g\n",
+              worst_exact);
+  // Walks on tensor cores: GRU and LSTM at every shape but B2.
+  CHECK(run_cases("f32 on tensor cores", cases) == 12);
+  for (const GatedCase& c : {cases[2], cases[9]}) {  // B64 H512, GRU and LSTM
+    GatedRun a(c, seed), b(c, seed);
+    a.forward(stream.s);
+    a.backward(stream.s);
+    b.forward(stream.s);
+    b.backward(stream.s);
+    INFO(c.describe());
+    CHECK(a.forward_bytes() == b.forward_bytes());
+    CHECK(a.backward_bytes() == b.backward_bytes());
+  }
+}
+
 // The backward's products on tensor cores, h_{t-1} R and [h_{t-1}; 1]^T
 // grad_rh: with y and R bf16 at 16-byte aligned rows of a multiple of 8
 // they run gated_rnn_gemm_async_kernel (grad_rh's f32 split at the
-// fragment); with y moved by one element (2 bytes) the register-staged
-// gated_rnn_gemm_tc_kernel. The two take each sum in the same order
-// (gated_rnn_gemm.cuh), so every gradient has the same bytes. B*T = 660:
-// six tiles along the recompute's M, the last one partial, and grad_R's k
-// not a multiple of the 32 of a step.
+// fragment), and so do f32 y and R under f32_tensor_cores (GRU and LSTM,
+// both operands split at the fragment); with y moved by one element (2 or
+// 4 bytes) the register-staged gated_rnn_gemm_tc_kernel. The two take each
+// sum in the same order (gated_rnn_gemm.cuh), so every gradient has the
+// same bytes. B*T = 660: six tiles along the recompute's M, the last one
+// partial, and grad_R's k not a multiple of the 32 of a step.
 TEST_CASE("gated RNN: the backward's asynchronous product gives the register-staged one's sums, bitwise",
           "[gpu][gated_rnn]") {
   RnnStream stream;
+  for (DType dtype : {DType::bf16, DType::f32})
   for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm, GatedRnnKind::slstm})
     for (bool h0 : {false, true}) {
+      if (dtype == DType::f32 && kind == GatedRnnKind::slstm) continue;  // (f32 on CUDA cores)
       GatedCase c;
       c.kind = kind;
-      c.dtype = c.weight_dtype = c.state_dtype = DType::bf16;
+      c.dtype = c.weight_dtype = c.state_dtype = dtype;
+      c.options.f32_tensor_cores = dtype == DType::f32 ? 1 : 0;
       c.bias = true, c.h0 = h0;
-      c.cell_finals = false;  // (see the top)
+      c.cell_finals = dtype == DType::f32;  // (see the top)
       c.B = 33, c.T = 20, c.H = 64;
       GatedRun run(c, test_seed());
       INFO(c.describe());
@@ -887,9 +970,10 @@ TEST_CASE("gated RNN: the backward's asynchronous product gives the register-sta
       CHECK(run.check_against_reference() <= 1.0);
       const auto aligned = run.backward_bytes();
 
-      const std::size_t y_bytes = static_cast<std::size_t>(c.B * c.T * c.H) * 2;
+      const std::size_t elem = dtype == DType::f32 ? 4 : 2;
+      const std::size_t y_bytes = static_cast<std::size_t>(c.B * c.T * c.H) * elem;
       DeviceScratch moved(y_bytes + 16);
-      void* const y = static_cast<char*>(moved.p) + 2;
+      void* const y = static_cast<char*>(moved.p) + elem;
       check_cuda(cudaMemcpy(y, run.forward_params().d_y, y_bytes, cudaMemcpyDeviceToDevice),
                  "cudaMemcpy (y)");
       GatedRnnBackwardParams b = run.backward_params();
