@@ -29,7 +29,8 @@
 # Wall time, measured: on an H100 (16 cores) 3 min in all before the f32
 # rerun (the build from scratch 35 s, exphil_bench 95 s, cudnn_rnn.py
 # 45 s); with it, --quick 218 s on an H200, the build included
-# (bench/RESULTS.md, issue 30 run CT).
+# (bench/RESULTS.md, issue 30 run CT); with the third table, --quick 189 s
+# on an H200, exphil_bench already built (run DK).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 flags=()
