@@ -135,18 +135,13 @@ struct Problem {
   DType dtype;
   Shape s;
   bool has_c;  // the cell has a c_final (tensor_slot knows)
-  // f32 rows with GatedRnnLaunchOptions::f32_tensor_cores (--f32-tensor-cores).
+  // f32 rows at GatedRnnPrecision::tf32 (--f32-tensor-cores).
   bool f32_tensor_cores = false;
   int64_t gh() const { return cell.gates * s.hidden; }
+  GatedRnnPrecision precision() const {
+    return f32_tensor_cores ? GatedRnnPrecision::tf32 : GatedRnnPrecision::exact;
+  }
 };
-
-// The launch options of every call of `p`'s rows: the library's choices,
-// with f32 on tensor cores where the run asks for it.
-GatedRnnLaunchOptions row_options(const Problem& p) {
-  GatedRnnLaunchOptions o;
-  o.f32_tensor_cores = p.f32_tensor_cores ? 1 : 0;
-  return o;
-}
 
 // One layer's tensors in one input set. Layer 2's x is layer 1's y.
 struct Layer {
@@ -198,6 +193,7 @@ std::unique_ptr<CallSet> make_call_set(const Problem& p, uint64_t seed, cudaStre
 GatedRnnForwardArgs forward_args(const Problem& p, const Layer& ly, bool proj) {
   GatedRnnForwardArgs a;
   a.cell = p.cell.cell;
+  a.precision = p.precision();
   a.wx = proj ? &ly.wxp : &ly.wx;
   a.R = &ly.R;
   a.bias = &ly.bias;
@@ -214,6 +210,7 @@ GatedRnnBackwardArgs backward_args(const Problem& p, const CallSet& set, int l, 
   const Layer& ly = set.layer[l];
   GatedRnnBackwardArgs a;
   a.cell = p.cell.cell;
+  a.precision = p.precision();
   a.wx = proj ? &ly.wxp : &ly.wx;
   a.R = &ly.R;
   a.bias = &ly.bias;
@@ -239,15 +236,13 @@ void project_backward(const Problem& p, const Layer& ly, const Gemm& gemm) {
 
 void enqueue_ours(const Problem& p, const CallSet& set, int layers, bool proj, bool both,
                   const Gemm& gemm, cudaStream_t stream) {
-  const GatedRnnLaunchOptions o = row_options(p);
   for (int l = 0; l < layers; ++l) {
     if (proj) project_forward(p, set.layer[l], gemm);
-    require(gated_rnn_forward(forward_args(p, set.layer[l], proj), stream, &o), "gated_rnn_forward");
+    require(gated_rnn_forward(forward_args(p, set.layer[l], proj), stream), "gated_rnn_forward");
   }
   if (!both) return;
   for (int l = layers - 1; l >= 0; --l) {
-    require(gated_rnn_backward(backward_args(p, set, l, layers, proj), stream, &o),
-            "gated_rnn_backward");
+    require(gated_rnn_backward(backward_args(p, set, l, layers, proj), stream), "gated_rnn_backward");
     if (proj) project_backward(p, set.layer[l], gemm);
   }
 }
@@ -479,9 +474,8 @@ std::string validate(const Problem& p, const CallSet& set, const Stepwise& sw, c
   // Ours, the forward then the backward, one layer, no projection.
   for (const Tensor* t : {&ly.y, &ly.h_final, &ly.c_final, &ly.grad_wx, &ly.grad_R, &ly.grad_bias})
     poison(*t, stream);
-  const GatedRnnLaunchOptions o = row_options(p);
-  require(gated_rnn_forward(forward_args(p, ly, false), stream, &o), "gated_rnn_forward");
-  require(gated_rnn_backward(backward_args(p, set, 0, 1, false), stream, &o), "gated_rnn_backward");
+  require(gated_rnn_forward(forward_args(p, ly, false), stream), "gated_rnn_forward");
+  require(gated_rnn_backward(backward_args(p, set, 0, 1, false), stream), "gated_rnn_backward");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   std::size_t unwritten = count_nonfinite(ly.y) + count_nonfinite(ly.h_final) +
                           count_nonfinite(ly.grad_wx) + count_nonfinite(ly.grad_R) +
@@ -702,6 +696,7 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
   st->c_final = st->memory.make(DType::f32, {2, B, H}, 0, 0, 0, stream);
   GatedRnnStackForwardArgs& a = st->args;
   a.cell = p.cell.cell;
+  a.precision = p.precision();
   a.wx = &set.layer[0].wxp;
   a.R = &st->R, a.W = &st->W, a.bias = &st->bias;
   a.y = &set.layer[1].y, a.y_lower = &st->y_lower, a.h_final = &st->h_final;
@@ -711,6 +706,7 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
   st->grad_W = view(set.layer[1].grad_W, {1, H, GH});
   GatedRnnStackBackwardArgs& b = st->backward;
   b.cell = a.cell;
+  b.precision = a.precision;
   b.wx = a.wx, b.R = a.R, b.W = a.W, b.bias = a.bias, b.y = a.y, b.y_lower = a.y_lower;
   b.grad_y = &set.layer[1].grad_y;
   b.grad_wx = &set.layer[0].grad_wx, b.grad_R = &st->grad_R, b.grad_W = &st->grad_W;
@@ -740,7 +736,7 @@ std::string validate_stack_backward(const Problem& p, const CallSet& set, const 
   for (const Tensor* t : {&set.layer[0].grad_wx, &st.grad_R, &st.grad_bias, &set.layer[1].grad_W})
     poison(*t, stream);
   project_forward(p, set.layer[0], gemm);
-  require(gated_rnn_stack_forward(st.args, stream, options), "gated_rnn_stack_forward");
+  require(gated_rnn_stack_forward(st.args, stream), "gated_rnn_stack_forward");
   require(gated_rnn_stack_backward(st.backward, stream, options), "gated_rnn_stack_backward");
   check_cuda(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const std::vector<std::vector<double>> got = {download(set.layer[0].grad_wx, 0, sz(BT * GH)),
@@ -835,7 +831,7 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
   std::vector<std::unique_ptr<StackedSet>> stacked;
   for (const auto& set : sets) stacked.push_back(make_stacked_set(p, *set, c.stream));
   GatedRnnLaunchInfo info;
-  GatedRnnLaunchOptions probe = row_options(p);
+  GatedRnnLaunchOptions probe;
   probe.chosen = &info;
   const Status s = gated_rnn_stack_forward(stacked[0]->args, c.stream, &probe);
   check_cuda(cudaStreamSynchronize(c.stream), "cudaStreamSynchronize");
@@ -845,11 +841,10 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
                 s.ok() ? "the library ran it layer by layer" : s.message().c_str());
     return;
   }
-  const GatedRnnLaunchOptions options = row_options(p);
   auto run = [&](int rep) {
     const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
     project_forward(p, sets[i]->layer[0], gemm);
-    require(gated_rnn_stack_forward(stacked[i]->args, c.stream, &options), "gated_rnn_stack_forward");
+    require(gated_rnn_stack_forward(stacked[i]->args, c.stream), "gated_rnn_stack_forward");
   };
   const std::string validation = validate_stack(p, *sets[0], *stacked[0], run, c.stream);
   const Times t = time_ours(c.stream, budget, sets.size(), small_call(p.s), run);
@@ -866,16 +861,14 @@ void stacked_row(const SectionContext& c, const Rates& rates, const Gemm& gemm, 
   // backwards, layer 2's projection's gradients), then layer 1's
   // projection's gradients, as the "yes" rows.
   GatedRnnLaunchInfo binfo;
-  GatedRnnLaunchOptions bprobe = row_options(p);
+  GatedRnnLaunchOptions bprobe;
   bprobe.chosen = &binfo;
   require(gated_rnn_stack_backward(stacked[0]->backward, c.stream, &bprobe), "gated_rnn_stack_backward");
-  const std::string bvalidation =
-      validate_stack_backward(p, *sets[0], *stacked[0], gemm, c.stream, &options);
+  const std::string bvalidation = validate_stack_backward(p, *sets[0], *stacked[0], gemm, c.stream);
   auto both = [&](int rep) {
     const std::size_t i = static_cast<std::size_t>(rep) % sets.size();
     run(rep);
-    require(gated_rnn_stack_backward(stacked[i]->backward, c.stream, &options),
-            "gated_rnn_stack_backward");
+    require(gated_rnn_stack_backward(stacked[i]->backward, c.stream), "gated_rnn_stack_backward");
     project_backward(p, sets[i]->layer[0], gemm);
   };
   const Times tb = time_ours(c.stream, budget, sets.size(), small_call(p.s), both);
@@ -909,7 +902,7 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
   const std::string validation = validate(p, *sets[0], *sw, gemm, seed, c.stream, &valid);
 
   GatedRnnLaunchInfo fwd_info, bwd_info;
-  GatedRnnLaunchOptions probe = row_options(p);
+  GatedRnnLaunchOptions probe;
   probe.chosen = &fwd_info;
   require(gated_rnn_forward(forward_args(p, sets[0]->layer[0], false), c.stream, &probe), "gated_rnn_forward");
   probe.chosen = &bwd_info;
@@ -978,12 +971,12 @@ void run_shape(const SectionContext& c, const Rates& rates, const Gemm& gemm, co
                 t.events_us, t.graph_us, fl.us, fl.bound, t.graph_us / fl.us, t.host_us, note);
   };
   if (p.s.batch <= 4) {
-    GatedRnnLaunchOptions o = row_options(p);
+    GatedRnnLaunchOptions o;
     o.unit_warps = 1;
     other_layout("uw", "(unit warps)", o, false);
   }
   if (p.s.batch == 1) {
-    GatedRnnLaunchOptions o = row_options(p);
+    GatedRnnLaunchOptions o;
     o.k_split = 0;
     other_layout("blk", "(block layout)", o, false);
   }
@@ -1147,7 +1140,7 @@ void run_stack_backward_plans(const SectionContext& c, const Gemm& gemm, const P
   const auto set = make_call_set(p, seed, c.stream, &ignored);
   const auto st = make_stacked_set(p, *set, c.stream);
   GatedRnnLaunchInfo automatic;
-  GatedRnnLaunchOptions probe = row_options(p);
+  GatedRnnLaunchOptions probe;
   probe.chosen = &automatic;
   project_forward(p, set->layer[0], gemm);
   require(gated_rnn_stack_forward(st->args, c.stream), "gated_rnn_stack_forward");
@@ -1210,8 +1203,8 @@ void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bo
                                         ? std::vector<DType>{DType::f32}
                                         : std::vector<DType>{DType::f32, DType::bf16};
   if (f32_tensor_cores)
-    std::printf("f32 rows with GatedRnnLaunchOptions::f32_tensor_cores = 1 (the forward's product "
-                "and the walk's on tensor cores, TF32's precision or better)\n");
+    std::printf("f32 rows at GatedRnnPrecision::tf32 (the forward's product, the walk's and the "
+                "backward's two on tensor cores, TF32's precision or better)\n");
   if (layouts) {
     // f32 at every shape of T > 1; bf16 where the forward's product may
     // run on tensor cores (B > 4), with and without them.

@@ -14,8 +14,7 @@ namespace exphil::bench {
 // layout the launch options can ask for, against the automatic plan.
 // `exact_f32`: f32 only, the projections' products as f32 FMAs rather than
 // TF32, beside cudnn_rnn.py --exact-f32. `f32_tensor_cores`: f32 only, every
-// call with GatedRnnLaunchOptions::f32_tensor_cores = 1, beside cudnn_rnn.py's
-// default (TF32).
+// call at GatedRnnPrecision::tf32, beside cudnn_rnn.py's default (TF32).
 void bench_gated_rnn(const SectionContext& context, bool small, bool layouts, bool exact_f32,
                      bool f32_tensor_cores);
 

@@ -60,7 +60,7 @@ constexpr const char* kUsage =
     "            (units per block x batch groups) against the automatic plan\n"
     "  --exact-f32 gated_rnn: f32 only, its projections' products as f32 FMAs rather than\n"
     "            TF32 (beside bench/peers/cudnn_rnn.py --exact-f32)\n"
-    "  --f32-tensor-cores gated_rnn: f32 only, the kernels with f32_tensor_cores = 1 (TF32's\n"
+    "  --f32-tensor-cores gated_rnn: f32 only, the kernels at precision tf32 (TF32's\n"
     "            precision or better, beside cudnn_rnn.py's default TF32)\n"
     "  --sweep   also time min_gru over T at B1 H256 with the automatic layout and with a\n"
     "            single segment (evidence for the planner's choice)\n"

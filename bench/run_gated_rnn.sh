@@ -10,7 +10,7 @@
 # FMAs either way, while PyTorch's default lets cuDNN take TF32 for all its
 # products) and that comparison; then the f32 rows once more with our
 # kernels at TF32's precision or better (exphil_bench --f32-tensor-cores:
-# GatedRnnLaunchOptions::f32_tensor_cores) against cuDNN's default run.
+# GatedRnnPrecision::tf32) against cuDNN's default run.
 #
 # usage: bench/run_gated_rnn.sh [--small] [--quick]
 #   --small  batch-1 shapes only; --quick  fewer repetitions (both passed to both)
@@ -78,7 +78,7 @@ exact_rc=${PIPESTATUS[0]}
 "$PYTHON" bench/peers/compare_gated_rnn.py "$OUT_DIR/gated_rnn_ours_exact_f32.txt" \
   "$OUT_DIR/gated_rnn_cudnn_exact_f32.txt" | tee "$OUT_DIR/gated_rnn_compare_exact_f32.txt"
 exact_compare_rc=${PIPESTATUS[0]}
-echo "== f32 at TF32's precision or better on both sides: ours with f32_tensor_cores, cuDNN's default =="
+echo "== f32 at TF32's precision or better on both sides: ours at precision tf32, cuDNN's default =="
 "$BUILD_DIR/bench/exphil_bench" --op gated_rnn --f32-tensor-cores ${flags[@]+"${flags[@]}"} |
   tee "$OUT_DIR/gated_rnn_ours_f32_tensor_cores.txt"
 ours_tc_rc=${PIPESTATUS[0]}

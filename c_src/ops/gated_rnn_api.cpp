@@ -32,9 +32,12 @@ void report_layout(const kernels::GatedRnnPlan& p, GatedRnnLaunchInfo& info) {
   info.pair_exchange = p.pair_exchange;
 }
 
-// The API's launch options as the planner takes them (defaults without).
-kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* options) {
+// The API's launch options as the planner takes them (defaults without),
+// with the call's precision.
+kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* options,
+                                              GatedRnnPrecision precision) {
   kernels::GatedRnnLaunchOptions o;
+  o.f32_tensor_cores = precision == GatedRnnPrecision::tf32 ? 1 : 0;
   if (options) {
     o.units_per_block = options->units_per_block;
     o.batch_blocks = options->batch_blocks;
@@ -46,7 +49,6 @@ kernels::GatedRnnLaunchOptions kernel_options(const GatedRnnLaunchOptions* optio
     o.walk_tensor_cores = options->walk_tensor_cores;
     o.pair_exchange = options->pair_exchange;
     o.stack_wavefront = options->stack_wavefront;
-    o.f32_tensor_cores = options->f32_tensor_cores;
   }
   return o;
 }
@@ -111,7 +113,8 @@ struct GatedRnnOpDirection : GatedRnnOpBase {
                    const LaunchOptions* options) {
     const kernels::GatedRnnForwardParams& f = forward_params(params);
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   planner_device(context), kernel_options(options), {f.dtype, f.weight_dtype});
+                                   planner_device(context), kernel_options(options, args.precision),
+                                   {f.dtype, f.weight_dtype});
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {
@@ -181,10 +184,11 @@ struct GatedRnnStackOpDirection : GatedRnnOpBase {
     const auto cell = static_cast<kernels::GatedRnnCell>(args.cell);
     const kernels::GatedRnnDTypes dtypes{f.dtype, f.weight_dtype};
     if constexpr (kForward)
-      return kernels::plan_gated_rnn_stack(cell, call.shape, params.layers, device, kernel_options(options), dtypes);
+      return kernels::plan_gated_rnn_stack(cell, call.shape, params.layers, device,
+                                           kernel_options(options, args.precision), dtypes);
     else
       return kernels::plan_gated_rnn_stack_backward(cell, call.shape, params.layers, device,
-                                                    kernel_options(options), dtypes);
+                                                    kernel_options(options, args.precision), dtypes);
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {

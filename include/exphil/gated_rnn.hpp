@@ -57,6 +57,25 @@ enum class GatedRnnCell : int {
 // "gru", "lstm" or "slstm", the op's name in op_descriptions.h.
 const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept;
 
+// How an f32 sequence's products run (the ops' attribute "precision").
+//   exact  f32 multiply-adds, f32's 24 bits of every operand.
+//   tf32   tensor cores at TF32's precision or better, as cuDNN and PyTorch
+//          run f32 by default: the forward's product with R rounded to f16
+//          (TF32's 11 significant bits; |R| below 65504, and below 2^-14
+//          an absolute error of 2^-25) and h in two f16 halves (22 bits);
+//          the backward's walk and its two products with each operand in
+//          two bf16 halves (16 bits); every sum and state in f32. About
+//          twice as fast at B64 T256 H512 (bench/RESULTS.md, issue 30's
+//          twenty-first part). f32 sequences only (f16 and bf16 ones run on
+//          tensor cores already). Where a call's shape or cell does not
+//          take it (B <= 4, H not a multiple of 16, the sLSTM, the stacks'
+//          one-launch layouts) the call runs exact, which is better than
+//          asked.
+enum class GatedRnnPrecision : int {
+  exact = 0,
+  tf32 = 1,
+};
+
 struct GatedRnnForwardArgs {
   GatedRnnCell cell = GatedRnnCell::gru;
   const Tensor* wx = nullptr;       // [B, T, G*H], the input projection
@@ -71,6 +90,7 @@ struct GatedRnnForwardArgs {
   const Tensor* c_final = nullptr;  // optional output [B, H], LSTM and sLSTM
   const Tensor* n_final = nullptr;  // optional output [B, H], sLSTM only
   const Tensor* m_final = nullptr;  // optional output [B, H], sLSTM only
+  GatedRnnPrecision precision = GatedRnnPrecision::exact;
 };
 
 // The forward's inputs and its y (the backward recomputes the gates, and
@@ -103,6 +123,7 @@ struct GatedRnnBackwardArgs {
   // (Edifice's backward returns it and forms grad_R itself). Equal to
   // grad_wx except the GRU's n gate, where it is r times it.
   const Tensor* grad_rh = nullptr;
+  GatedRnnPrecision precision = GatedRnnPrecision::exact;
 };
 
 // Stacked GRU or LSTM layers (ops "gru_stack" and "lstm_stack"), forward:
@@ -132,6 +153,7 @@ struct GatedRnnStackForwardArgs {
   const Tensor* y_lower = nullptr;  // optional output [L-1, B, T, H], the other layers'
   const Tensor* h_final = nullptr;  // optional output [L, B, H]
   const Tensor* c_final = nullptr;  // optional output [L, B, H], LSTM only
+  GatedRnnPrecision precision = GatedRnnPrecision::exact;
 };
 
 // The stack's backward: the forward's inputs and outputs (y_lower is
@@ -165,6 +187,7 @@ struct GatedRnnStackBackwardArgs {
   const Tensor* grad_W_bias = nullptr;   // [L-1, G*H], also without W_bias
   const Tensor* grad_h0 = nullptr;       // [L, B, H], also without h0
   const Tensor* grad_c0 = nullptr;       // [L, B, H], LSTM only; also without c0
+  GatedRnnPrecision precision = GatedRnnPrecision::exact;
 };
 
 // How a call was laid out on the GPU (reported through
@@ -200,8 +223,8 @@ struct GatedRnnLaunchInfo {
 };
 
 // Launch overrides for tests and benchmarks; zero or false chooses.
-// Results do not depend on them beyond f32 rounding (tensor_cores and
-// f32_tensor_cores: see there).
+// Results do not depend on them beyond f32 rounding (tensor_cores: see
+// there).
 struct GatedRnnLaunchOptions {
   int units_per_block = 0;
   int batch_blocks = 0;                 // batch groups (capped at B)
@@ -215,8 +238,9 @@ struct GatedRnnLaunchOptions {
   // fits (H <= 256, at most 16 columns of R a block), 0 the block layout.
   int k_split = -1;
   // Forward: -1 (automatic) runs the product on tensor cores above B = 4
-  // where it can (R and the sequence both bf16 or both f16, H a multiple of
-  // 16, a block's slice within its registers), 1 also at B <= 4, 0 never.
+  // where it can (R and the sequence both bf16 or both f16, or f32 with
+  // precision tf32; H a multiple of 16, a block's slice within its
+  // registers), 1 also at B <= 4, 0 never.
   // It multiplies h split into two 16-bit halves, about 16 bits of it in
   // bf16 and 22 in f16 (the CUDA cores take f32's 24), each sum in f32.
   // Backward: -1 and 1 run its two products on tensor cores where the
@@ -245,16 +269,6 @@ struct GatedRnnLaunchOptions {
   // B = 4, or one after another (0). -1 (automatic) and 1 alike, except
   // for a backward of one step above B = 1, which -1 runs layer by layer.
   int stack_wavefront = -1;
-  // GRU and LSTM in f32 with f32 weights: 1 runs the forward's product and
-  // the backward's reverse walk on tensor cores (where tensor_cores and
-  // walk_tensor_cores do not say 0) at TF32's precision or better, as
-  // cuDNN and PyTorch run f32 by default: the forward rounds R to f16
-  // (TF32's 11 significant bits; |R| below 65504, and below 2^-14 an
-  // absolute error of 2^-25) and multiplies h in two f16 halves (22 bits);
-  // the walk, and the backward's products of h and R and of h and
-  // grad_rh, multiply each operand in two bf16 halves (16 bits), each sum
-  // in f32. 0 (the default): f32's multiply-adds throughout.
-  int f32_tensor_cores = 0;
   GatedRnnLaunchInfo* chosen = nullptr;  // if set, receives the layout used
 };
 

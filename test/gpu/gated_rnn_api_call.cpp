@@ -37,15 +37,19 @@ Status gated_rnn_api_call(const std::string& op, const std::string& direction,
     options.batch_tile = layout->batch_tile;
     options.streamed_weights = layout->streamed_weights;
   }
+  const GatedRnnPrecision precision =
+      layout && layout->tf32 ? GatedRnnPrecision::tf32 : GatedRnnPrecision::exact;
   Status s;
   if (direction == "forward") {
     GatedRnnForwardArgs args;
     args.cell = cell;
+    args.precision = precision;
     s = bind(args, tensors);
     if (s.ok()) s = gated_rnn_forward(args, stream, &options);
   } else {
     GatedRnnBackwardArgs args;
     args.cell = cell;
+    args.precision = precision;
     s = bind(args, tensors);
     if (s.ok()) s = gated_rnn_backward(args, stream, &options);
   }

@@ -14,11 +14,13 @@
 
 namespace exphil::test {
 
-// exphil::GatedRnnLaunchOptions and the layout it reports, in plain fields.
+// exphil::GatedRnnLaunchOptions and the layout it reports, in plain fields,
+// and the args' precision (tf32: GatedRnnPrecision::tf32).
 struct GatedRnnApiLayout {
   int units_per_block = 0;  // asked (0: the library's choice)
   int batch_tile = 0;
   bool streamed_weights = false;
+  bool tf32 = false;
   bool resident_weights = false;  // reported
   bool tensor_cores = false;      // reported (forward: its product; backward: its two)
   int blocks = 0;

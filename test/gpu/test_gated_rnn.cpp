@@ -936,6 +936,16 @@ TEST_CASE("gated RNN: f32 on tensor cores (f32_tensor_cores)", "[gpu][gated_rnn]
     INFO(c.describe());
     CHECK(a.forward_bytes() == b.forward_bytes());
     CHECK(a.backward_bytes() == b.backward_bytes());
+    // The C++ API at precision tf32 (GatedRnnPrecision::tf32) gives the
+    // same bytes, on tensor cores.
+    GatedRnnApiLayout forward_layout, backward_layout;
+    forward_layout.tf32 = backward_layout.tf32 = true;
+    b.api_forward(stream.s, &forward_layout);
+    b.api_backward(stream.s, &backward_layout);
+    CHECK(b.forward_bytes() == a.forward_bytes());
+    CHECK(b.backward_bytes() == a.backward_bytes());
+    CHECK(forward_layout.tensor_cores);
+    CHECK(backward_layout.tensor_cores);
   }
 }
 
