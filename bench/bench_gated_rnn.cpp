@@ -193,7 +193,7 @@ std::unique_ptr<CallSet> make_call_set(const Problem& p, uint64_t seed, cudaStre
 GatedRnnForwardArgs forward_args(const Problem& p, const Layer& ly, bool proj) {
   GatedRnnForwardArgs a;
   a.cell = p.cell.cell;
-  a.precision = p.precision();
+  a.options.precision = p.precision();
   a.wx = proj ? &ly.wxp : &ly.wx;
   a.R = &ly.R;
   a.bias = &ly.bias;
@@ -210,7 +210,7 @@ GatedRnnBackwardArgs backward_args(const Problem& p, const CallSet& set, int l, 
   const Layer& ly = set.layer[l];
   GatedRnnBackwardArgs a;
   a.cell = p.cell.cell;
-  a.precision = p.precision();
+  a.options.precision = p.precision();
   a.wx = proj ? &ly.wxp : &ly.wx;
   a.R = &ly.R;
   a.bias = &ly.bias;
@@ -696,7 +696,7 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
   st->c_final = st->memory.make(DType::f32, {2, B, H}, 0, 0, 0, stream);
   GatedRnnStackForwardArgs& a = st->args;
   a.cell = p.cell.cell;
-  a.precision = p.precision();
+  a.options.precision = p.precision();
   a.wx = &set.layer[0].wxp;
   a.R = &st->R, a.W = &st->W, a.bias = &st->bias;
   a.y = &set.layer[1].y, a.y_lower = &st->y_lower, a.h_final = &st->h_final;
@@ -706,7 +706,7 @@ std::unique_ptr<StackedSet> make_stacked_set(const Problem& p, const CallSet& se
   st->grad_W = view(set.layer[1].grad_W, {1, H, GH});
   GatedRnnStackBackwardArgs& b = st->backward;
   b.cell = a.cell;
-  b.precision = a.precision;
+  b.options = a.options;
   b.wx = a.wx, b.R = a.R, b.W = a.W, b.bias = a.bias, b.y = a.y, b.y_lower = a.y_lower;
   b.grad_y = &set.layer[1].grad_y;
   b.grad_wx = &set.layer[0].grad_wx, b.grad_R = &st->grad_R, b.grad_W = &st->grad_W;

@@ -100,6 +100,14 @@ exphil::SelectiveScanOptions selective_scan_options(
   return o;
 }
 
+// NULL options: exact precision. Values are passed through unchecked;
+// validation reports the bad ones.
+exphil::GatedRnnOptions gated_rnn_options(const exphil_gated_rnn_options* options) noexcept {
+  exphil::GatedRnnOptions o;
+  if (options) o.precision = static_cast<exphil::GatedRnnPrecision>(options->precision);
+  return o;
+}
+
 exphil::AttentionInputs attention_inputs(const exphil_tensor* q, const exphil_tensor* k,
                                          const exphil_tensor* v) noexcept {
   exphil::AttentionInputs in;
@@ -336,10 +344,11 @@ exphil_status exphil_attention_backward(const exphil_tensor* q, const exphil_ten
 exphil_status exphil_gru_forward(const exphil_tensor* wx, const exphil_tensor* R,
                                  const exphil_tensor* bias, const exphil_tensor* h0,
                                  const exphil_tensor* y, const exphil_tensor* h_final,
-                                 exphil_stream stream) {
+                                 const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnForwardArgs a;
     a.cell = exphil::GatedRnnCell::gru;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0;
     a.y = y, a.h_final = h_final;
     return exphil::gated_rnn_forward(a, stream);
@@ -352,10 +361,11 @@ exphil_status exphil_gru_backward(const exphil_tensor* wx, const exphil_tensor* 
                                   const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx,
                                   const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
                                   const exphil_tensor* grad_h0, const exphil_tensor* grad_rh,
-                                  exphil_stream stream) {
+                                  const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnBackwardArgs a;
     a.cell = exphil::GatedRnnCell::gru;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.y = y;
     a.grad_y = grad_y, a.grad_h_final = grad_h_final;
     a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_bias = grad_bias, a.grad_h0 = grad_h0;
@@ -368,10 +378,11 @@ exphil_status exphil_gru_stack_forward(const exphil_tensor* wx, const exphil_ten
                                        const exphil_tensor* W, const exphil_tensor* bias,
                                        const exphil_tensor* W_bias, const exphil_tensor* h0,
                                        const exphil_tensor* y, const exphil_tensor* y_lower,
-                                       const exphil_tensor* h_final, exphil_stream stream) {
+                                       const exphil_tensor* h_final, const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackForwardArgs a;
     a.cell = exphil::GatedRnnCell::gru;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.W = W, a.bias = bias, a.W_bias = W_bias, a.h0 = h0;
     a.y = y, a.y_lower = y_lower, a.h_final = h_final;
     return exphil::gated_rnn_stack_forward(a, stream);
@@ -383,10 +394,11 @@ exphil_status exphil_lstm_stack_forward(const exphil_tensor* wx, const exphil_te
                                         const exphil_tensor* W_bias, const exphil_tensor* h0,
                                         const exphil_tensor* c0, const exphil_tensor* y,
                                         const exphil_tensor* y_lower, const exphil_tensor* h_final,
-                                        const exphil_tensor* c_final, exphil_stream stream) {
+                                        const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackForwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.W = W, a.bias = bias, a.W_bias = W_bias, a.h0 = h0, a.c0 = c0;
     a.y = y, a.y_lower = y_lower, a.h_final = h_final, a.c_final = c_final;
     return exphil::gated_rnn_stack_forward(a, stream);
@@ -399,10 +411,11 @@ exphil_status exphil_gru_stack_backward(
     const exphil_tensor* W_bias, const exphil_tensor* h0, const exphil_tensor* grad_y_lower,
     const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
     const exphil_tensor* grad_W, const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, exphil_stream stream) {
+    const exphil_tensor* grad_h0, const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackBackwardArgs a;
     a.cell = exphil::GatedRnnCell::gru;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.W = W, a.y = y, a.y_lower = y_lower, a.grad_y = grad_y;
     a.bias = bias, a.W_bias = W_bias, a.h0 = h0;
     a.grad_y_lower = grad_y_lower, a.grad_h_final = grad_h_final;
@@ -419,10 +432,11 @@ exphil_status exphil_lstm_stack_backward(
     const exphil_tensor* grad_y_lower, const exphil_tensor* grad_h_final,
     const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
     const exphil_tensor* grad_W, const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, exphil_stream stream) {
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackBackwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.W = W, a.y = y, a.y_lower = y_lower, a.grad_y = grad_y;
     a.bias = bias, a.W_bias = W_bias, a.h0 = h0, a.c0 = c0;
     a.grad_y_lower = grad_y_lower, a.grad_h_final = grad_h_final, a.grad_c_final = grad_c_final;
@@ -436,10 +450,11 @@ exphil_status exphil_lstm_forward(const exphil_tensor* wx, const exphil_tensor* 
                                   const exphil_tensor* bias, const exphil_tensor* h0,
                                   const exphil_tensor* c0, const exphil_tensor* y,
                                   const exphil_tensor* h_final, const exphil_tensor* c_final,
-                                  exphil_stream stream) {
+                                  const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnForwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0;
     a.y = y, a.h_final = h_final, a.c_final = c_final;
     return exphil::gated_rnn_forward(a, stream);
@@ -453,10 +468,11 @@ exphil_status exphil_lstm_backward(const exphil_tensor* wx, const exphil_tensor*
                                    const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx,
                                    const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
                                    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
-                                   const exphil_tensor* grad_rh, exphil_stream stream) {
+                                   const exphil_tensor* grad_rh, const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnBackwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
+    a.options = gated_rnn_options(options);
     a.wx = wx, a.R = R, a.bias = bias, a.h0 = h0, a.c0 = c0, a.y = y;
     a.grad_y = grad_y, a.grad_h_final = grad_h_final, a.grad_c_final = grad_c_final;
     a.grad_wx = grad_wx, a.grad_R = grad_R, a.grad_bias = grad_bias;

@@ -113,7 +113,7 @@ struct GatedRnnOpDirection : GatedRnnOpBase {
                    const LaunchOptions* options) {
     const kernels::GatedRnnForwardParams& f = forward_params(params);
     return kernels::plan_gated_rnn(Direction, static_cast<kernels::GatedRnnCell>(args.cell), call.shape,
-                                   planner_device(context), kernel_options(options, args.precision),
+                                   planner_device(context), kernel_options(options, args.options.precision),
                                    {f.dtype, f.weight_dtype});
   }
 
@@ -185,10 +185,10 @@ struct GatedRnnStackOpDirection : GatedRnnOpBase {
     const kernels::GatedRnnDTypes dtypes{f.dtype, f.weight_dtype};
     if constexpr (kForward)
       return kernels::plan_gated_rnn_stack(cell, call.shape, params.layers, device,
-                                           kernel_options(options, args.precision), dtypes);
+                                           kernel_options(options, args.options.precision), dtypes);
     else
       return kernels::plan_gated_rnn_stack_backward(cell, call.shape, params.layers, device,
-                                                    kernel_options(options, args.precision), dtypes);
+                                                    kernel_options(options, args.options.precision), dtypes);
   }
 
   static Status check_plan(const Plan& p, const Call& call, const Params& params) {

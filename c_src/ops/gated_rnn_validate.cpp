@@ -52,15 +52,15 @@ class GatedRnnChecker {
   }
 
   // After wx (its dtype).
-  Status precision(GatedRnnPrecision p) const {
-    const int v = static_cast<int>(p);
+  Status options(const GatedRnnOptions& o) const {
+    const GatedRnnPrecision p = o.precision;
     if (p != GatedRnnPrecision::exact && p != GatedRnnPrecision::tf32)
-      return {StatusCode::invalid_argument,
-              "argument 'precision': expected 0 (exact) or 1 (tf32), got " + std::to_string(v)};
+      return {StatusCode::invalid_argument, "argument 'options': expected precision 0 (exact) or 1 (tf32), got " +
+                                                std::to_string(static_cast<int>(p))};
     if (p == GatedRnnPrecision::tf32 && dtype_ != DType::f32)
       return {StatusCode::invalid_argument,
-              std::string("argument 'precision': 1 (tf32) applies to f32 sequences; expected 0 (exact) "
-                          "with wx of dtype ") +
+              std::string("argument 'options': precision 1 (tf32) applies to f32 sequences; expected "
+                          "precision 0 (exact) with wx of dtype ") +
                   dtype_name(dtype_)};
     return {};
   }
@@ -291,7 +291,7 @@ template <class Args>
 Status check_inputs(GatedRnnChecker& check, const Args& args, kernels::GatedRnnForwardParams& p) {
   EXPHIL_RETURN_IF_ERROR(check.cell());
   EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, p.d_wx));
-  EXPHIL_RETURN_IF_ERROR(check.precision(args.precision));
+  EXPHIL_RETURN_IF_ERROR(check.options(args.options));
   EXPHIL_RETURN_IF_ERROR(check.R(args.R, p.d_R));
   EXPHIL_RETURN_IF_ERROR(check.tensor("bias", args.bias, Layout::gates, Group::weights, true, false, p.d_bias));
   EXPHIL_RETURN_IF_ERROR(check.tensor("h0", args.h0, Layout::state, Group::states, true, false, p.d_h0));
@@ -365,7 +365,7 @@ Status validate_gated_rnn_stack_forward(const GatedRnnStackForwardArgs& args,
              *c_final = nullptr;
   int L = 0;
   EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, wx));
-  EXPHIL_RETURN_IF_ERROR(check.precision(args.precision));
+  EXPHIL_RETURN_IF_ERROR(check.options(args.options));
   EXPHIL_RETURN_IF_ERROR(check.stacked_R(args.R, L, R));
   using Stacked = GatedRnnChecker::Stacked;
   const int64_t K = L - 1;
@@ -417,7 +417,7 @@ Status validate_gated_rnn_stack_backward(const GatedRnnStackBackwardArgs& args,
   int L = 0;
   using Stacked = GatedRnnChecker::Stacked;
   EXPHIL_RETURN_IF_ERROR(check.wx(args.wx, wx));
-  EXPHIL_RETURN_IF_ERROR(check.precision(args.precision));
+  EXPHIL_RETURN_IF_ERROR(check.options(args.options));
   EXPHIL_RETURN_IF_ERROR(check.stacked_R(args.R, L, R));
   const int64_t K = L - 1;
   EXPHIL_RETURN_IF_ERROR(check.stacked("W", args.W, K, true, Stacked::weights, Group::weights, false, false, W));

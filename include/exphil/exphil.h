@@ -424,24 +424,43 @@ EXPHIL_API exphil_status exphil_attention_backward(
  * and recomputes the gates; grad_rh is the gradient of h_{t-1} R + bias.
  * The forward is one launch, the backward three or four; sums in a fixed
  * order (bitwise deterministic).
+ *
+ * options (added in 0.2.0, with the stacks' functions too) may be NULL:
+ * exact precision; zero-initialised options mean the same. Precision
+ * EXPHIL_GATED_RNN_TF32 (f32 sequences only) runs the f32 products on
+ * tensor cores at TF32's precision or better, as cuDNN does by default: the
+ * forward's with R rounded to f16 (TF32's 11 significant bits; |R| below
+ * 65504), the backward's with each operand in two bf16 halves, every sum
+ * in f32 (exphil/gated_rnn.hpp, GatedRnnPrecision, says where a call runs
+ * exact instead). With f16 and bf16 only EXPHIL_GATED_RNN_EXACT is
+ * accepted.
  * ------------------------------------------------------------------------- */
+
+typedef enum exphil_gated_rnn_precision {
+  EXPHIL_GATED_RNN_EXACT = 0, /* f32 products in exact f32 FMAs */
+  EXPHIL_GATED_RNN_TF32 = 1   /* f32 only: tensor cores, TF32's precision or better */
+} exphil_gated_rnn_precision;
+
+typedef struct exphil_gated_rnn_options {
+  int32_t precision; /* an exphil_gated_rnn_precision */
+} exphil_gated_rnn_options;
 
 EXPHIL_API exphil_status exphil_gru_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
     const exphil_tensor* h0, const exphil_tensor* y, const exphil_tensor* h_final,
-    exphil_stream stream);
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_gru_backward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
     const exphil_tensor* grad_y, const exphil_tensor* bias, const exphil_tensor* h0,
     const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx,
     const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_rh, exphil_stream stream);
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_rh, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
     const exphil_tensor* h0, const exphil_tensor* c0, const exphil_tensor* y,
-    const exphil_tensor* h_final, const exphil_tensor* c_final, exphil_stream stream);
+    const exphil_tensor* h_final, const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_backward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
@@ -450,7 +469,7 @@ EXPHIL_API exphil_status exphil_lstm_backward(
     const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx,
     const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
     const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
-    const exphil_tensor* grad_rh, exphil_stream stream);
+    const exphil_tensor* grad_rh, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 /* ---------------------------------------------------------------------------
  * gru_stack and lstm_stack: L = 2 to 4 stacked GRU or LSTM layers of one H,
@@ -472,13 +491,13 @@ EXPHIL_API exphil_status exphil_gru_stack_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
     const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
     const exphil_tensor* y, const exphil_tensor* y_lower, const exphil_tensor* h_final,
-    exphil_stream stream);
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_stack_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
     const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
     const exphil_tensor* c0, const exphil_tensor* y, const exphil_tensor* y_lower,
-    const exphil_tensor* h_final, const exphil_tensor* c_final, exphil_stream stream);
+    const exphil_tensor* h_final, const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 /* The stacks' backward (added in 0.2.0): from the forward's inputs, its y
  * and y_lower (both required: the backward reads every layer's y) and the
@@ -497,7 +516,7 @@ EXPHIL_API exphil_status exphil_gru_stack_backward(
     const exphil_tensor* grad_y_lower, const exphil_tensor* grad_h_final,
     const exphil_tensor* grad_wx, const exphil_tensor* grad_R, const exphil_tensor* grad_W,
     const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, exphil_stream stream);
+    const exphil_tensor* grad_h0, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_stack_backward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
@@ -507,7 +526,7 @@ EXPHIL_API exphil_status exphil_lstm_stack_backward(
     const exphil_tensor* grad_h_final, const exphil_tensor* grad_c_final,
     const exphil_tensor* grad_wx, const exphil_tensor* grad_R, const exphil_tensor* grad_W,
     const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, exphil_stream stream);
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, const exphil_gated_rnn_options* options, exphil_stream stream);
 
 /* ---------------------------------------------------------------------------
  * slstm: xLSTM's sLSTM (scalar LSTM with exponential gating) with the

@@ -76,6 +76,12 @@ enum class GatedRnnPrecision : int {
   tf32 = 1,
 };
 
+// The ops' options (gru, lstm and their stacks; the sLSTM takes them and
+// runs exact).
+struct GatedRnnOptions {
+  GatedRnnPrecision precision = GatedRnnPrecision::exact;
+};
+
 struct GatedRnnForwardArgs {
   GatedRnnCell cell = GatedRnnCell::gru;
   const Tensor* wx = nullptr;       // [B, T, G*H], the input projection
@@ -90,7 +96,7 @@ struct GatedRnnForwardArgs {
   const Tensor* c_final = nullptr;  // optional output [B, H], LSTM and sLSTM
   const Tensor* n_final = nullptr;  // optional output [B, H], sLSTM only
   const Tensor* m_final = nullptr;  // optional output [B, H], sLSTM only
-  GatedRnnPrecision precision = GatedRnnPrecision::exact;
+  GatedRnnOptions options;
 };
 
 // The forward's inputs and its y (the backward recomputes the gates, and
@@ -123,7 +129,7 @@ struct GatedRnnBackwardArgs {
   // (Edifice's backward returns it and forms grad_R itself). Equal to
   // grad_wx except the GRU's n gate, where it is r times it.
   const Tensor* grad_rh = nullptr;
-  GatedRnnPrecision precision = GatedRnnPrecision::exact;
+  GatedRnnOptions options;
 };
 
 // Stacked GRU or LSTM layers (ops "gru_stack" and "lstm_stack"), forward:
@@ -153,7 +159,7 @@ struct GatedRnnStackForwardArgs {
   const Tensor* y_lower = nullptr;  // optional output [L-1, B, T, H], the other layers'
   const Tensor* h_final = nullptr;  // optional output [L, B, H]
   const Tensor* c_final = nullptr;  // optional output [L, B, H], LSTM only
-  GatedRnnPrecision precision = GatedRnnPrecision::exact;
+  GatedRnnOptions options;
 };
 
 // The stack's backward: the forward's inputs and outputs (y_lower is
@@ -187,7 +193,7 @@ struct GatedRnnStackBackwardArgs {
   const Tensor* grad_W_bias = nullptr;   // [L-1, G*H], also without W_bias
   const Tensor* grad_h0 = nullptr;       // [L, B, H], also without h0
   const Tensor* grad_c0 = nullptr;       // [L, B, H], LSTM only; also without c0
-  GatedRnnPrecision precision = GatedRnnPrecision::exact;
+  GatedRnnOptions options;
 };
 
 // How a call was laid out on the GPU (reported through

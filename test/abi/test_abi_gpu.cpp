@@ -230,15 +230,17 @@ double run_abi_gated_rnn(const AbiRnnCase& c, exphil_stream stream, uint64_t see
                                ptr(gc0), ptr(gn0), ptr(gm0), ptr(grh), stream),
          "exphil_slstm_backward");
   } else if (lstm) {
-    sync(exphil_lstm_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(c0), ptr(y), ptr(hf), ptr(cf), stream),
+    sync(exphil_lstm_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(c0), ptr(y), ptr(hf), ptr(cf), nullptr,
+                             stream),
          "exphil_lstm_forward");
     sync(exphil_lstm_backward(ptr(wx), ptr(R), ptr(y), ptr(gy), ptr(bias), ptr(h0), ptr(c0), ptr(ghf), ptr(gcf),
-                              ptr(gwx), ptr(gR), ptr(gb), ptr(gh0), ptr(gc0), ptr(grh), stream),
+                              ptr(gwx), ptr(gR), ptr(gb), ptr(gh0), ptr(gc0), ptr(grh), nullptr, stream),
          "exphil_lstm_backward");
   } else {
-    sync(exphil_gru_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(y), ptr(hf), stream), "exphil_gru_forward");
+    sync(exphil_gru_forward(ptr(wx), ptr(R), ptr(bias), ptr(h0), ptr(y), ptr(hf), nullptr, stream),
+         "exphil_gru_forward");
     sync(exphil_gru_backward(ptr(wx), ptr(R), ptr(y), ptr(gy), ptr(bias), ptr(h0), ptr(ghf), ptr(gwx), ptr(gR),
-                             ptr(gb), ptr(gh0), ptr(grh), stream),
+                             ptr(gb), ptr(gh0), ptr(grh), nullptr, stream),
          "exphil_gru_backward");
   }
 
@@ -407,9 +409,9 @@ TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][ab
             const auto forward = [&](const exphil_tensor* lower) {
               return lstm ? exphil_lstm_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
                                                       ptr(d_h0), ptr(d_c0), ptr(y), lower, ptr(hf), ptr(cf),
-                                                      stream)
+                                                      nullptr, stream)
                           : exphil_gru_stack_forward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(d_bias), ptr(d_W_bias),
-                                                     ptr(d_h0), ptr(y), lower, ptr(hf), stream);
+                                                     ptr(d_h0), ptr(y), lower, ptr(hf), nullptr, stream);
             };
             const auto synchronize = [&] {
               if (stream)
@@ -475,11 +477,12 @@ TEST_CASE("GRU and LSTM stacks through the C ABI match the reference", "[gpu][ab
                 lstm ? exphil_lstm_stack_backward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(y), ptr(y_lower), ptr(d_gy),
                                                   ptr(d_bias), ptr(d_W_bias), ptr(d_h0), ptr(d_c0), ptr(d_gyl),
                                                   ptr(d_ghf), ptr(d_gcf), ptr(g_wx), ptr(g_R), ptr(g_W),
-                                                  ptr(g_bias), ptr(g_W_bias), ptr(g_h0), ptr(g_c0), stream)
+                                                  ptr(g_bias), ptr(g_W_bias), ptr(g_h0), ptr(g_c0), nullptr,
+                                                  stream)
                      : exphil_gru_stack_backward(ptr(d_wx), ptr(d_R), ptr(d_W), ptr(y), ptr(y_lower), ptr(d_gy),
                                                  ptr(d_bias), ptr(d_W_bias), ptr(d_h0), ptr(d_gyl), ptr(d_ghf),
                                                  ptr(g_wx), ptr(g_R), ptr(g_W), ptr(g_bias), ptr(g_W_bias),
-                                                 ptr(g_h0), stream);
+                                                 ptr(g_h0), nullptr, stream);
             INFO("the backward: " << exphil_last_error());
             REQUIRE(bst == EXPHIL_OK);
             synchronize();

@@ -318,19 +318,19 @@ TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", 
 
   SECTION("R's width is G times H") {
     exphil_tensor wrong = tensor({4, 16});
-    CHECK(exphil_gru_forward(&wx3, &wrong, nullptr, nullptr, &y, nullptr, nullptr) ==
+    CHECK(exphil_gru_forward(&wx3, &wrong, nullptr, nullptr, &y, nullptr, nullptr, nullptr) ==
           EXPHIL_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(exphil_last_error(), Contains("gru forward: argument 'R': expected shape [H, 3H]"));
   }
   SECTION("a NULL wx") {
-    CHECK(exphil_lstm_forward(nullptr, &R4, nullptr, nullptr, nullptr, &y, nullptr, nullptr, nullptr) ==
+    CHECK(exphil_lstm_forward(nullptr, &R4, nullptr, nullptr, nullptr, &y, nullptr, nullptr, nullptr, nullptr) ==
           EXPHIL_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(exphil_last_error(), Contains("lstm forward: argument 'wx': the tensor descriptor is NULL"));
   }
   SECTION("an output overlapping an input") {
     exphil_tensor grad_wx = wx4;  // the same memory as wx
     CHECK(exphil_lstm_backward(&wx4, &R4, &y, &gy, nullptr, nullptr, nullptr, nullptr, nullptr, &grad_wx,
-                               nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) ==
+                               nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr) ==
           EXPHIL_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(exphil_last_error(), Contains("argument 'grad_wx': output memory"));
   }
@@ -339,8 +339,24 @@ TEST_CASE("GRU and LSTM through the C ABI: bad input named, before the device", 
     exphil_tensor half = tensor({2, 4});
     half.dtype = EXPHIL_F16;
     CHECK(exphil_gru_backward(&wx3, &R3, &y, &gy, nullptr, &state, &half, nullptr, nullptr, nullptr, nullptr,
-                              nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
+                              nullptr, nullptr, nullptr) == EXPHIL_ERROR_INVALID_ARGUMENT);
     CHECK_THAT(exphil_last_error(), Contains("argument 'grad_h_final': expected dtype f32 (the dtype of 'h0'), got f16"));
+  }
+  SECTION("the options: a precision past tf32, and tf32 with a bf16 sequence") {
+    exphil_gated_rnn_options options{};
+    options.precision = 2;
+    CHECK(exphil_gru_forward(&wx3, &R3, nullptr, nullptr, &y, nullptr, &options, nullptr) ==
+          EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(),
+               Contains("gru forward: argument 'options': expected precision 0 (exact) or 1 (tf32), got 2"));
+    exphil_tensor wx16 = wx4, y16 = y;
+    wx16.dtype = y16.dtype = EXPHIL_BF16;
+    options.precision = EXPHIL_GATED_RNN_TF32;
+    CHECK(exphil_lstm_forward(&wx16, &R4, nullptr, nullptr, nullptr, &y16, nullptr, nullptr, &options, nullptr) ==
+          EXPHIL_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(exphil_last_error(),
+               Contains("argument 'options': precision 1 (tf32) applies to f32 sequences; expected precision 0 "
+                        "(exact) with wx of dtype bf16"));
   }
 }
 

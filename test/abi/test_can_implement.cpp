@@ -188,18 +188,19 @@ TEST_CASE("can_implement: GRU and LSTM sequences, with their own rules", "[can_i
     expect_invalid(exphil::can_implement(args), "lstm forward: argument 'R': expected shape [H, 4H] with 4H = 12");
   }
   SECTION("precision tf32 is for f32 sequences, and only exact (0) and tf32 (1) exist") {
-    args.precision = exphil::GatedRnnPrecision::tf32;
+    args.options.precision = exphil::GatedRnnPrecision::tf32;
     CHECK(exphil::can_implement(args).ok());
     Tensor wx16 = input(0, {2, 5, 12}, DType::bf16), y16 = unallocated({2, 5, 4}, DType::bf16);
     args.wx = &wx16;
     args.y = &y16;
     expect_invalid(exphil::can_implement(args),
-                   "gru forward: argument 'precision': 1 (tf32) applies to f32 sequences; expected 0 (exact) "
-                   "with wx of dtype bf16");
+                   "gru forward: argument 'options': precision 1 (tf32) applies to f32 sequences; expected "
+                   "precision 0 (exact) with wx of dtype bf16");
     args.wx = &wx;
     args.y = &y;
-    args.precision = static_cast<exphil::GatedRnnPrecision>(2);
-    expect_invalid(exphil::can_implement(args), "argument 'precision': expected 0 (exact) or 1 (tf32), got 2");
+    args.options.precision = static_cast<exphil::GatedRnnPrecision>(2);
+    expect_invalid(exphil::can_implement(args),
+                   "argument 'options': expected precision 0 (exact) or 1 (tf32), got 2");
   }
 }
 

@@ -157,14 +157,19 @@ class Call {
                                       : row_.op == "lstm" ? exphil::GatedRnnCell::lstm
                                                           : exphil::GatedRnnCell::slstm;
     REQUIRE(row_.op == exphil::gated_rnn_cell_name(cell));
-    return by_direction<exphil::GatedRnnForwardArgs, exphil::GatedRnnBackwardArgs>([&](auto& a) { a.cell = cell; });
+    return by_direction<exphil::GatedRnnForwardArgs, exphil::GatedRnnBackwardArgs>([&](auto& a) {
+      a.cell = cell;
+      apply(a.options);
+    });
   }
 
   Status gated_rnn_stack() {
     const exphil::GatedRnnCell cell = row_.op == "gru_stack" ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
     REQUIRE(row_.op == std::string(exphil::gated_rnn_cell_name(cell)) + "_stack");
-    return by_direction<exphil::GatedRnnStackForwardArgs, exphil::GatedRnnStackBackwardArgs>(
-        [&](auto& a) { a.cell = cell; });
+    return by_direction<exphil::GatedRnnStackForwardArgs, exphil::GatedRnnStackBackwardArgs>([&](auto& a) {
+      a.cell = cell;
+      apply(a.options);
+    });
   }
 
   Status attention() {
@@ -176,6 +181,7 @@ class Call {
   // no field for fails the test.
   void apply(exphil::SelectiveScanOptions& o);
   void apply(exphil::AttentionOptions& o);
+  void apply(exphil::GatedRnnOptions& o);
 
   Row row_;
   std::map<std::string, double> options_;
@@ -202,6 +208,13 @@ void Call::apply(exphil::AttentionOptions& o) {
     else if (name == "scale") o.scale = static_cast<float>(v);
     else if (name == "precision") o.precision = static_cast<exphil::AttentionPrecision>(v);
     else FAIL("AttentionOptions has no field for option " << name);
+  }
+}
+
+void Call::apply(exphil::GatedRnnOptions& o) {
+  for (const auto& [name, v] : options_) {
+    if (name == "precision") o.precision = static_cast<exphil::GatedRnnPrecision>(v);
+    else FAIL("GatedRnnOptions has no field for option " << name);
   }
 }
 
@@ -353,7 +366,7 @@ TEST_CASE("every description matches the C++ API's checks", "[op_descriptions]")
 // range's ends are accepted; just outside a range (or past an enum's last
 // value) is refused as invalid, naming 'options' and the option; outside
 // its condition an option is not read. The seq tensors are f32 here, the
-// one dtype every enum value takes (tf32x3 is for f32 inputs).
+// one dtype every enum value takes (tf32x3 and tf32 are for f32 inputs).
 TEST_CASE("every option's values are the C++ API's", "[op_descriptions]") {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
@@ -440,5 +453,5 @@ TEST_CASE("every option's values are the C++ API's", "[op_descriptions]") {
       }
     }
   }
-  CHECK(ranged == 15);  // the enums and ranges of the rows (a row losing one fails here)
+  CHECK(ranged == 23);  // the enums and ranges of the rows (a row losing one fails here)
 }

@@ -43,13 +43,13 @@ Status gated_rnn_api_call(const std::string& op, const std::string& direction,
   if (direction == "forward") {
     GatedRnnForwardArgs args;
     args.cell = cell;
-    args.precision = precision;
+    args.options.precision = precision;
     s = bind(args, tensors);
     if (s.ok()) s = gated_rnn_forward(args, stream, &options);
   } else {
     GatedRnnBackwardArgs args;
     args.cell = cell;
-    args.precision = precision;
+    args.options.precision = precision;
     s = bind(args, tensors);
     if (s.ok()) s = gated_rnn_backward(args, stream, &options);
   }
