@@ -82,6 +82,7 @@ void make_atoms(ErlNifEnv* env) {
   a.bthd = mk("bthd");
   a.exact = mk("exact");
   a.tf32x3 = mk("tf32x3");
+  a.tf32 = mk("tf32");
   a.y = mk("y");
   a.h_final = mk("h_final");
   a.grad_y = mk("grad_y");

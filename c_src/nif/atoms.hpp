@@ -19,8 +19,8 @@ struct Atoms {
   ERL_NIF_TERM kind, local, ipc, address, handle, data_size, f, bf, ref, type, shape, device;
   // options
   ERL_NIF_TERM h0, grad_h_final, outputs, sync, stream, managed, legacy_default, state_type;
-  // attention options: masks, layouts and precisions
-  ERL_NIF_TERM none, causal, window, bhtd, bthd, exact, tf32x3;
+  // attention's and the gated RNNs' options: masks, layouts and precisions
+  ERL_NIF_TERM none, causal, window, bhtd, bthd, exact, tf32x3, tf32;
   // outputs
   ERL_NIF_TERM y, h_final, grad_y, grad_h0;
   ERL_NIF_TERM grad_x, grad_dt, grad_a, grad_b, grad_c, grad_dt_bias, grad_d, grad_z;  // selective scan

@@ -46,21 +46,6 @@ bool given(const std::optional<ERL_NIF_TERM>& term) {
   return term && !enif_is_identical(*term, atoms().nil);
 }
 
-// An atom standing for one value of an enum option.
-template <class Enum>
-struct Choice {
-  ERL_NIF_TERM atom;
-  Enum value;
-};
-
-template <class Enum>
-Enum decode_choice(ERL_NIF_TERM term, const char* argument, const char* expected,
-                   std::initializer_list<Choice<Enum>> choices) {
-  for (const Choice<Enum>& choice : choices)
-    if (enif_is_identical(term, choice.atom)) return choice.value;
-  bad_argument(argument, expected, term);
-}
-
 // mask:, window:, layout:, scale:, precision:. nil stands for an absent
 // window or scale. q_dtype: precision: :tf32x3 is for f32 inputs only.
 AttentionOptions decode_attention_options(ErlNifEnv* env, const Options& opts, DType q_dtype) {

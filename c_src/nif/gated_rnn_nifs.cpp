@@ -10,9 +10,12 @@
 //   * Elixir spells the recurrent weights R as r, and the stacks' W and
 //     W_bias as w and w_bias (its variables and option keys are lowercase):
 //     the NIF's own messages say 'r', the library's 'R', as exphil.h does.
-//   * The op has no options of its own. The optional inputs (bias, h0, the
-//     LSTM's and sLSTM's c0, the sLSTM's n0 and m0; backward also the final
-//     states' gradients, grad_h_final, ...) are options of those names.
+//   * The GRU's and LSTM's ops and their stacks have one option of their
+//     own, precision: :exact (the default) or :tf32 (f32 sequences only:
+//     exphil/gated_rnn.hpp's GatedRnnPrecision); the sLSTM's has none. The
+//     optional inputs (bias, h0, the LSTM's and sLSTM's c0, the sLSTM's n0
+//     and m0; backward also the final states' gradients, grad_h_final, ...)
+//     are options of those names.
 //   * Outputs the NIF allocates: y, grad_wx and grad_rh in wx's dtype;
 //     grad_r and grad_bias in r's (weights: f32 or wx's, one per call); the
 //     final states and the initial states' gradients in the dtype of the
@@ -25,6 +28,7 @@
 //     without bias or h0 (c0, ...): the gradient at the default value.
 #include <vector>
 
+#include "atoms.hpp"
 #include "exphil/gated_rnn.hpp"
 #include "gated_rnn_nifs.hpp"
 #include "op_call.hpp"
@@ -34,18 +38,36 @@ namespace exphil::nif {
 
 namespace {
 
+const std::vector<const char*> kOpOptions = {"precision"};
 const std::vector<const char*> kCallOptions = {"outputs", "sync", "stream"};
 
+// precision: :exact or :tf32, the latter for f32 sequences only.
+GatedRnnOptions decode_gated_rnn_options(const Options& opts, DType wx_dtype) {
+  GatedRnnOptions options;
+  if (auto term = opts.get("precision")) {
+    options.precision = decode_choice<GatedRnnPrecision>(
+        *term, "precision", ":exact or :tf32 (f32 sequences only)",
+        {{atoms().exact, GatedRnnPrecision::exact}, {atoms().tf32, GatedRnnPrecision::tf32}});
+    if (options.precision == GatedRnnPrecision::tf32 && wx_dtype != DType::f32)
+      bad_argument("precision", ":exact with f16 or bf16 sequences (:tf32 multiplies f32)", *term);
+  }
+  return options;
+}
+
 // Both directions, cells and the stacks: Args picks the library call, `op`
-// the description.
+// the description (the sLSTM's has no options).
 template <class Args>
 ERL_NIF_TERM gated_rnn_nif(ErlNifEnv* env, GatedRnnCell cell, const char* op, const char* direction, int argc,
                            const ERL_NIF_TERM argv[]) {
   return nif_entry(env, [&] {
-    OpCall call(env, op, direction, argv, {}, kCallOptions);
-    call.plan_outputs(call.in().arg("wx")->dtype, DType::f32);
+    const bool has_options = cell != GatedRnnCell::slstm;
+    OpCall call(env, op, direction, argv, has_options ? kOpOptions : std::vector<const char*>{},
+                kCallOptions);
+    const DType wx_dtype = call.in().arg("wx")->dtype;
+    call.plan_outputs(wx_dtype, DType::f32);
     Args args;
     args.cell = cell;
+    if (has_options) args.options = decode_gated_rnn_options(call.opts(), wx_dtype);
     return call.run(argc, argv, args);
   });
 }

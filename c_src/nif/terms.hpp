@@ -72,6 +72,22 @@ ERL_NIF_TERM status_result(ErlNifEnv* env, const Status& status);
 int64_t get_integer(ErlNifEnv* env, ERL_NIF_TERM term, const std::string& argument, int64_t min,
                     int64_t max);
 bool get_boolean(ERL_NIF_TERM term, const std::string& argument);
+
+// An atom standing for one value of an enum option.
+template <class Enum>
+struct Choice {
+  ERL_NIF_TERM atom;
+  Enum value;
+};
+
+// The value whose atom `term` is; else bad_argument(argument, expected).
+template <class Enum>
+Enum decode_choice(ERL_NIF_TERM term, const char* argument, const char* expected,
+                   std::initializer_list<Choice<Enum>> choices) {
+  for (const Choice<Enum>& choice : choices)
+    if (enif_is_identical(term, choice.atom)) return choice.value;
+  bad_argument(argument, expected, term);
+}
 // An integer or float as a double that converts to a finite f32; false
 // otherwise (bignums too: erl_nif cannot convert them). For callers that
 // refuse the value in their own words: a float beyond f32's range would

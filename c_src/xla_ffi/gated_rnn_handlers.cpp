@@ -24,11 +24,21 @@ namespace exphil::xla_ffi {
 
 namespace {
 
-// The args of a gated-RNN row: its cell.
+// The args of a gated-RNN row: its cell (the y-only forms and the sLSTM's
+// rows, whose targets list no precision: exact).
 template <class Args, GatedRnnCell cell>
 Args gated_rnn_args(CallAttributes&) {
   Args a;
   a.cell = cell;
+  return a;
+}
+
+// The full forms of the GRU's and LSTM's rows and the stacks': also the
+// precision attribute (checked with the other arguments).
+template <class Args, GatedRnnCell cell>
+Args gated_rnn_args_with_options(CallAttributes& attrs) {
+  Args a = gated_rnn_args<Args, cell>(attrs);
+  a.options.precision = static_cast<exphil::GatedRnnPrecision>(attrs.i32("precision"));
   return a;
 }
 
@@ -47,22 +57,22 @@ extern "C" {
 
 XLA_FFI_Error* exphil_gru_fwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_gru_fwd"),
-                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::gru>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnForwardArgs, GatedRnnCell::gru>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_gru_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_gru_bwd"),
-                               &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::gru>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnBackwardArgs, GatedRnnCell::gru>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_lstm_fwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_fwd"),
-                               &xf::gated_rnn_args<GatedRnnForwardArgs, GatedRnnCell::lstm>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnForwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_lstm_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_bwd"),
-                               &xf::gated_rnn_args<GatedRnnBackwardArgs, GatedRnnCell::lstm>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnBackwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_gru_y_fwd(XLA_FFI_CallFrame* call_frame) {
@@ -102,22 +112,22 @@ XLA_FFI_Error* exphil_slstm_y_fwd(XLA_FFI_CallFrame* call_frame) {
 
 XLA_FFI_Error* exphil_gru_stack_fwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_gru_stack_fwd"),
-                               &xf::gated_rnn_args<GatedRnnStackForwardArgs, GatedRnnCell::gru>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnStackForwardArgs, GatedRnnCell::gru>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_gru_stack_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_gru_stack_bwd"),
-                               &xf::gated_rnn_args<GatedRnnStackBackwardArgs, GatedRnnCell::gru>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnStackBackwardArgs, GatedRnnCell::gru>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_lstm_stack_fwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_stack_fwd"),
-                               &xf::gated_rnn_args<GatedRnnStackForwardArgs, GatedRnnCell::lstm>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnStackForwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 
 XLA_FFI_Error* exphil_lstm_stack_bwd(XLA_FFI_CallFrame* call_frame) {
   return xf::described_handler<xf::target_index("exphil_lstm_stack_bwd"),
-                               &xf::gated_rnn_args<GatedRnnStackBackwardArgs, GatedRnnCell::lstm>>(call_frame);
+                               &xf::gated_rnn_args_with_options<GatedRnnStackBackwardArgs, GatedRnnCell::lstm>>(call_frame);
 }
 
 }  // extern "C"

@@ -137,9 +137,11 @@
  *                         library's temporary memory (capture-safe, as
  *                         below), whose o it discards.
  *
- * GRU and LSTM sequences (exphil/gated_rnn.hpp, ops "gru" and "lstm"). No
- * attributes but the has_* flags of the optional operands; R and bias in f32
- * or the dtype of wx, the states in f32 or that dtype (one each per call).
+ * GRU and LSTM sequences (exphil/gated_rnn.hpp, ops "gru" and "lstm").
+ * Attributes: the has_* flags of the optional operands and precision (i32:
+ * 0 exact, 1 tf32, f32 sequences only: exphil.h's exphil_gated_rnn_options);
+ * R and bias in f32 or the dtype of wx, the states in f32 or that dtype
+ * (one each per call).
  *   exphil_gru_fwd        operands: wx [B, T, 3H], R [H, 3H], bias? [3H],
  *                                   h0? [B, H]
  *                         results:  y [B, T, H], h_final [B, H]
@@ -181,7 +183,8 @@
  *
  * Stacked GRU and LSTM layers (exphil/gated_rnn.hpp, ops "gru_stack" and
  * "lstm_stack"): L = 2 to 4 layers, K = L - 1; attributes the has_* flags
- * of the optional operands; dtypes as above, W and W_bias with R.
+ * of the optional operands and precision, as above; dtypes as above, W and
+ * W_bias with R.
  *   exphil_gru_stack_fwd  operands: wx [B, T, 3H], R [L, H, 3H], W [K, H, 3H],
  *                                   bias? [L, 3H], W_bias? [K, 3H], h0? [L, B, H]
  *                         results:  y [B, T, H] (the last layer's), y_lower
