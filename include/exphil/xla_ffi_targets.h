@@ -46,8 +46,8 @@
   EXPHIL_XLA_FFI_TARGET(exphil_liquid_bwd, "tau target h0? y grad_y grad_h_final?", "grad_tau grad_target grad_h0?", "has_h0?:i1 has_grad_h_final?:i1") \
   EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_fwd, "x dt A B C dt_bias? D? z? h0?", "y h_final", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32 has_dt_bias?:i1 has_D?:i1 has_z?:i1 has_h0?:i1") \
   EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_bwd, "x dt A B C dt_bias? D? z? h0? grad_y grad_h_final?", "grad_x grad_dt grad_A grad_B grad_C grad_dt_bias? grad_D? grad_z? grad_h0?", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32 has_dt_bias?:i1 has_D?:i1 has_z?:i1 has_h0?:i1 has_grad_h_final?:i1") \
-  EXPHIL_XLA_FFI_TARGET(exphil_attention_fwd, "q k v", "o lse", "mask:i32 window:i32 layout:i32 scale:f32 precision?:i32") \
-  EXPHIL_XLA_FFI_TARGET(exphil_attention_bwd, "q k v o lse grad_o", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision?:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_fwd, "q k v", "o lse", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_bwd, "q k v o lse grad_o", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
   EXPHIL_XLA_FFI_TARGET(exphil_linear_scan_y_fwd, "a b h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_min_gru_y_fwd, "gate candidate h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_liquid_y_fwd, "tau target h0", "y", "") \
@@ -57,8 +57,8 @@
   EXPHIL_XLA_FFI_TARGET(exphil_min_lstm_activated_fwd, "f i candidate h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_min_lstm_activated_bwd, "f i candidate h0 y grad_y", "grad_f grad_i grad_candidate grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_selective_scan_y_bwd, "x dt A B C grad_y", "grad_x grad_dt grad_B grad_C", "softplus:i1 clamp:i1 dt_min:f32 dt_max:f32") \
-  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_fwd, "q k v flag", "o", "mask:i32 window:i32 layout:i32 scale:f32 precision?:i32") \
-  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_bwd, "q k v o grad_o flag", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision?:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_fwd, "q k v flag", "o", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
+  EXPHIL_XLA_FFI_TARGET(exphil_attention_o_bwd, "q k v o grad_o flag", "grad_q grad_k grad_v", "mask:i32 window:i32 layout:i32 scale:f32 precision:i32") \
   EXPHIL_XLA_FFI_TARGET(exphil_linear_scan_y_bwd, "a h0 y grad_y", "grad_a grad_b grad_h0", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_diag_linear_y_fwd, "a b h0", "y", "") \
   EXPHIL_XLA_FFI_TARGET(exphil_elu_gru_y_fwd, "gate candidate h0", "y", "") \

@@ -229,7 +229,9 @@ defmodule ExPhil.Native.CustomCallTest do
     end
 
     keys = [:bias | for(s <- states, do: :"#{s}0")]
-    has = Map.new(keys, &{"has_#{&1}", &1 in optional})
+    # The GRU's and LSTM's precision, exact by default; the sLSTM has none.
+    own = if cell == :slstm, do: %{}, else: %{"precision" => 0}
+    has = Map.merge(Map.new(keys, &{"has_#{&1}", &1 in optional}), own)
     assert elem(forward, 0).attributes == has
 
     {_, operands, results} = assert_matches_target(backward, "exphil_#{cell}_bwd")
@@ -274,6 +276,33 @@ defmodule ExPhil.Native.CustomCallTest do
           unquote(final_state?)
         )
       end
+    end
+
+    test "precision: :tf32 is the targets' attribute 1 with f32 wx, 0 with a 16-bit one; a bad one is named" do
+      for cell <- [:gru, :lstm], {type, want} <- [{{:f, 32}, 1}, {{:bf, 16}, 0}, {{:f, 16}, 0}] do
+        g = ExPhil.Native.Pure.GatedRnn.gates(cell)
+        tensors = %{wx: random({2, 4, g * 3}, type, 1), r: random({3, g * 3}, :f32, 2)}
+        op_fun = fn t -> apply(Ops, cell, [t.wx, t.r, [precision: :tf32]]) end
+        {forward, backward} = forward_and_backward(op_fun, tensors)
+        assert elem(forward, 0).attributes["precision"] == want
+        assert elem(backward, 0).attributes["precision"] == want
+      end
+
+      wx = random({2, 4, 9}, :f32, 1)
+      r = random({3, 9}, :f32, 2)
+
+      assert_raise ArgumentError,
+                   "ExPhil.Native.Ops.gru/3: option :precision expected :exact or :tf32, got: :tf32x3",
+                   fn -> Ops.gru(wx, r, precision: :tf32x3) end
+
+      # The sLSTM has no such option.
+      assert_raise ArgumentError,
+                   ~r/ExPhil.Native.Ops.slstm\/3: unknown options \[:precision\]/,
+                   fn ->
+                     Ops.slstm(random({2, 4, 12}, :f32, 1), random({3, 12}, :f32, 2),
+                       precision: :exact
+                     )
+                   end
     end
 
     test "r, bias and the initial states reach the targets in f32 whatever their type" do

@@ -555,15 +555,15 @@ defmodule ExPhil.Native.ErrorsTest do
     state = fn -> tensor(20480, {2, 4}) end
 
     assert_argument_errors([
-      {~r/argument 'opts': expected option names among :bias, :h0, :outputs, :sync, :stream, got :c0/,
+      {~r/argument 'opts': expected option names among :bias, :h0, :precision, :outputs, :sync, :stream, got :c0/,
        fn -> rnn_forward(:gru, c0: state.()) end},
-      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :outputs, :sync, :stream, got :state_type/,
+      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :precision, :outputs, :sync, :stream, got :state_type/,
        fn -> rnn_forward(:lstm, state_type: {:f, 32}) end},
-      {~r/argument 'opts': expected option names among :bias, :h0, :grad_h_final, :outputs, :sync, :stream, got :grad_c_final/,
+      {~r/argument 'opts': expected option names among :bias, :h0, :grad_h_final, :precision, :outputs, :sync, :stream, got :grad_c_final/,
        fn -> rnn_backward(:gru, grad_c_final: state.()) end},
       {~r/argument 'opts': expected option names among :bias, :h0, :c0, :n0, :m0, :outputs, :sync, :stream, got :grad_n_final/,
        fn -> rnn_forward(:slstm, grad_n_final: state.()) end},
-      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :grad_h_final, :grad_c_final, :outputs, :sync, :stream, got :m0/,
+      {~r/argument 'opts': expected option names among :bias, :h0, :c0, :grad_h_final, :grad_c_final, :precision, :outputs, :sync, :stream, got :m0/,
        fn -> rnn_backward(:lstm, m0: state.()) end},
       {~r/argument 'r': expected a tensor/,
        fn -> rnn_forward(:gru, [], [tensor(4096, {2, 5, 12}), :nope]) end},

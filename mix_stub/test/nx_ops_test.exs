@@ -455,7 +455,7 @@ defmodule ExPhil.Native.NxOpsTest do
         {fn -> Ops.lstm(wx4, r4, c0: false) end,
          "ExPhil.Native.Ops.lstm/3: argument 'c0' expected a tensor, got: false"},
         {fn -> Ops.gru(wx, r, c0: h0) end,
-         "ExPhil.Native.Ops.gru/3: unknown options [:c0], expected one of [:bias, :h0, :final_state]"},
+         "ExPhil.Native.Ops.gru/3: unknown options [:c0], expected one of [:bias, :h0, :final_state, :precision]"},
         {fn -> Ops.gru(wx, r, final_state: :yes) end,
          "ExPhil.Native.Ops.gru/3: option :final_state expected a boolean, got: :yes"},
         {fn -> Ops.slstm(wx, r) end,
@@ -467,7 +467,7 @@ defmodule ExPhil.Native.NxOpsTest do
         {fn -> Ops.slstm(wx4, r4, n0: Nx.as_type(h0, :s32)) end,
          "argument 'n0' expected a floating-point tensor, got type: {:s, 32}"},
         {fn -> Ops.lstm(wx4, r4, n0: h0) end,
-         "ExPhil.Native.Ops.lstm/3: unknown options [:n0], expected one of [:bias, :h0, :c0, :final_state]"},
+         "ExPhil.Native.Ops.lstm/3: unknown options [:n0], expected one of [:bias, :h0, :c0, :final_state, :precision]"},
         {fn -> Ops.slstm(wx4, r4, grad_m_final: h0) end,
          "ExPhil.Native.Ops.slstm/3: unknown options [:grad_m_final], expected one of [:bias, :h0, :c0, :n0, :m0, :final_state]"}
       ]

@@ -997,6 +997,30 @@ TEST_CASE("handlers: GRU and LSTM in the full and the y-only forms", "[xla_ffi]"
                                     .call(exphil_lstm_fwd);
     CHECK(lstm.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
     CHECK_THAT(lstm.message, StartsWith("exphil_lstm_fwd: lstm forward: argument 'c0'"));
+
+    // precision, optional (left out above: exact), reaches the library:
+    // 2 is refused there by name, as tf32 with a bf16 sequence is.
+    const auto gru_fwd = [&](XLA_FFI_DataType dtype, int32_t precision) {
+      return CallFrameBuilder(api)
+          .operand(dtype, gates(3))    // wx
+          .operand(f32, weights(3))    // R
+          .operand(f32, {})            // bias: absent
+          .operand(f32, {})            // h0: absent
+          .result(dtype, seq)          // y
+          .result(f32, state)          // h_final
+          .attribute("has_bias", false)
+          .attribute("has_h0", false)
+          .attribute("precision", precision)
+          .call(exphil_gru_fwd);
+    };
+    const HandlerOutcome two = gru_fwd(f32, 2);
+    CHECK(two.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(two.message, StartsWith("exphil_gru_fwd: gru forward: argument 'options': expected "
+                                       "precision 0 (exact) or 1 (tf32), got 2"));
+    const HandlerOutcome bf16_tf32 = gru_fwd(bf16, 1);
+    CHECK(bf16_tf32.code == XLA_FFI_Error_Code_INVALID_ARGUMENT);
+    CHECK_THAT(bf16_tf32.message, Contains("argument 'options': precision 1 (tf32) applies to f32 sequences"));
+    check_reached_library(gru_fwd(f32, 1), "exphil_gru_fwd");
   }
   SECTION("y-only forwards: no bias, no final states reach the library") {
     for (const XLA_FFI_DataType weight_type : {f32, bf16}) {

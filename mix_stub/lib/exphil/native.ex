@@ -560,7 +560,8 @@ defmodule ExPhil.Native do
 
   @typedoc """
   Options of `gru_forward/3`, `lstm_forward/3` and `slstm_forward/3`, as a
-  keyword list or a map. `nil` stands for an absent tensor.
+  keyword list or a map. `nil` stands for an absent tensor. `:precision` is
+  the GRU's and LSTM's (and their stacks'), not the sLSTM's.
   """
   @type gated_rnn_option ::
           {:bias, tensor() | nil}
@@ -568,6 +569,7 @@ defmodule ExPhil.Native do
           | {:c0, tensor() | nil}
           | {:n0, tensor() | nil}
           | {:m0, tensor() | nil}
+          | {:precision, :exact | :tf32}
           | call_option()
 
   @typedoc "Options of `gru_backward/5`, `lstm_backward/5` and `slstm_backward/5`: the forward's and the final states' gradients."
@@ -602,6 +604,13 @@ defmodule ExPhil.Native do
     * `:bias` - the recurrent bias `[3H]` (none when absent or `nil`):
       Axon's `bhn` is `[0, 0, bhn]`, its `br`, `bz`, `bin` belong in `wx`
     * `:h0` - the initial state `[B, H]` (zeros when absent or `nil`)
+    * `:precision` - how an f32 sequence's products run: `:exact` (default,
+      f32 multiply-adds) or `:tf32`, on tensor cores at TF32's precision or
+      better, as cuDNN does by default (the forward's `r` rounded to f16's
+      11 significant bits, `|r|` below 65504; the backward's operands in two
+      bf16 halves; every sum f32): about twice as fast at `[64, 256, 512]`
+      (bench/RESULTS.md). `{:f, 32}` `wx` only; at B <= 4 and where H is not
+      a multiple of 16 the call runs exact.
     * `:outputs` - destination passing, as for every op: `:y` (required) and
       `:h_final` (optional). Without it, both are new buffers (`:h_final` of
       the type of `:h0`, `{:f, 32}` without it).
@@ -711,6 +720,7 @@ defmodule ExPhil.Native do
           | {:w_bias, tensor() | nil}
           | {:h0, tensor() | nil}
           | {:c0, tensor() | nil}
+          | {:precision, :exact | :tf32}
           | call_option()
 
   @typedoc "Options of the stacks' backward: the forward's, and the gradients of its other outputs."
@@ -731,7 +741,8 @@ defmodule ExPhil.Native do
 
   Types as in `gru_forward/3`, `w` and `:w_bias` of the type of `r`.
   Options: `:bias` `[L, 3H]`, `:w_bias` `[L-1, 3H]` (none when absent or
-  `nil`), `:h0` `[L, B, H]` (zeros), `:outputs`, `:sync`, `:stream`.
+  `nil`), `:h0` `[L, B, H]` (zeros), `:precision` (as `gru_forward/3`'s),
+  `:outputs`, `:sync`, `:stream`.
 
   Outputs: `:y` `[B, T, H]` the last layer's output; `:y_lower` `[L-1, B, T,
   H]` the other layers' (the backward's input); `:h_final` `[L, B, H]`.

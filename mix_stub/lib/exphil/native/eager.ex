@@ -476,7 +476,7 @@ defmodule ExPhil.Native.Eager do
         results = template |> Tuple.to_list() |> Enum.map(&output(ctx, Nx.shape(&1), Nx.type(&1)))
         pointers = Enum.zip(Keyword.keys(named), pointers)
         outputs = Enum.map(results, &elem(&1, 1))
-        {fun, args} = gated_rnn_call(cell, direction, pointers, outputs)
+        {fun, args} = gated_rnn_call(cell, direction, pointers, outputs, precision(block))
         nif!(ctx, fun, args)
         results |> Enum.map(&elem(&1, 0)) |> List.to_tuple()
       end,
@@ -484,13 +484,20 @@ defmodule ExPhil.Native.Eager do
     )
   end
 
+  # The NIF's precision option of a gated-RNN block: :tf32 where its
+  # attribute "precision" says 1, else none (exact; the sLSTM's and the
+  # y-only forms' blocks have no such attribute).
+  defp precision(%{attributes: %{"precision" => 1}}), do: [precision: :tf32]
+  defp precision(_block), do: []
+
   @doc false
   # The NIF call of a GRU, LSTM or sLSTM block: `{function, arguments}` for
   # `named`, the NIF arguments of its tensors by name (nil for an absent
   # optional one), and `outputs`, those of its results in the target's
   # order. The op description's required inputs are arguments, the rest
-  # options; each result of the target is an output, by its name.
-  def gated_rnn_call(cell, direction, named, outputs) do
+  # options, with the op's own `own`; each result of the target is an
+  # output, by its name.
+  def gated_rnn_call(cell, direction, named, outputs, own \\ []) do
     {positional, _optional, _outputs} =
       OpDescriptions.nif_signature(OpDescriptions.fetch!(cell, direction))
 
@@ -501,7 +508,8 @@ defmodule ExPhil.Native.Eager do
           do: name |> String.downcase() |> String.to_atom()
 
     options =
-      Keyword.drop(named, positional) ++ [outputs: Enum.zip(names, outputs)] ++ @nif_options
+      Keyword.drop(named, positional) ++
+        own ++ [outputs: Enum.zip(names, outputs)] ++ @nif_options
 
     {:"#{cell}_#{direction}", Enum.map(positional, &Keyword.fetch!(named, &1)) ++ [options]}
   end

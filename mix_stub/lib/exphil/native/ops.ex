@@ -145,6 +145,11 @@ defmodule ExPhil.Native.Ops do
       reset for the n gate
     * `:h0` - the initial state `{batch, hidden}` (default: zeros)
     * `:final_state` - when `true`, returns `{y, h_final}` instead of `y`
+    * `:precision` - `:exact` (default) or `:tf32`: with `{:f, 32}` `wx`,
+      the kernels' products on tensor cores at TF32's precision or better,
+      as cuDNN runs f32 by default (`ExPhil.Native.gru_forward/3` says
+      how); other types run as with `:exact`. The default function is exact
+      either way.
 
   Returns every state `y`, `{batch, steps, hidden}` in the type of `wx`;
   `h_final` is f32 (f64 for f64 inputs). `r`, `:bias` and `:h0` are converted
@@ -176,6 +181,7 @@ defmodule ExPhil.Native.Ops do
       zeros)
     * `:final_state` - when `true`, returns `{y, h_final, c_final}` instead
       of `y`
+    * `:precision` - as in `gru/3`
 
   Types, gradients and limits as in `gru/3` (`hidden` at most 64 units per
   multiprocessor on the kernels); differentiable in `wx`, `r`, `:bias`,
@@ -204,6 +210,7 @@ defmodule ExPhil.Native.Ops do
     * `:h0` - the initial states `{L, batch, hidden}` (default: zeros)
     * `:final_state` - when `true`, returns `{y, h_final}` with `h_final`
       `{L, batch, hidden}`, instead of `y`
+    * `:precision` - as in `gru/3`
 
   Returns the last layer's `y`, `{batch, steps, hidden}` in the type of
   `wx`. Types as in `gru/3` (`r`, `w`, the biases and the states f32);

@@ -39,11 +39,12 @@ defmodule ExPhil.Native.Ops.Args do
   end
 
   @doc """
-  The options of a sequence op: its optional inputs `keys` (nil by default)
-  and `:final_state` (a boolean, false by default).
+  The options of a sequence op: its optional inputs `keys` (nil by default),
+  `:final_state` (a boolean, false by default) and the op's own `extra`
+  (keyword defaults).
   """
-  def sequence_options!(fun, opts, keys) do
-    opts = options!(fun, opts, Enum.map(keys, &{&1, nil}) ++ [final_state: false])
+  def sequence_options!(fun, opts, keys, extra \\ []) do
+    opts = options!(fun, opts, Enum.map(keys, &{&1, nil}) ++ [final_state: false] ++ extra)
 
     unless is_boolean(opts[:final_state]) do
       raise ArgumentError,
@@ -51,6 +52,26 @@ defmodule ExPhil.Native.Ops.Args do
     end
 
     opts
+  end
+
+  @doc """
+  The GRU's and LSTM's `:precision` (`:exact` or `:tf32`) as their targets'
+  attribute "precision": 1 for `:tf32` on an f32 sequence, else 0. A 16-bit
+  or f64 sequence runs as with `:exact` (its products are on tensor cores
+  already, or exact), as attention's `:tf32x3` does.
+  """
+  def gated_precision!(fun, precision, type) do
+    case precision do
+      :exact ->
+        0
+
+      :tf32 ->
+        if type == {:f, 32}, do: 1, else: 0
+
+      other ->
+        raise ArgumentError,
+              "#{fun}: option :precision expected :exact or :tf32, got: #{inspect(other)}"
+    end
   end
 
   @doc "A floating-point tensor of `rank` (`dims` names the axes for the message)."

@@ -18,13 +18,24 @@ defmodule ExPhil.Native.Ops.GatedRnn do
   defp optional(cell), do: [:bias | for(s <- Pure.GatedRnn.states(cell), do: :"#{s}0")]
   defp finals(cell), do: for(s <- Pure.GatedRnn.states(cell), do: :"#{s}_final")
 
+  # The op's own options: the GRU's and LSTM's :precision (the sLSTM has
+  # none).
+  defp own_options(:slstm), do: []
+  defp own_options(_cell), do: [precision: :exact]
+
   def run(cell, wx, r, opts) do
     fun = "ExPhil.Native.Ops.#{cell}/3"
     optional_keys = optional(cell)
-    opts = Args.sequence_options!(fun, opts, optional_keys)
+    opts = Args.sequence_options!(fun, opts, optional_keys, own_options(cell))
 
     {wx, r, optional, {batch, steps, hidden}} = check!(fun, cell, wx, r, opts)
     type = Nx.type(wx)
+    # The targets' attributes besides has_*: "precision" (GRU and LSTM).
+    own =
+      if cell == :slstm,
+        do: %{},
+        else: %{"precision" => Args.gated_precision!(fun, opts[:precision], type)}
+
     traced? = Args.traced?([wx, r | Keyword.values(optional)])
 
     {wx, r, optional} =
@@ -33,7 +44,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
           {Args.expr(wx), Args.expr(r), Keyword.new(optional, fn {k, t} -> {k, Args.expr(t)} end)},
         else: {wx, r, optional}
 
-    block = block(cell, :forward, has(optional), not traced?, type, hidden)
+    block = block(cell, :forward, Map.merge(has(optional), own), not traced?, type, hidden)
     state = Args.state_type(type)
 
     template =
@@ -62,13 +73,13 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     present = for {_key, t} <- optional, t != nil, do: t
 
     Args.sequence_results(out, traced?, [wx, r | present], opts[:final_state], fn grads ->
-      backward(cell, wx, r, optional, elem(out, 0), grads, type)
+      backward(cell, wx, r, optional, elem(out, 0), grads, type, own)
     end)
   end
 
   # The gradients of wx, r and of each optional input given, in that order,
   # from the backward block.
-  defp backward(cell, wx, r, optional, y, grads, type) do
+  defp backward(cell, wx, r, optional, y, grads, type, own) do
     [grad_y | final_grads] = Tuple.to_list(grads)
 
     finals =
@@ -79,7 +90,7 @@ defmodule ExPhil.Native.Ops.GatedRnn do
     inputs = optional ++ finals
     {batch, _steps, _} = Nx.shape(wx)
     {hidden, width} = Nx.shape(r)
-    block = block(cell, :backward, has(inputs), false, type, hidden)
+    block = block(cell, :backward, Map.merge(has(inputs), own), false, type, hidden)
     operands = [wx, r, y, Nx.as_type(grad_y, type) | Args.optional_operands(inputs)]
     state = Args.state_type(type)
 

@@ -29,10 +29,11 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
 
   def run(cell, wx, r, w, opts) do
     fun = "ExPhil.Native.Ops.#{cell}_stack/4"
-    opts = Args.sequence_options!(fun, opts, optional(cell))
+    opts = Args.sequence_options!(fun, opts, optional(cell), precision: :exact)
 
     {wx, r, w, optional, {layers, batch, steps, hidden}} = check!(fun, cell, wx, r, w, opts)
     type = Nx.type(wx)
+    precision = Args.gated_precision!(fun, opts[:precision], type)
     state = Args.state_type(type)
     traced? = Args.traced?([wx, r, w | Keyword.values(optional)])
 
@@ -43,7 +44,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
            Keyword.new(optional, fn {k, t} -> {k, Args.expr(t)} end)},
         else: {wx, r, w, optional}
 
-    block = block(cell, :forward, optional, not traced?, type, hidden)
+    block = block(cell, :forward, optional, not traced?, type, hidden, precision)
 
     template =
       List.to_tuple([
@@ -82,7 +83,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
       if traced?,
         do:
           Nx.Defn.Kernel.custom_grad(out, [wx, r, w | present], fn grads ->
-            backward(cell, wx, r, w, optional, out, grads, type)
+            backward(cell, wx, r, w, optional, out, grads, type, precision)
           end),
         else: out
 
@@ -93,7 +94,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
 
   # The gradients of wx, r, w and of each optional input given, in that
   # order, from the backward block.
-  defp backward(cell, wx, r, w, optional, out, grads, type) do
+  defp backward(cell, wx, r, w, optional, out, grads, type, precision) do
     [y, y_lower | _] = Tuple.to_list(out)
     [grad_y, grad_y_lower | final_grads] = Tuple.to_list(grads)
     lower = if Args.zero_constant?(grad_y_lower), do: nil, else: Nx.as_type(grad_y_lower, type)
@@ -106,7 +107,7 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
     inputs = optional ++ [{:grad_y_lower, lower} | finals]
     {layers, hidden, width} = Nx.shape(r)
     {batch, _steps, _} = Nx.shape(wx)
-    block = block(cell, :backward, inputs, false, type, hidden)
+    block = block(cell, :backward, inputs, false, type, hidden, precision)
     operands = [wx, r, w, y, y_lower, Nx.as_type(grad_y, type) | Args.optional_operands(inputs)]
     carry = Nx.template({layers, batch, hidden}, Args.state_type(type))
 
@@ -151,10 +152,12 @@ defmodule ExPhil.Native.Ops.GatedRnnStack do
     Enum.zip_with(inputs, operands, fn {key, t}, operand -> {key, if(t != nil, do: operand)} end)
   end
 
-  defp block(cell, direction, inputs, eager, type, hidden) do
+  defp block(cell, direction, inputs, eager, type, hidden, precision) do
+    has = Map.new(inputs, fn {key, t} -> {"has_" <> @target_names[key], t != nil} end)
+
     %Block{
       target: Targets.name(:"#{cell}_stack", direction),
-      attributes: Map.new(inputs, fn {key, t} -> {"has_" <> @target_names[key], t != nil} end),
+      attributes: Map.put(has, "precision", precision),
       eager: eager,
       unsupported:
         Args.unsupported_type(type) ||
