@@ -454,11 +454,15 @@ defmodule ExPhil.Native.AxonTest do
 
   # The ExPhil.Native.Block nodes (targets) a model's prediction traces.
   defp block_targets(predict_fn, model_state, inputs) do
+    predict_fn |> blocks(model_state, inputs) |> Enum.map(& &1.target)
+  end
+
+  defp blocks(predict_fn, model_state, inputs) do
     fn state, inputs -> predict_fn.(state, inputs) end
     |> Nx.Defn.debug_expr()
     |> apply([model_state, inputs])
     |> ExPhil.Native.Blocks.find(ExPhil.Native.Block)
-    |> Enum.map(&elem(&1, 0).target)
+    |> Enum.map(&elem(&1, 0))
   end
 
   defp flat(container), do: Nx.Defn.Composite.flatten_list([container])
@@ -575,6 +579,47 @@ defmodule ExPhil.Native.AxonTest do
       {sequence, _carry} = Layer.lstm(input(), @units, seed: 7)
       {before, later} = train(sequence, @units)
       assert later < 0.9 * before, "loss #{before} -> #{later}"
+    end
+
+    test "precision: :tf32 reaches the fused op's blocks, leaves the output of the default functions as it is" do
+      inputs = %{"x" => x()}
+
+      for {layer, target} <- [
+            {&Layer.gru/3, "exphil_gru_fwd"},
+            {&Layer.lstm/3, "exphil_lstm_fwd"},
+            {&Layer.gru_stack(&1, &2, [layers: 2] ++ &3), "exphil_gru_stack_fwd"},
+            {&Layer.lstm_stack(&1, &2, [layers: 2] ++ &3), "exphil_lstm_stack_fwd"}
+          ] do
+        sequence = fn opts ->
+          case layer.(input(), @units, [name: "rnn"] ++ opts) do
+            {sequence, _carry} -> sequence
+            sequence -> sequence
+          end
+        end
+
+        {model_state, exact} = init(sequence.([]))
+        {_, tf32} = init(sequence.(precision: :tf32))
+
+        assert [%{target: ^target, attributes: %{"precision" => 0}}] =
+                 blocks(exact, model_state, inputs)
+
+        assert [%{target: ^target, attributes: %{"precision" => 1}}] =
+                 blocks(tf32, model_state, inputs)
+
+        Enum.zip_with(
+          flat(tf32.(model_state, inputs)),
+          flat(exact.(model_state, inputs)),
+          &assert_close(&1, &2, 0.0)
+        )
+      end
+
+      for call <- [
+            fn -> Layer.gru(input(), @units, precision: :fast) end,
+            fn -> Layer.lstm_stack(input(), @units, precision: :fast) end
+          ] do
+        error = assert_raise ArgumentError, call
+        assert error.message =~ "option :precision expected :exact or :tf32, got: :fast"
+      end
     end
 
     test "a mask, or a gate or activation of another kind, runs Axon's own cells" do

@@ -410,7 +410,9 @@ if Code.ensure_loaded?(Axon) do
         the initial state as an Axon node `{batch, units}`
       * `opts` - Axon's: `:name`, `:meta`, `:mask`, `:activation`, `:gate`,
         `:unroll`, `:use_bias`, `:kernel_initializer`, `:bias_initializer`;
-        and without a hidden state, `:recurrent_initializer` and `:seed`
+        and without a hidden state, `:recurrent_initializer` and `:seed`;
+        and the fused op's `:precision` (`:exact`, the default, or `:tf32`:
+        `ExPhil.Native.Ops.gru/3`), kept in the node's options
 
     Returns `{sequence, {new_hidden}}`, Axon nodes `{batch, steps, units}` and
     `{batch, units}`.
@@ -464,8 +466,12 @@ if Code.ensure_loaded?(Axon) do
           do: @axon_rnn_options,
           else: @axon_rnn_options ++ [recurrent_initializer: :glorot_uniform, seed: nil]
 
-      checked = Args.options!(fun, opts, allowed)
+      # :precision is the fused op's (Ops.gru/3), not Axon's: it goes to the
+      # node's options, the rest to Axon as given.
+      checked = Args.options!(fun, opts, allowed ++ [precision: :exact])
       common_options!(fun, checked)
+      precision = precision!(fun, checked[:precision])
+      opts = Keyword.delete(opts, :precision)
 
       if Keyword.has_key?(opts, :recurrent_initializer),
         do: initializer!(fun, :recurrent_initializer, checked[:recurrent_initializer])
@@ -494,7 +500,8 @@ if Code.ensure_loaded?(Axon) do
       op = Function.capture(Layers, cell, length(nodes[rnn_id].args) + 1)
 
       swap = fn %Axon{nodes: nodes} = axon ->
-        %{axon | nodes: Map.update!(nodes, rnn_id, &%{&1 | op: op})}
+        node = &%{&1 | op: op, opts: Keyword.put(&1.opts, :precision, precision)}
+        %{axon | nodes: Map.update!(nodes, rnn_id, node)}
       end
 
       {swap.(sequence), state |> Tuple.to_list() |> Enum.map(swap) |> List.to_tuple()}
@@ -514,7 +521,8 @@ if Code.ensure_loaded?(Axon) do
 
         sequence = ExPhil.Native.Axon.gru_stack(input, 256, layers: 2, name: "gru")
 
-    Options: `:layers` (default 2), the common options, and the recurrent
+    Options: `:layers` (default 2), `:precision` (`:exact`, the default, or
+    `:tf32`: `ExPhil.Native.Ops.gru/3`), the common options, and the recurrent
     ones: `:initial_state` a node `{layers, batch, units}`, `:return_state`
     (then `{sequence, h_final}`, `h_final` `{layers, batch, units}`). The
     layer's function is `ExPhil.Native.Axon.Layers.gru_stack/3`.
@@ -548,9 +556,10 @@ if Code.ensure_loaded?(Axon) do
       fun = "ExPhil.Native.Axon.#{cell}_stack/3"
       input!(fun, input)
       units = positive_integer!(fun, "argument 'units'", units)
-      opts = Args.options!(fun, opts, @recurrent_options ++ [layers: 2])
+      opts = Args.options!(fun, opts, @recurrent_options ++ [layers: 2, precision: :exact])
       common_options!(fun, opts)
       boolean!(fun, "option :return_state", opts[:return_state])
+      precision!(fun, opts[:precision])
       layers = opts[:layers]
 
       unless layers in 2..4 do
@@ -604,8 +613,17 @@ if Code.ensure_loaded?(Axon) do
         inputs ++ params,
         name: opts[:name],
         op_name: :"#{cell}_stack",
-        return_state: opts[:return_state]
+        return_state: opts[:return_state],
+        precision: opts[:precision]
       )
+    end
+
+    # The fused GRU's and LSTM's :precision (Ops.gru/3).
+    defp precision!(_fun, precision) when precision in [:exact, :tf32], do: precision
+
+    defp precision!(fun, other) do
+      raise ArgumentError,
+            "#{fun}: option :precision expected :exact or :tf32, got: #{inspect(other)}"
     end
 
     # A parameter's shape function over the layer's inputs: the first's.
@@ -651,7 +669,7 @@ if Code.ensure_loaded?(Axon) do
               {:lstm, [c0, h0]} -> [c0: c0, h0: h0]
             end
 
-          opts = Keyword.take(opts, [:return_state, :mode]) ++ states
+          opts = Keyword.take(opts, [:return_state, :mode, :precision]) ++ states
           apply(Layers, :"#{cell}_stack", [input, layer_params, opts])
         end
       end

@@ -360,7 +360,9 @@ if Code.ensure_loaded?(Axon) do
 
     ## Options
 
-    Axon's: `:activation`, `:gate`, `:unroll`, `:mode`.
+    Axon's: `:activation`, `:gate`, `:unroll`, `:mode`; and `:precision`
+    (`:exact`, the default, or `:tf32`: `Ops.gru/3`'s), which Axon's cells
+    do not take.
     """
     deftransform gru(
                    input,
@@ -427,18 +429,27 @@ if Code.ensure_loaded?(Axon) do
       * `:h0` - the initial states `{layers, batch, units}` (default: zeros)
       * `:return_state` - when `true`, return `{sequence, h_final}`,
         `h_final` `{layers, batch, units}`
+      * `:precision` - `:exact` (default) or `:tf32` (`Ops.gru/3`'s)
 
     Returns the last layer's sequence `{batch, steps, units}`.
     """
     deftransform gru_stack(input, layer_params, opts \\ []) do
-      opts = options!("gru_stack/3", opts, h0: nil, return_state: false, mode: :inference)
+      opts =
+        options!("gru_stack/3", opts,
+          h0: nil,
+          return_state: false,
+          mode: :inference,
+          precision: :exact
+        )
+
       {wx, r, w, bias, w_bias} = stack_operands(:gru, input, layer_params)
 
       Ops.gru_stack(wx, r, w,
         bias: bias,
         w_bias: w_bias,
         h0: opts[:h0],
-        final_state: opts[:return_state]
+        final_state: opts[:return_state],
+        precision: opts[:precision]
       )
     end
 
@@ -458,7 +469,13 @@ if Code.ensure_loaded?(Axon) do
     """
     deftransform lstm_stack(input, layer_params, opts \\ []) do
       opts =
-        options!("lstm_stack/3", opts, h0: nil, c0: nil, return_state: false, mode: :inference)
+        options!("lstm_stack/3", opts,
+          h0: nil,
+          c0: nil,
+          return_state: false,
+          mode: :inference,
+          precision: :exact
+        )
 
       {wx, r, w, _bias, w_bias} = stack_operands(:lstm, input, layer_params)
 
@@ -467,7 +484,8 @@ if Code.ensure_loaded?(Axon) do
           w_bias: w_bias,
           h0: opts[:h0],
           c0: opts[:c0],
-          final_state: opts[:return_state]
+          final_state: opts[:return_state],
+          precision: opts[:precision]
         )
 
       case out do
@@ -531,11 +549,12 @@ if Code.ensure_loaded?(Axon) do
           unroll: :static,
           activation: :tanh,
           gate: :sigmoid,
-          conv_opts: []
+          conv_opts: [],
+          precision: :exact
         )
 
       if default_mask?(mask) and opts[:activation] == :tanh and opts[:gate] == :sigmoid do
-        fused(cell, input, hidden_state, input_kernel, hidden_kernel, bias)
+        fused(cell, input, hidden_state, input_kernel, hidden_kernel, bias, opts[:precision])
       else
         apply(Axon.Layers, cell, [
           input,
@@ -544,7 +563,7 @@ if Code.ensure_loaded?(Axon) do
           input_kernel,
           hidden_kernel,
           bias || Map.fetch!(@axon_zero_bias, cell),
-          opts
+          Keyword.delete(opts, :precision)
         ])
       end
     end
@@ -560,7 +579,7 @@ if Code.ensure_loaded?(Axon) do
 
     defp default_mask?(_mask), do: false
 
-    defp fused(:gru, input, {h0}, ik, hk, bias) do
+    defp fused(:gru, input, {h0}, ik, hk, bias, precision) do
       wx = input_projection(input, [ik["wir"], ik["wiz"], ik["win"]], bias, ~w(br bz bin))
       r = Nx.concatenate([hk["whr"], hk["whz"], hk["whn"]], axis: 1)
 
@@ -571,11 +590,13 @@ if Code.ensure_loaded?(Axon) do
           Nx.concatenate([zeros, zeros, bhn])
         end
 
-      {y, h} = Ops.gru(wx, r, bias: recurrent_bias, h0: h0, final_state: true)
+      {y, h} =
+        Ops.gru(wx, r, bias: recurrent_bias, h0: h0, final_state: true, precision: precision)
+
       {y, {h}}
     end
 
-    defp fused(:lstm, input, {c0, h0}, ik, hk, bias) do
+    defp fused(:lstm, input, {c0, h0}, ik, hk, bias, precision) do
       wx =
         input_projection(
           input,
@@ -585,7 +606,7 @@ if Code.ensure_loaded?(Axon) do
         )
 
       r = Nx.concatenate([hk["whi"], hk["whf"], hk["whg"], hk["who"]], axis: 1)
-      {y, h, c} = Ops.lstm(wx, r, h0: h0, c0: c0, final_state: true)
+      {y, h, c} = Ops.lstm(wx, r, h0: h0, c0: c0, final_state: true, precision: precision)
       {y, {c, h}}
     end
 
