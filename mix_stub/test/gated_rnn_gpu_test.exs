@@ -27,6 +27,8 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
   defp tolerance({:f, 32}), do: {5.0e-5, 5.0e-5}
   defp tolerance({:f, 16}), do: {5.0e-3, 5.0e-3}
   defp tolerance({:bf, 16}), do: {4.0e-2, 3.0e-2}
+  # f32 at precision: :tf32 (the C++ suite's f32-on-tensor-cores line).
+  defp tolerance(:tf32), do: {1.0e-3, 1.0e-3}
 
   defp random(shape, type, seed, scale) do
     {t, _} = Nx.Random.uniform(Nx.Random.key(seed), -scale, scale, shape: shape, type: :f32)
@@ -52,8 +54,9 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
 
   defp max_abs(t), do: t |> Nx.abs() |> Nx.reduce_max() |> Nx.to_number()
 
-  defp assert_close(name, got, want, scale, type) do
-    {atol, rtol} = tolerance(type)
+  # `line`: a type, or :tf32.
+  defp assert_close(name, got, want, scale, line) do
+    {atol, rtol} = tolerance(line)
     got = f64(got)
     bound = Nx.add(atol * max(scale, 1.0e-30), Nx.multiply(rtol, Nx.abs(want)))
     excess = Nx.subtract(Nx.abs(Nx.subtract(got, want)), bound)
@@ -177,11 +180,14 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
     Map.new([:y | finals(p.cell)], &{&1, scale})
   end
 
+  # The tolerance line of a problem: its type's, or :tf32 where it asks.
+  defp line(p), do: if(p[:precision] == :tf32, do: :tf32, else: p.type)
+
   defp check_forward(p, outputs, ref) do
     scales = forward_scales(p, ref)
 
     for {name, tensor} <- outputs, name in [:y | finals(p.cell)] do
-      assert_close("#{p.cell} #{name}", tensor, Map.fetch!(ref, name), scales[name], p.type)
+      assert_close("#{p.cell} #{name}", tensor, Map.fetch!(ref, name), scales[name], line(p))
     end
   end
 
@@ -192,7 +198,7 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
     for {name, tensor} <- grads do
       want = Map.fetch!(ref, name)
       s = if name in [:grad_r, :grad_bias], do: max(scale, ref.terms), else: scale
-      assert_close("#{p.cell} #{name}", tensor, want, s, p.type)
+      assert_close("#{p.cell} #{name}", tensor, want, s, line(p))
     end
   end
 
@@ -245,6 +251,26 @@ defmodule ExPhil.Native.GatedRnnGpuTest do
 
       ref = reference_backward(p, download!(y))
       check_backward(p, Map.new(bwd, fn {k, v} -> {k, download!(v)} end), ref)
+    end
+  end
+
+  # precision: :tf32 at a shape that takes the tensor cores (B 24 in tiles
+  # of 8, H a multiple of 16): the forward's product, the walk's and the
+  # backward's two, each within the tf32 line; the same call at :exact
+  # within f32's.
+  for cell <- [:gru, :lstm] do
+    test "#{cell} f32 precision: :tf32: the outputs match the pure reference within its line" do
+      p = problem(unquote(cell), {:f, 32}, true, dims: {24, 9, 48})
+      buffers = Map.new(p.tensors, fn {k, t} -> {k, upload!(t)} end)
+
+      for precision <- [:tf32, :exact] do
+        p = Map.put(p, :precision, precision)
+        assert {:ok, %{y: y} = fwd} = run_forward(p, buffers, precision: precision)
+        check_forward(p, Map.new(fwd, fn {k, v} -> {k, download!(v)} end), reference_forward(p))
+        assert {:ok, bwd} = run_backward(p, buffers, y, precision: precision)
+        ref = reference_backward(p, download!(y))
+        check_backward(p, Map.new(bwd, fn {k, v} -> {k, download!(v)} end), ref)
+      end
     end
   end
 
