@@ -67,10 +67,12 @@ const char* gated_rnn_cell_name(GatedRnnCell cell) noexcept;
 //          two bf16 halves (16 bits); every sum and state in f32. About
 //          twice as fast at B64 T256 H512 (bench/RESULTS.md, issue 30's
 //          twenty-first part). f32 sequences only (f16 and bf16 ones run on
-//          tensor cores already). Where a call's shape or cell does not
-//          take it (B <= 4, H not a multiple of 16, the sLSTM, the stacks'
-//          one-launch layouts) the call runs exact, which is better than
-//          asked.
+//          tensor cores already). A product whose layout cannot take the
+//          tensor cores runs exact, which is better than asked: the
+//          forward's and the walk's in batch groups of fewer than 8 rows
+//          (B <= 4, and B32 at H256 among others) or with H not a multiple
+//          of 16 (the forward's), the stacks' one-launch layouts (B <= 4),
+//          and every product of the sLSTM.
 enum class GatedRnnPrecision : int {
   exact = 0,
   tf32 = 1,

@@ -609,8 +609,9 @@ defmodule ExPhil.Native do
       better, as cuDNN does by default (the forward's `r` rounded to f16's
       11 significant bits, `|r|` below 65504; the backward's operands in two
       bf16 halves; every sum f32): about twice as fast at `[64, 256, 512]`
-      (bench/RESULTS.md). `{:f, 32}` `wx` only; at B <= 4 and where H is not
-      a multiple of 16 the call runs exact.
+      (bench/RESULTS.md). `{:f, 32}` `wx` only; a product whose layout
+      cannot take the tensor cores (batch groups of fewer than 8 rows, as
+      at B <= 4) runs exact.
     * `:outputs` - destination passing, as for every op: `:y` (required) and
       `:h_final` (optional). Without it, both are new buffers (`:h_final` of
       the type of `:h0`, `{:f, 32}` without it).
