@@ -20,12 +20,13 @@
  * into `splits` slices whose sums land in a f32 buffer [splits, M, N]; gated_rnn_gemm_reduce_kernel then adds the slices
  * in order and stores. Still one fixed order per output: deterministic.
  *
- * For bf16 and f16 sequences the same products run on tensor cores
- * (gated_rnn_gemm_tc_kernel, below) unless the plan says otherwise
- * (GatedRnnPlan::gemm_tensor_cores). Both kernels share the tiles, the
- * loads and the k loop (GatedRnnGemmTile). Where both operands are bf16
- * rows that 16-byte copies can take, gated_rnn_gemm_async_kernel (below)
- * gives the tensor-core kernel's sums from asynchronous copies.
+ * For bf16 and f16 sequences, and f32 ones at precision tf32, the same
+ * products run on tensor cores (gated_rnn_gemm_tc_kernel, below) unless the
+ * plan says otherwise (GatedRnnPlan::gemm_tensor_cores). Both kernels share
+ * the tiles, the loads and the k loop (GatedRnnGemmTile). Where both
+ * operands are bf16 or f32 rows that 16-byte copies can take,
+ * gated_rnn_gemm_async_kernel (below) gives the tensor-core kernel's sums
+ * from asynchronous copies.
  *
  * Loader contract: A::kContiguousK says whether A's elements of one m are
  * contiguous in k (a row-major [M, K] operand) or those of one k contiguous
@@ -305,9 +306,9 @@ __global__ void __launch_bounds__(kGatedRnnThreads)
 }
 
 // ---------------------------------------------------------------------------
-// The same products on tensor cores, for bf16 and f16 sequences (the
-// launcher's choice): same loaders, stores, tiles of 128 x 128 and split
-// along k, so every caller takes either.
+// The same products on tensor cores, for bf16 and f16 sequences and f32
+// ones at precision tf32 (the launcher's choice): same loaders, stores,
+// tiles of 128 x 128 and split along k, so every caller takes either.
 //
 // Why. On CUDA cores the two products ran at 13 to 24 TFLOP/s and took 4.1
 // of the LSTM's 9.0 ms backward at B64 T256 H512 bf16 on an H100; on
