@@ -209,6 +209,8 @@ class StackRun {
   exphil::GatedRnnStackForwardArgs api_args() const {
     exphil::GatedRnnStackForwardArgs a;
     a.cell = c_.kind == GatedRnnKind::gru ? exphil::GatedRnnCell::gru : exphil::GatedRnnCell::lstm;
+    // The kernels' f32_tensor_cores is the API's precision tf32.
+    if (c_.options.f32_tensor_cores == 1) a.options.precision = exphil::GatedRnnPrecision::tf32;
     const auto at = [](const Owned& t) { return t ? &t->desc() : nullptr; };
     a.wx = at(wx_), a.R = at(R_), a.W = at(W_), a.bias = at(bias_), a.W_bias = at(W_bias_);
     a.h0 = at(h0_), a.c0 = at(c0_), a.y = at(y_), a.y_lower = at(y_lower_), a.h_final = at(hf_);
@@ -247,7 +249,7 @@ class StackRun {
   // Every output against the reference, layer by layer; the worst
   // error / allowed (<= 1 passes).
   double check_against_reference() const {
-    const Tolerance tol = gated_rnn_tolerance(c_.dtype), stol = group_tolerance(c_.state_dtype);
+    const Tolerance tol = line(c_.dtype), stol = group_tolerance(c_.state_dtype);
     const auto ref = exphil::reference::gated_rnn_stack_forward(p_);
     const std::size_t seq = static_cast<std::size_t>(c_.B * c_.T * c_.H);
     const std::size_t state = static_cast<std::size_t>(c_.B * c_.H);
@@ -362,6 +364,7 @@ class StackRun {
     exphil::GatedRnnStackBackwardArgs a;
     const auto at = [](const Owned& t) { return t ? &t->desc() : nullptr; };
     a.cell = f.cell;
+    a.options = f.options;
     a.wx = f.wx, a.R = f.R, a.W = f.W, a.y = f.y, a.y_lower = f.y_lower, a.grad_y = at(gy_);
     a.bias = f.bias, a.W_bias = f.W_bias, a.h0 = f.h0, a.c0 = f.c0;
     a.grad_y_lower = at(gyl_), a.grad_h_final = at(ghf_), a.grad_c_final = at(gcf_);
@@ -402,7 +405,7 @@ class StackRun {
   // states' gradients at the largest of them, grad_R, grad_bias, grad_W
   // and grad_W_bias also at the largest sum of their terms.
   double check_backward_against_reference() const {
-    const Tolerance tol = gated_rnn_tolerance(c_.dtype), wtol = group_tolerance(c_.weight_dtype),
+    const Tolerance tol = line(c_.dtype), wtol = group_tolerance(c_.weight_dtype),
                     stol = group_tolerance(c_.state_dtype);
     const auto g = exphil::reference::gated_rnn_stack_backward(p_, grad_y_, grad_y_lower_, grad_hf_, grad_cf_);
     const int64_t L = c_.layers, B = c_.B, H = c_.H, GH = gates() * H;
@@ -444,7 +447,14 @@ class StackRun {
   // The tolerance of a tensor of the weights' or the states' dtype (f32 or
   // the sequence's): its own where that is 16-bit, else the sequence's.
   Tolerance group_tolerance(DType group) const {
-    return gated_rnn_tolerance(group == DType::f32 ? c_.dtype : group);
+    return line(group == DType::f32 ? c_.dtype : group);
+  }
+  // A dtype's line, or f32 on tensor cores' for every output where the case
+  // asks for it (f32_tensor_cores: the plans take it with f32 weights).
+  Tolerance line(DType d) const {
+    return c_.options.f32_tensor_cores == 1 && c_.dtype == DType::f32
+               ? gated_rnn_f32_tensor_cores_tolerance()
+               : gated_rnn_tolerance(d);
   }
   // Layer l's part (of `size` elements) of a stacked output's values.
   static std::vector<double> part(const Owned& t, std::size_t l, std::size_t size) {
@@ -735,6 +745,49 @@ TEST_CASE("gated RNN stack backward: GRU and LSTM layers against the reference",
       }
   std::printf("gated RNN stack backward: %d cases (%d in the reverse wavefront), worst error/allowed %.3g\n",
               cases, wavefront, worst);
+}
+
+// f32 at precision tf32 (f32_tensor_cores), GRU and LSTM stacks: layer by
+// layer from B > 4 (each layer's forward, walk and products on tensor
+// cores, the projections on CUDA cores), and in the wavefronts up to B4
+// (whose one-launch forward and walks stay exact; the backward's per-layer
+// products take the tensor cores), forward and backward against the
+// reference on the tf32 line; the C++ API at precision tf32 gives the
+// kernel layer's bytes.
+TEST_CASE("gated RNN stack: f32 at precision tf32", "[gpu][gated_rnn]") {
+  const uint64_t seed = test_seed();
+  INFO("seed " << seed << " (rerun with EXPHIL_TEST_SEED=" << seed << ")");
+  RnnStream stream;
+  struct Shape {
+    int layers;
+    int64_t B, T, H;
+  };
+  double worst = 0;
+  int i = 0;
+  for (GatedRnnKind kind : {GatedRnnKind::gru, GatedRnnKind::lstm})
+    for (const Shape& s : {Shape{2, 9, 7, 64}, Shape{3, 33, 4, 48}, Shape{2, 3, 5, 64}}) {
+      StackCase c = StackCase::everything(kind, DType::f32, s.layers, s.B, s.T, s.H);
+      c.weight_dtype = c.state_dtype = DType::f32;
+      c.options.f32_tensor_cores = 1;
+      StackRun run(c, seed + static_cast<uint64_t>(i++));
+      INFO(c.describe());
+      run.run(stream.s);
+      worst = std::max(worst, run.check_against_reference());
+      const auto forward = run.bytes();
+      exphil::GatedRnnLaunchInfo info;
+      run.run_api(stream.s, &info);
+      CHECK(run.bytes() == forward);
+      CHECK(info.stacked == (s.B <= 4));
+      run.prepare_backward(seed + 1000 + static_cast<uint64_t>(i));
+      CHECK(run.backward_plan().gemm_tensor_cores);
+      run.run_backward(stream.s);
+      worst = std::max(worst, run.check_backward_against_reference());
+      const auto backward = run.backward_bytes();
+      run.run_backward_api(stream.s, nullptr);
+      CHECK(run.backward_bytes() == backward);
+    }
+  std::printf("gated RNN stack at precision tf32: %d cases, worst error/allowed %.3g\n", i, worst);
+  CHECK(worst <= 1.0);
 }
 
 // Two runs, a graph replay and the C++ API give the same bytes; the API
