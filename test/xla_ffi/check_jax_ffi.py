@@ -148,7 +148,9 @@ DTYPE_KEY = {jnp.dtype(v): k for k, v in DTYPES.items()}
 SCAN_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (3e-2, 2e-2)}
 # GRU and LSTM: test/gpu/test_gated_rnn.cpp's bf16 (a third more than the
 # scans', for the gates the backward recomputes from y rounded to bf16).
-GATED_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (4e-2, 3e-2)}
+GATED_TOL = {"f32": (1e-4, 1e-4), "f16": (5e-3, 5e-3), "bf16": (4e-2, 3e-2),
+             # f32 at precision 1 (tf32; test/support/tolerance.hpp's line)
+             "tf32": (1e-3, 1e-3)}
 ATTN_TOL = {
     "f32": {"o": (1e-4, 1e-4), "lse": (1e-5, 1e-5), "grad": (2e-4, 2e-4)},
     "f16": {"o": (5e-3, 5e-3), "lse": (1e-3, 1e-3), "grad": (1e-2, 1e-2)},
@@ -721,19 +723,22 @@ def gated_inputs(rng, shape, gates, dtype, weight_dtype, present):
     return wx, R, gy, bias, u, maybe
 
 
-def gated_ffi_pair(op, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results):
+def gated_ffi_pair(op, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results,
+                   precision=None):
     """exphil_<op>_fwd, then exphil_<op>_bwd on its y, as one jitted
     function of (wx, R, gy, the forward's optional inputs, the backward's
     further ones). Absent optional inputs (None) pass as zero-element
     buffers without has_* attributes (placeholders "empty", JAX's way) or
     as f32 scalars with has_* = false ("has", Nx's way; the present ones
-    then get has_* = true); fwd_optional and bwd_optional name them."""
+    then get has_* = true); fwd_optional and bwd_optional name them.
+    precision: the optional attribute's value (None: left out, exact)."""
     placeholder = jnp.zeros((0,) if placeholders == "empty" else (), jnp.float32)
 
     def attrs(optional):
+        own = {} if precision is None else {"precision": np.int32(precision)}
         if placeholders != "has":
-            return {}
-        return {f"has_{n}": np.bool_(v is not None) for n, v in optional}
+            return own
+        return {f"has_{n}": np.bool_(v is not None) for n, v in optional} | own
 
     fwd_attrs, bwd_attrs = attrs(fwd_optional), attrs(bwd_optional)
 
@@ -760,7 +765,7 @@ def result_dtypes_metric(fwd_results, bwd_results, outs, grads):
 
 
 def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, placeholders, seed,
-                     tol_scale):
+                     tol_scale, precision=None):
     """exphil_<cell>_fwd, then exphil_<cell>_bwd on its y, in one jit, against
     gated_all_ref in float64. present: which of bias, h0, c0 and the final
     states' cotangents ("finals") are passed; the others are absent, as
@@ -784,7 +789,8 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
     fwd_results = (S((b, t, h), dtype), state) + ((state,) if lstm else ())
     bwd_results = ((S((b, t, gh), dtype), S((h, gh), weight_dtype), S((gh,), weight_dtype), state)
                    + ((state,) if lstm else ()) + (S((b, t, gh), dtype),))
-    ours = gated_ffi_pair(cell, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results)
+    ours = gated_ffi_pair(cell, placeholders, fwd_optional, bwd_optional, fwd_results, bwd_results,
+                          precision)
 
     outs, grads = jax.block_until_ready(
         ours(wx, R, gy, [v for _, v in fwd_optional], [ghf] + ([gcf] if lstm else [])))
@@ -799,6 +805,8 @@ def check_gated_case(cell, dtype, weight_dtype, state_dtype, shape, present, pla
 
     k = key_of(dtype)
     kw, ks = gated_tol_key(dtype, weight_dtype), gated_tol_key(dtype, state_dtype)
+    if precision == 1:  # f32 throughout, on the tf32 line
+        k = kw = ks = "tf32"
     hscale = max(amax(ref_["y"]), amax(ref_["h_final"]), amax(ref_args[3]))
     m = [compare("y", outs[0], ref_["y"], GATED_TOL[k], dtype, hscale, tol_scale),
          compare("h_final", outs[1], ref_["h_final"], GATED_TOL[ks], state_dtype, hscale, tol_scale)]
@@ -1157,6 +1165,18 @@ def section_gated(runner, args):
                                         args.tol_scale)
         return ok and ok2, detail + ("" if ok2 else f"; good call afterwards FAILED: {detail2}")
     runner.case("gated", "error handler: gru_fwd R of the wrong shape names R", error_case)
+
+    # precision 1 (tf32) on f32 at a shape whose products take the tensor
+    # cores (B 24 in tiles of 8, H a multiple of 16), with has_* or without;
+    # and precision 0 given outright.
+    for cell in GATES:
+        for precision, placeholders in ((1, "has"), (1, "empty"), (0, "has")):
+            seed = int(rng.integers(0, 2 ** 31))
+            name = f"gated {cell} f32 B24 T9 H48 [all] absent={placeholders} precision={precision}"
+            runner.case("gated", name, lambda cell=cell, precision=precision,
+                        placeholders=placeholders, seed=seed:
+                        check_gated_case(cell, f32, f32, f32, (24, 9, 48), GATED_PRESENT[0],
+                                         placeholders, seed, args.tol_scale, precision))
 
 
 # ---------------------------------------------------------------------------
