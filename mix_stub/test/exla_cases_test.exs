@@ -37,8 +37,8 @@ defmodule ExPhil.Native.ExlaCasesTest do
              "liquid" => 12,
              "selective_scan" => 15,
              "attention" => 24,
-             "gru" => 13,
-             "lstm" => 15,
+             "gru" => 14,
+             "lstm" => 16,
              "slstm" => 16,
              "gru_stack" => 6,
              "lstm_stack" => 6
@@ -63,12 +63,21 @@ defmodule ExPhil.Native.ExlaCasesTest do
       o = c["options"]
       optional = @optional[cell]
       finals = @finals[cell]
-      assert Map.keys(o) |> Enum.sort() == Enum.sort(["final_state" | optional]), c["name"]
+
+      assert (Map.keys(o) -- ["precision"]) |> Enum.sort() ==
+               Enum.sort(["final_state" | optional]),
+             c["name"]
+
       has = for name <- optional, do: ["has_#{name}", to_string(o[name])]
       has_finals = for name <- finals, do: ["has_grad_#{name}", to_string(o["final_state"])]
 
-      # The GRU's and LSTM's precision last, exact (the cases' default).
-      own = if cell == "slstm", do: [], else: [["precision", "0 : i32"]]
+      # The GRU's and LSTM's precision last: 1 for the case at tf32, else 0.
+      own =
+        cond do
+          cell == "slstm" -> []
+          o["precision"] == "tf32" -> [["precision", "1 : i32"]]
+          true -> [["precision", "0 : i32"]]
+        end
 
       %{"forward" => fwd, "backward" => bwd} = c
       assert fwd["target"] == "exphil_#{cell}_fwd"
@@ -131,9 +140,15 @@ defmodule ExPhil.Native.ExlaCasesTest do
       assert final_states == if(cell == "slstm", do: [false], else: [false, true])
 
       # f32 and bf16 share every option set and shape (the sLSTM's bf16 a
-      # subset of its f32).
+      # subset of its f32), but for the f32 case at precision tf32, one per
+      # GRU and LSTM.
+      tf32 = for c <- cases, c["options"]["precision"] == "tf32", do: c
+
+      assert length(tf32) == if(cell == "slstm", do: 0, else: 1)
+      assert Enum.all?(tf32, &(&1["dtype"] == "f32" and &1["shape"]["hidden"] == 48))
+
       sets = fn dtype ->
-        for c <- cases, c["dtype"] == dtype, do: {c["shape"], c["options"]}
+        for c <- cases -- tf32, c["dtype"] == dtype, do: {c["shape"], c["options"]}
       end
 
       if cell == "slstm",

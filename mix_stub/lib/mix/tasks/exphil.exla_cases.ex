@@ -222,23 +222,26 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
     end
   end
 
-  # {shape {batch, steps, hidden}, optional inputs, final state, dtypes}:
-  # H 37 (not a multiple of any tile), T 1 (no step reads a y), H 130, each
-  # optional input alone, all of them, none; f16 once per cell. The GRU
-  # has no c0: the row of c0 alone is the LSTM's only, and the others drop it.
+  # {shape {batch, steps, hidden}, optional inputs, final state, dtypes,
+  # precision}: H 37 (not a multiple of any tile), T 1 (no step reads a y),
+  # H 130, each optional input alone, all of them, none; f16 once per cell;
+  # and precision :tf32 once, in f32 at B 24 H 48 (tiles of 8 rows, H a
+  # multiple of 16: on tensor cores). The GRU has no c0: the row of c0
+  # alone is the LSTM's only, and the others drop it.
   @gated_rnn [
-    {{2, 17, 37}, [], false, ["f32", "bf16"]},
-    {{2, 17, 37}, [:bias, :h0, :c0], true, ["f32", "bf16", "f16"]},
-    {{2, 17, 37}, [:bias], false, ["f32", "bf16"]},
-    {{2, 17, 37}, [:h0], true, ["f32", "bf16"]},
-    {{2, 17, 37}, [:c0], false, ["f32", "bf16"]},
-    {{3, 1, 37}, [:bias, :h0, :c0], true, ["f32", "bf16"]},
-    {{2, 9, 130}, [:bias, :h0, :c0], false, ["f32", "bf16"]}
+    {{2, 17, 37}, [], false, ["f32", "bf16"], :exact},
+    {{2, 17, 37}, [:bias, :h0, :c0], true, ["f32", "bf16", "f16"], :exact},
+    {{2, 17, 37}, [:bias], false, ["f32", "bf16"], :exact},
+    {{2, 17, 37}, [:h0], true, ["f32", "bf16"], :exact},
+    {{2, 17, 37}, [:c0], false, ["f32", "bf16"], :exact},
+    {{3, 1, 37}, [:bias, :h0, :c0], true, ["f32", "bf16"], :exact},
+    {{2, 9, 130}, [:bias, :h0, :c0], false, ["f32", "bf16"], :exact},
+    {{24, 9, 48}, [:bias, :h0, :c0], true, ["f32"], :tf32}
   ]
 
   defp gated_rnn_cases do
     for cell <- [:gru, :lstm],
-        {{b, t, h}, optional, final?, dtypes} <- @gated_rnn,
+        {{b, t, h}, optional, final?, dtypes, precision} <- @gated_rnn,
         cell == :lstm or optional != [:c0],
         optional = if(cell == :gru, do: optional -- [:c0], else: optional),
         {dtype, type} <- @types,
@@ -256,19 +259,26 @@ defmodule Mix.Tasks.Exphil.ExlaCases do
       keys = if cell == :gru, do: [:bias, :h0], else: [:bias, :h0, :c0]
       on = Enum.map_join(optional, ",", &Atom.to_string/1)
 
+      # (:exact, the default, is left out of the name and the options.)
+      tf32? = precision == :tf32
+
       %{
         name:
           "#{cell} #{dtype} B#{b} T#{t} H#{h} [#{if on == "", do: "none", else: on}] " <>
-            "final_state=#{final?}",
+            "final_state=#{final?}" <> if(tf32?, do: " precision=tf32", else: ""),
         op: cell,
         dtype: dtype,
         shape: %{"batch" => b, "steps" => t, "hidden" => h},
         options:
           Map.new(keys, &{Atom.to_string(&1), &1 in optional})
-          |> Map.put("final_state", final?),
+          |> Map.put("final_state", final?)
+          |> then(&if(tf32?, do: Map.put(&1, "precision", "tf32"), else: &1)),
         inputs: Map.take(inputs, [:wx, :r | optional]),
         fun: fn inputs ->
-          opts = Enum.map(optional, &{&1, inputs[&1]}) ++ [final_state: final?]
+          opts =
+            Enum.map(optional, &{&1, inputs[&1]}) ++
+              [final_state: final?, precision: precision]
+
           apply(Ops, cell, [inputs.wx, inputs.r, opts])
         end
       }
