@@ -161,7 +161,8 @@ struct GatedRnnLaunchOptions {
   // (gated_rnn_gemm.cuh) where tensor_cores does, at TF32's precision or
   // better: the forward's R rounded to f16 (TF32's 11 significant bits) and
   // h in two f16 halves; the walk's and the products' operands each in two
-  // bf16 halves. 0 (the default) keeps f32's multiply-adds.
+  // bf16 halves. 0 (the default) keeps f32's multiply-adds. The API sets it
+  // from the args' GatedRnnOptions::precision (tf32: 1).
   int f32_tensor_cores = 0;
 };
 
@@ -203,8 +204,9 @@ struct GatedRnnPlan {
   bool gemm_tensor_cores = false;
   // Backward: the walk's part product (grad_rh_s R^T for the tile's rows)
   // on tensor cores, the slice of R resident as bf16, transposed
-  // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights, the
-  // slice resident (as bf16) and tiles of 8 rows or more.
+  // (gated_rnn_part_product_tc): with gemm_tensor_cores, bf16 weights (or
+  // f32 ones, split: walk_split_weights), the slice resident (as bf16) and
+  // tiles of 8 rows or more.
   bool walk_tensor_cores = false;
   // With walk_tensor_cores, f32 weights (GatedRnnLaunchOptions::
   // f32_tensor_cores): the slice held as two bf16 arrays, each weight's

@@ -427,9 +427,8 @@ const char* gated_rnn_unsupported(const GatedRnnPlan& plan, GatedRnnCell cell,
       (plan.batch_tile & (plan.batch_tile - 1)) != 0)
     return "gated RNN plan: batch tile not a power of two up to 32";
   if (plan.walk_tensor_cores &&
-      (!plan.resident_weights || (!plan.gemm_tensor_cores && !plan.walk_split_weights) ||
-       plan.unit_warps || plan.k_split || plan.tensor_cores ||
-       plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
+      (!plan.resident_weights || !plan.gemm_tensor_cores || plan.unit_warps || plan.k_split ||
+       plan.tensor_cores || plan.batch_tile < kGatedRnnWalkTcMinTile || plan.ws_rh < 0 ||
        plan.shared_bytes < gated_rnn_walk_tc_shared_floats(plan.stored_columns, shape.hidden,
                                                             plan.batch_tile, plan.unit_slices,
                                                             plan.units_per_block,

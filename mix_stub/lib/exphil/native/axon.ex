@@ -470,7 +470,7 @@ if Code.ensure_loaded?(Axon) do
       # node's options, the rest to Axon as given.
       checked = Args.options!(fun, opts, allowed ++ [precision: :exact])
       common_options!(fun, checked)
-      precision = precision!(fun, checked[:precision])
+      precision = Args.precision!(fun, checked[:precision])
       opts = Keyword.delete(opts, :precision)
 
       if Keyword.has_key?(opts, :recurrent_initializer),
@@ -559,7 +559,7 @@ if Code.ensure_loaded?(Axon) do
       opts = Args.options!(fun, opts, @recurrent_options ++ [layers: 2, precision: :exact])
       common_options!(fun, opts)
       boolean!(fun, "option :return_state", opts[:return_state])
-      precision!(fun, opts[:precision])
+      Args.precision!(fun, opts[:precision])
       layers = opts[:layers]
 
       unless layers in 2..4 do
@@ -616,14 +616,6 @@ if Code.ensure_loaded?(Axon) do
         return_state: opts[:return_state],
         precision: opts[:precision]
       )
-    end
-
-    # The fused GRU's and LSTM's :precision (Ops.gru/3).
-    defp precision!(_fun, precision) when precision in [:exact, :tf32], do: precision
-
-    defp precision!(fun, other) do
-      raise ArgumentError,
-            "#{fun}: option :precision expected :exact or :tf32, got: #{inspect(other)}"
     end
 
     # A parameter's shape function over the layer's inputs: the first's.

@@ -61,17 +61,15 @@ defmodule ExPhil.Native.Ops.Args do
   already, or exact), as attention's `:tf32x3` does.
   """
   def gated_precision!(fun, precision, type) do
-    case precision do
-      :exact ->
-        0
+    if precision!(fun, precision) == :tf32 and type == {:f, 32}, do: 1, else: 0
+  end
 
-      :tf32 ->
-        if type == {:f, 32}, do: 1, else: 0
+  @doc "The GRU's and LSTM's `:precision` checked: `:exact` or `:tf32`."
+  def precision!(_fun, precision) when precision in [:exact, :tf32], do: precision
 
-      other ->
-        raise ArgumentError,
-              "#{fun}: option :precision expected :exact or :tf32, got: #{inspect(other)}"
-    end
+  def precision!(fun, other) do
+    raise ArgumentError,
+          "#{fun}: option :precision expected :exact or :tf32, got: #{inspect(other)}"
   end
 
   @doc "A floating-point tensor of `rank` (`dims` names the axes for the message)."
