@@ -30,13 +30,12 @@
 namespace exphil::kernels {
 
 struct FastDivisor {
-  uint32_t divisor = 1;
   uint32_t multiplier = 0;  // 0: d = 1
   uint32_t shift = 0;
 
   FastDivisor() = default;
   // d in [1, 2^31).
-  explicit FastDivisor(uint32_t d) : divisor(d) {
+  explicit FastDivisor(uint32_t d) {
     if (d <= 1) return;
     uint32_t l = 0;
     while ((uint64_t{1} << l) < d) ++l;
