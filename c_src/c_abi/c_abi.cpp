@@ -378,7 +378,8 @@ exphil_status exphil_gru_stack_forward(const exphil_tensor* wx, const exphil_ten
                                        const exphil_tensor* W, const exphil_tensor* bias,
                                        const exphil_tensor* W_bias, const exphil_tensor* h0,
                                        const exphil_tensor* y, const exphil_tensor* y_lower,
-                                       const exphil_tensor* h_final, const exphil_gated_rnn_options* options, exphil_stream stream) {
+                                       const exphil_tensor* h_final,
+                                       const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackForwardArgs a;
     a.cell = exphil::GatedRnnCell::gru;
@@ -394,7 +395,8 @@ exphil_status exphil_lstm_stack_forward(const exphil_tensor* wx, const exphil_te
                                         const exphil_tensor* W_bias, const exphil_tensor* h0,
                                         const exphil_tensor* c0, const exphil_tensor* y,
                                         const exphil_tensor* y_lower, const exphil_tensor* h_final,
-                                        const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream) {
+                                        const exphil_tensor* c_final,
+                                        const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackForwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
@@ -432,7 +434,8 @@ exphil_status exphil_lstm_stack_backward(
     const exphil_tensor* grad_y_lower, const exphil_tensor* grad_h_final,
     const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx, const exphil_tensor* grad_R,
     const exphil_tensor* grad_W, const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, const exphil_gated_rnn_options* options, exphil_stream stream) {
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
+    const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnStackBackwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;
@@ -468,7 +471,8 @@ exphil_status exphil_lstm_backward(const exphil_tensor* wx, const exphil_tensor*
                                    const exphil_tensor* grad_c_final, const exphil_tensor* grad_wx,
                                    const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
                                    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
-                                   const exphil_tensor* grad_rh, const exphil_gated_rnn_options* options, exphil_stream stream) {
+                                   const exphil_tensor* grad_rh,
+                                   const exphil_gated_rnn_options* options, exphil_stream stream) {
   return c_call([&] {
     exphil::GatedRnnBackwardArgs a;
     a.cell = exphil::GatedRnnCell::lstm;

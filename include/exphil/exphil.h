@@ -455,12 +455,14 @@ EXPHIL_API exphil_status exphil_gru_backward(
     const exphil_tensor* grad_y, const exphil_tensor* bias, const exphil_tensor* h0,
     const exphil_tensor* grad_h_final, const exphil_tensor* grad_wx,
     const exphil_tensor* grad_R, const exphil_tensor* grad_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_rh, const exphil_gated_rnn_options* options, exphil_stream stream);
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_rh,
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* bias,
     const exphil_tensor* h0, const exphil_tensor* c0, const exphil_tensor* y,
-    const exphil_tensor* h_final, const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream);
+    const exphil_tensor* h_final, const exphil_tensor* c_final,
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 EXPHIL_API exphil_status exphil_lstm_backward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* y,
@@ -497,7 +499,8 @@ EXPHIL_API exphil_status exphil_lstm_stack_forward(
     const exphil_tensor* wx, const exphil_tensor* R, const exphil_tensor* W,
     const exphil_tensor* bias, const exphil_tensor* W_bias, const exphil_tensor* h0,
     const exphil_tensor* c0, const exphil_tensor* y, const exphil_tensor* y_lower,
-    const exphil_tensor* h_final, const exphil_tensor* c_final, const exphil_gated_rnn_options* options, exphil_stream stream);
+    const exphil_tensor* h_final, const exphil_tensor* c_final,
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 /* The stacks' backward (added in 0.2.0): from the forward's inputs, its y
  * and y_lower (both required: the backward reads every layer's y) and the
@@ -526,7 +529,8 @@ EXPHIL_API exphil_status exphil_lstm_stack_backward(
     const exphil_tensor* grad_h_final, const exphil_tensor* grad_c_final,
     const exphil_tensor* grad_wx, const exphil_tensor* grad_R, const exphil_tensor* grad_W,
     const exphil_tensor* grad_bias, const exphil_tensor* grad_W_bias,
-    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0, const exphil_gated_rnn_options* options, exphil_stream stream);
+    const exphil_tensor* grad_h0, const exphil_tensor* grad_c0,
+    const exphil_gated_rnn_options* options, exphil_stream stream);
 
 /* ---------------------------------------------------------------------------
  * slstm: xLSTM's sLSTM (scalar LSTM with exponential gating) with the

@@ -30,11 +30,12 @@ defmodule ExPhil.Native.Ops.GatedRnn do
 
     {wx, r, optional, {batch, steps, hidden}} = check!(fun, cell, wx, r, opts)
     type = Nx.type(wx)
-    # The targets' attributes besides has_*: "precision" (GRU and LSTM).
+    # The targets' attributes besides has_*: "precision", where the op has
+    # the option (own_options/1).
     own =
-      if cell == :slstm,
-        do: %{},
-        else: %{"precision" => Args.gated_precision!(fun, opts[:precision], type)}
+      if Keyword.has_key?(opts, :precision),
+        do: %{"precision" => Args.gated_precision!(fun, opts[:precision], type)},
+        else: %{}
 
     traced? = Args.traced?([wx, r | Keyword.values(optional)])
 
